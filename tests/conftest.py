@@ -1,0 +1,23 @@
+"""Shared test settings: quiet MindSpore logs and run each mode-dependent test in graph and pynative mode."""
+import os
+
+os.environ.setdefault("GLOG_v", "3")
+
+import mindspore as ms  # noqa: E402
+import pytest  # noqa: E402
+
+MODES = {"graph": ms.GRAPH_MODE, "pynative": ms.PYNATIVE_MODE}
+
+
+@pytest.fixture(params=list(MODES))
+def mode(request):
+    """Run the test once in GRAPH_MODE and once in PYNATIVE_MODE (on CPU)."""
+    ms.set_context(mode=MODES[request.param], device_target="CPU")
+    yield request.param
+    ms.set_context(mode=ms.GRAPH_MODE)
+
+
+@pytest.fixture
+def graph_mode():
+    ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
+    yield "graph"

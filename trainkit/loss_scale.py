@@ -1,0 +1,41 @@
+"""Loss-scale argument handling: turn what users pass into a `mindspore.amp` scaler."""
+from __future__ import annotations
+
+import math
+from numbers import Real
+from typing import Optional, Union
+
+from mindspore import amp
+
+LossScaler = Union[amp.StaticLossScaler, amp.DynamicLossScaler]
+LossScaleArg = Union[None, float, int, amp.StaticLossScaler, amp.DynamicLossScaler]
+
+
+def make_loss_scaler(loss_scale: LossScaleArg) -> Optional[LossScaler]:
+    """Return the scaler for ``loss_scale``, or None when scaling is off.
+
+    Args:
+        loss_scale: None (no scaling), a number >= 1 (a static scale) or a
+            ``mindspore.amp.StaticLossScaler`` / ``DynamicLossScaler`` instance.
+
+    Raises:
+        TypeError: for any other type.
+        ValueError: for a number that is not finite or below 1 (MindSpore's scalers require >= 1).
+    """
+    if loss_scale is None:
+        return None
+    if isinstance(loss_scale, (amp.StaticLossScaler, amp.DynamicLossScaler)):
+        return loss_scale
+    if isinstance(loss_scale, bool) or not isinstance(loss_scale, Real):
+        raise TypeError(
+            "loss_scale must be None, a number >= 1, or a mindspore.amp.StaticLossScaler or "
+            f"DynamicLossScaler instance; got {type(loss_scale).__name__}: {loss_scale!r}"
+        )
+    if not math.isfinite(loss_scale) or loss_scale < 1:
+        raise ValueError(f"loss_scale must be a finite number >= 1; got {loss_scale!r}")
+    return amp.StaticLossScaler(float(loss_scale))
+
+
+def is_dynamic(scaler: Optional[LossScaler]) -> bool:
+    """Whether the scale changes with overflow (and so needs `adjust` after each step)."""
+    return isinstance(scaler, amp.DynamicLossScaler)

@@ -1,0 +1,38 @@
+"""Mixed precision: a backbone cast by `mindspore.amp`, with the loss always computed in float32."""
+from __future__ import annotations
+
+from mindspore import amp, nn
+from mindspore import dtype as mstype
+
+AMP_LEVELS = ("O0", "O1", "O2", "O3")
+
+
+class Float32LossCell(nn.Cell):
+    """``loss_fn(backbone(x).astype(float32), label)``: a half-precision backbone, a float32 loss."""
+
+    def __init__(self, backbone: nn.Cell, loss_fn: nn.Cell):
+        super().__init__(auto_prefix=False)
+        self.backbone = backbone
+        self.loss_fn = loss_fn
+
+    def construct(self, data, label):
+        return self.loss_fn(self.backbone(data).astype(mstype.float32), label)
+
+
+def build_loss_network(backbone: nn.Cell, loss_fn: nn.Cell, amp_level: str = "O0") -> nn.Cell:
+    """Apply ``mindspore.amp.auto_mixed_precision(backbone, amp_level)`` and add a float32 loss.
+
+    Args:
+        backbone: the model, returning logits.
+        loss_fn: a loss Cell taking ``(logits, label)``.
+        amp_level: one of O0 (float32), O1 (white-listed ops in float16), O2 (all but
+            the black list, e.g. batch norm, in float16), O3 (everything in float16).
+
+    Raises:
+        ValueError: for an unknown `amp_level`.
+    """
+    if amp_level not in AMP_LEVELS:
+        raise ValueError(f"amp_level must be one of {', '.join(AMP_LEVELS)}; got {amp_level!r}")
+    if amp_level != "O0":
+        backbone = amp.auto_mixed_precision(backbone, amp_level)
+    return Float32LossCell(backbone, loss_fn)

@@ -1,0 +1,275 @@
+"""TrainingWrapper: one training step with every feature a serious loop needs, each free when off."""
+from __future__ import annotations
+
+import math
+from numbers import Real
+from typing import Optional, Tuple
+
+from mindspore import Parameter, ParameterTuple, Tensor, amp, nn, ops
+from mindspore import dtype as mstype
+from mindspore.context import ParallelMode
+from mindspore.parallel._utils import _get_device_num, _get_gradients_mean, _get_parallel_mode
+
+from trainkit.ema import ExponentialMovingAverage, ema_source_parameters
+from trainkit.loss_scale import LossScaleArg, is_dynamic, make_loss_scaler
+
+_accumulate = ops.MultitypeFuncGraph("accumulate")
+_clear = ops.MultitypeFuncGraph("clear")
+_scale = ops.MultitypeFuncGraph("scale")
+_square_sum = ops.MultitypeFuncGraph("square_sum")
+
+
+@_accumulate.register("Tensor", "Tensor")
+def _accumulate_into(buffer, grad):
+    """Add `grad` into `buffer` and return the new sum."""
+    total = buffer + grad.astype(buffer.dtype)
+    return ops.depend(total, ops.assign(buffer, total))
+
+
+@_clear.register("Tensor")
+def _clear_buffer(buffer):
+    return ops.assign(buffer, ops.zeros_like(buffer))
+
+
+@_scale.register("Tensor", "Tensor")
+def _scale_grad(factor, grad):
+    return grad * factor.astype(grad.dtype)
+
+
+@_square_sum.register("Tensor")
+def _square_sum_of(grad):
+    return ops.reduce_sum(ops.square(grad.astype(mstype.float32)))
+
+
+class _ScaledLoss(nn.Cell):
+    """Returns ``(loss * sens, loss)`` so one backward pass yields scaled gradients and the plain loss."""
+
+    def __init__(self, network: nn.Cell):
+        super().__init__(auto_prefix=False)
+        self.network = network
+
+    def construct(self, sens, *inputs):
+        loss = self.network(*inputs)
+        return loss * sens.astype(loss.dtype), loss
+
+
+class TrainingWrapper(nn.Cell):
+    """One optimizer step (or one micro-step of an accumulation window) per call.
+
+    Features, each turned on by one argument and free when off (decided here in Python,
+    never by a branch in the compiled graph):
+
+    * loss scaling -- ``loss_scale``: static or dynamic; overflow found with
+      ``mindspore.amp.all_finite`` on the unscaled gradients skips the update.
+    * gradient accumulation -- ``accumulation_steps``: micro-batch gradients summed in
+      ``_grad_sum``; the optimizer (and so the learning-rate schedule) steps once a window.
+    * global-norm clipping -- ``max_grad_norm``: on the accumulated, unscaled, reduced
+      gradient right before the optimizer, as ``torch.nn.utils.clip_grad_norm_``.
+    * EMA -- ``ema_decay``: shadow weights ``ema.<name>`` after every applied step.
+    * data parallel -- from the auto-parallel context: ``nn.DistributedGradReducer``
+      averages gradients before anything else touches them.
+
+    One call reads as (each phase a method a subclass may override)::
+
+        scale = loss scale now (1 when off)
+        loss, grads = compute_grads(scale / accumulation_steps, *inputs)
+        grads = reduce_grads(grads)              # data parallel only
+        grads = unscale_grads(grads)             # loss scaling only
+        if accumulation_steps > 1:
+            grads = accumulate_grads(grads)      # sum so far in _grad_sum
+            if the window is not complete: return
+        optimizer_step(grads):
+            finite = all_finite(grads)           # loss scaling only
+            update_loss_scale(finite)            # dynamic scaling only
+            grads, grad_norm = transform_grads(grads)   # clipping
+            if finite: apply_grads(grads)        # optimizer, then EMA
+        clear _grad_sum                          # accumulation only
+
+    Outputs ``(loss, overflow, loss_scale, grad_norm)``:
+
+    * ``loss``: the unscaled mean loss of this micro-batch (not divided by k);
+    * ``overflow``: True when this call ended a window whose update was skipped because
+      its gradients were not finite (always False on micro-steps that do not end a window,
+      and when loss scaling is off);
+    * ``loss_scale``: the scale this micro-batch was computed with (1.0 when off);
+    * ``grad_norm``: the global norm of the accumulated unscaled gradient before
+      clipping, on calls that end a window, when ``max_grad_norm`` is set or
+      ``compute_grad_norm=True``; 0.0 otherwise.
+
+    Args:
+        network: a Cell returning a scalar loss from the batch's inputs (e.g. ``nn.WithLossCell``).
+        optimizer: a ``mindspore.nn.Optimizer``; gradients are taken with respect to
+            ``optimizer.parameters`` so grouped parameters stay aligned.
+        loss_scale: None, a number >= 1 (static scale) or a ``mindspore.amp.StaticLossScaler``
+            / ``DynamicLossScaler``. Its Parameters are registered in this Cell as
+            ``loss_scale.scale_value`` and ``loss_scale.counter`` (renaming them).
+        max_grad_norm: clip the global gradient norm to this value (> 0), or None.
+        accumulation_steps: micro-batches per optimizer step (>= 1).
+        ema_decay: decay in [0, 1) of the shadow weights, or None.
+        ema_warmup: use ``min(ema_decay, (1 + n) / (10 + n))`` for the n-th EMA update.
+        compute_grad_norm: report the gradient norm even when not clipping.
+
+    Raises:
+        TypeError: `network`, `optimizer` or an argument has the wrong type.
+        ValueError: an argument is out of its valid range.
+    """
+
+    def __init__(self, network: nn.Cell, optimizer: nn.Optimizer, *,
+                 loss_scale: LossScaleArg = None,
+                 max_grad_norm: Optional[float] = None,
+                 accumulation_steps: int = 1,
+                 ema_decay: Optional[float] = None,
+                 ema_warmup: bool = False,
+                 compute_grad_norm: bool = False):
+        super().__init__(auto_prefix=False)
+        _check_arguments(network, optimizer, max_grad_norm, accumulation_steps, ema_decay)
+        self.network = network
+        self.network.set_grad()
+        self.optimizer = optimizer
+        self.weights = optimizer.parameters
+        self.accumulation_steps = int(accumulation_steps)
+        self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
+        self.compute_grad_norm = bool(compute_grad_norm) or max_grad_norm is not None
+        self.hyper_map = ops.HyperMap()
+        self.value_and_grad = ops.value_and_grad(_ScaledLoss(network), None, self.weights, has_aux=True)
+
+        self.loss_scaler = make_loss_scaler(loss_scale)
+        self.dynamic_loss_scale = is_dynamic(self.loss_scaler)
+        if self.loss_scaler is not None:
+            self.loss_scaler.scale_value.name = "loss_scale.scale_value"
+            self.loss_scale_value = self.loss_scaler.scale_value
+            if self.dynamic_loss_scale:
+                self.loss_scaler.counter.name = "loss_scale.counter"
+                self.loss_scale_counter = self.loss_scaler.counter
+
+        if self.accumulation_steps > 1:
+            self._grad_sum = self.weights.clone(prefix="_grad_sum", init="zeros")
+            self.micro_step = Parameter(Tensor(0, mstype.int32), name="micro_step", requires_grad=False)
+
+        self.ema = None
+        if ema_decay is not None:
+            self.ema = ExponentialMovingAverage(ema_source_parameters(network), ema_decay, ema_warmup)
+
+        self.grad_reducer = None
+        if _get_parallel_mode() in (ParallelMode.DATA_PARALLEL, ParallelMode.HYBRID_PARALLEL):
+            self.grad_reducer = nn.DistributedGradReducer(self.weights, _get_gradients_mean(), _get_device_num())
+
+        self._one = Tensor(1.0, mstype.float32)
+        self._zero = Tensor(0.0, mstype.float32)
+        self._false = Tensor(False, mstype.bool_)
+        self._true = Tensor(True, mstype.bool_)
+
+    # ----------------------------------------------------------------- the step
+    def construct(self, *inputs):
+        scale = self.current_loss_scale()
+        loss, grads = self.compute_grads(scale / self.accumulation_steps, *inputs)
+        grads = self.reduce_grads(grads)
+        grads = self.unscale_grads(grads)
+        if self.accumulation_steps == 1:
+            overflow, grad_norm = self.optimizer_step(grads)
+        else:
+            overflow, grad_norm = self._accumulation_step(grads)
+        return loss, overflow, scale, grad_norm
+
+    def _accumulation_step(self, grads):
+        grads = self.accumulate_grads(grads)
+        micro_step = (self.micro_step + 1) % self.accumulation_steps
+        ops.assign(self.micro_step, micro_step)
+        overflow = self._false
+        grad_norm = self._zero
+        if micro_step == 0:
+            overflow, grad_norm = self.optimizer_step(grads)
+            self.hyper_map(_clear, self._grad_sum)
+        return overflow, grad_norm
+
+    # ------------------------------------------------------- override points
+    def current_loss_scale(self) -> Tensor:
+        """The loss scale for this micro-batch (a copy, so later adjustment does not alter it)."""
+        if self.loss_scaler is None:
+            return self._one
+        return self.loss_scale_value * 1
+
+    def compute_grads(self, sens: Tensor, *inputs) -> Tuple[Tensor, tuple]:
+        """Forward and backward once: returns the plain loss and the gradients of ``loss * sens``."""
+        (_, loss), grads = self.value_and_grad(sens, *inputs)
+        return loss, grads
+
+    def reduce_grads(self, grads: tuple) -> tuple:
+        """Average gradients over data-parallel ranks (identity when standalone)."""
+        if self.grad_reducer is None:
+            return grads
+        return self.grad_reducer(grads)
+
+    def unscale_grads(self, grads: tuple) -> tuple:
+        """Divide gradients by the loss scale (identity when loss scaling is off)."""
+        if self.loss_scaler is None:
+            return grads
+        return self.loss_scaler.unscale(grads)
+
+    def accumulate_grads(self, grads: tuple) -> tuple:
+        """Add a micro-batch's gradients into ``_grad_sum``; returns the sum so far."""
+        return self.hyper_map(_accumulate, self._grad_sum, grads)
+
+    def grads_finite(self, grads: tuple) -> Tensor:
+        """Whether every gradient is finite (checked only when loss scaling is on)."""
+        if self.loss_scaler is None:
+            return self._true
+        return amp.all_finite(grads)
+
+    def update_loss_scale(self, grads_finite: Tensor) -> None:
+        """Back off on overflow, grow after ``scale_window`` good steps (dynamic scaling only)."""
+        if self.dynamic_loss_scale:
+            self.loss_scaler.adjust(grads_finite)
+
+    def transform_grads(self, grads: tuple) -> Tuple[tuple, Tensor]:
+        """Clip to ``max_grad_norm``; returns the gradients and their global norm before clipping."""
+        if not self.compute_grad_norm:
+            return grads, self._zero
+        grad_norm = ops.sqrt(ops.addn(self.hyper_map(_square_sum, grads)))
+        if self.max_grad_norm is None:
+            return grads, grad_norm
+        clip_coef = ops.minimum(self.max_grad_norm / (grad_norm + 1e-6), 1.0)
+        return self.hyper_map(ops.partial(_scale, clip_coef), grads), grad_norm
+
+    def apply_grads(self, grads: tuple) -> Tensor:
+        """Take the optimizer step, then update the EMA shadows."""
+        applied = self.optimizer(grads)
+        if self.ema is not None:
+            applied = ops.depend(self.ema(), applied)
+        return applied
+
+    def optimizer_step(self, grads: tuple) -> Tuple[Tensor, Tensor]:
+        """Check, clip and apply one window's gradients; returns (overflow, grad_norm)."""
+        grads_finite = self.grads_finite(grads)
+        self.update_loss_scale(grads_finite)
+        grads, grad_norm = self.transform_grads(grads)
+        if self.loss_scaler is None:
+            self.apply_grads(grads)
+        elif grads_finite:
+            self.apply_grads(grads)
+        return ops.logical_not(grads_finite), grad_norm
+
+
+def _check_arguments(network, optimizer, max_grad_norm, accumulation_steps, ema_decay) -> None:
+    """Raise TypeError/ValueError naming the argument and what is valid."""
+    if not isinstance(network, nn.Cell):
+        raise TypeError(f"network must be a mindspore.nn.Cell returning the loss; got {type(network).__name__}")
+    if not isinstance(optimizer, nn.Optimizer):
+        raise TypeError(f"optimizer must be a mindspore.nn.Optimizer; got {type(optimizer).__name__}")
+    if isinstance(accumulation_steps, bool) or not isinstance(accumulation_steps, int):
+        raise TypeError(f"accumulation_steps must be an int >= 1; got {type(accumulation_steps).__name__}: "
+                        f"{accumulation_steps!r}")
+    if accumulation_steps < 1:
+        raise ValueError(f"accumulation_steps must be an int >= 1; got {accumulation_steps}")
+    if max_grad_norm is not None:
+        if isinstance(max_grad_norm, bool) or not isinstance(max_grad_norm, Real):
+            raise TypeError(f"max_grad_norm must be None or a number > 0; got {type(max_grad_norm).__name__}: "
+                            f"{max_grad_norm!r}")
+        if not math.isfinite(max_grad_norm) or max_grad_norm <= 0:
+            raise ValueError(f"max_grad_norm must be None or a finite number > 0; got {max_grad_norm!r}")
+    if ema_decay is not None:
+        if isinstance(ema_decay, bool) or not isinstance(ema_decay, Real):
+            raise TypeError(f"ema_decay must be None or a number in [0, 1); got {type(ema_decay).__name__}: "
+                            f"{ema_decay!r}")
+        if not 0 <= ema_decay < 1:
+            raise ValueError(f"ema_decay must be None or a number in [0, 1); got {ema_decay!r}")
