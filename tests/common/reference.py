@@ -20,6 +20,11 @@ def mlp_loss_and_grads(params: Params, x: np.ndarray, y: np.ndarray):
     """Mean softmax cross-entropy of Dense -> Tanh -> Dense (MindSpore Dense: x @ W.T + b)."""
     w1, b1, w2, b2 = (params[k] for k in ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"))
     x = x.astype(np.float64)
+    with np.errstate(all="ignore"):  # planted NaN/inf batches propagate, as they should
+        return _mlp_loss_and_grads(w1, b1, w2, b2, x, y)
+
+
+def _mlp_loss_and_grads(w1, b1, w2, b2, x, y):
     hidden = np.tanh(x @ w1.T + b1)
     logits = hidden @ w2.T + b2
     shifted = logits - logits.max(axis=1, keepdims=True)

@@ -1,0 +1,54 @@
+"""EMA shadows follow ema = d * ema + (1 - d) * w after each applied step, batch-norm statistics included."""
+import mindspore as ms
+import numpy as np
+import pytest
+from mindspore import nn
+
+from tests.common.models import TinyMLP, batches, loss_network, run, weights_of
+from trainkit import TrainingWrapper
+
+
+@pytest.mark.parametrize("accumulation_steps,warmup", [(1, False), (2, True)])
+def test_shadows_follow_the_formula_including_batch_norm_statistics(mode, accumulation_steps, warmup):
+    decay = 0.7
+    net = TinyMLP(batch_norm=True)
+    opt = nn.Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9)
+    wrapper = TrainingWrapper(loss_network(net), opt, ema_decay=decay, ema_warmup=warmup,
+                              accumulation_steps=accumulation_steps)
+    expected = weights_of(net)  # shadows start as the initial weights
+    assert {"bn.moving_mean", "bn.moving_variance", "bn.gamma", "fc1.weight"} <= expected.keys()
+    updates = 0
+    for step, batch in enumerate(batches(4 * accumulation_steps, 4, seed=3)):
+        run(wrapper, [batch])
+        if (step + 1) % accumulation_steps:
+            continue
+        d = min(decay, (1 + updates) / (10 + updates)) if warmup else decay
+        current = weights_of(net)
+        expected = {k: d * expected[k] + (1 - d) * current[k] for k in expected}
+        updates += 1
+    shadows = {p.name: p.asnumpy() for p in wrapper.get_parameters() if p.name.startswith("ema.")}
+    assert shadows.keys() == {"ema." + k for k in expected}
+    for name, value in expected.items():
+        np.testing.assert_allclose(shadows["ema." + name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+    # the moving statistics really moved, so the test covers them
+    assert not np.allclose(weights_of(net)["bn.moving_mean"], 0)
+    assert int(wrapper.ema.num_updates.asnumpy()) == updates
+
+
+def test_shadows_are_saved_in_the_wrapper_checkpoint(tmp_path, graph_mode):
+    net = TinyMLP(batch_norm=True)
+    opt = nn.Adam(net.trainable_params(), learning_rate=0.01)
+    wrapper = TrainingWrapper(loss_network(net), opt, ema_decay=0.9, accumulation_steps=2,
+                              loss_scale=ms.amp.DynamicLossScaler(16, 2, 10))
+    run(wrapper, batches(2, 4))
+    path = str(tmp_path / "wrapper.ckpt")
+    ms.save_checkpoint(wrapper, path)
+    saved = ms.load_checkpoint(path)
+    for name in ("fc1.weight", "bn.moving_mean", "bn.moving_variance"):
+        assert "ema." + name in saved
+        np.testing.assert_array_equal(saved["ema." + name].asnumpy(),
+                                      wrapper.parameters_dict()["ema." + name].asnumpy())
+    # everything a resume needs is a Parameter of the wrapper
+    for name in ("ema_num_updates", "loss_scale.scale_value", "loss_scale.counter", "micro_step",
+                 "_grad_sum.fc1.weight", "moment1.fc1.weight", "global_step"):
+        assert name in saved, name
