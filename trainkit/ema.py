@@ -55,3 +55,8 @@ class ExponentialMovingAverage(nn.Cell):
         decay = self.current_decay()
         updated = self.hyper_map(ops.partial(_ema_update, decay), self.shadows, self.sources)
         return ops.depend(ops.assign_add(self.num_updates, ops.ones((), mstype.int32)), updated)
+
+    def shadow_weights(self) -> dict:
+        """``{original name: shadow value}``, ready for ``mindspore.load_param_into_net``."""
+        return {shadow.name[len("ema."):]: Parameter(shadow.data.copy(), name=shadow.name[len("ema."):])
+                for shadow in self.shadows}
