@@ -201,3 +201,54 @@ def test_subclass_with_custom_gradient_transform_trains_in_graph_mode(graph_mode
         ref.micro_step(x, y)
     np.testing.assert_allclose([o[3] for o in outputs], ref.grad_norms, rtol=1e-4)
     assert_weights(net, ref.params)
+
+
+def test_gradients_follow_grouped_optimizer_parameters(mode):
+    """Groups in another order than the network's, and a frozen weight: updates stay aligned."""
+    net = TinyMLP()
+    params = {p.name: p for p in net.trainable_params()}
+    groups = [{"params": [params["fc2.bias"], params["fc1.bias"]], "lr": 0.05},
+              {"params": [params["fc2.weight"]], "lr": 0.2}]  # fc1.weight is frozen (not in the optimizer)
+    opt = nn.Momentum(groups, learning_rate=0.1, momentum=0.0)
+    wrapper = TrainingWrapper(loss_network(net), opt, accumulation_steps=2, max_grad_norm=10.0)
+    data = batches(4, 3, seed=17)
+    run(wrapper, data)
+    ref = {n: v.astype(np.float64) for n, v in initial_weights().items()}
+    lrs = {"fc2.bias": 0.05, "fc1.bias": 0.05, "fc2.weight": 0.2}
+    for window in (data[:2], data[2:]):
+        grads = [mlp_loss_and_grads(ref, x, y)[1] for x, y in window]
+        for name, lr in lrs.items():
+            ref[name] = ref[name] - lr * (grads[0][name] + grads[1][name]) / 2
+    assert_weights(net, ref)
+
+
+def test_features_off_add_no_state_over_train_one_step_cell():
+    """Free when off: the same Parameters as nn.TrainOneStepCell, and constant extra outputs."""
+    net = TinyMLP()
+    opt = nn.Adam(net.trainable_params(), learning_rate=0.1)
+    baseline = nn.TrainOneStepCell(loss_network(net), opt)
+    wrapper = TrainingWrapper(loss_network(net), opt)
+    assert sorted(p.name for p in wrapper.get_parameters()) == sorted(p.name for p in baseline.get_parameters())
+    assert wrapper.ema is None and wrapper.grad_reducer is None and wrapper.loss_scaler is None
+    outputs = run(wrapper, batches(2, 3))
+    assert [(bool(o[1]), float(o[2]), float(o[3])) for o in outputs] == [(False, 1.0, 0.0)] * 2
+
+
+@pytest.mark.parametrize("sink", [False, True], ids=["no-sink", "sink"])
+def test_trains_under_model_train(graph_mode, sink):
+    """mindspore.train.Model drives the wrapper, in dataset sink mode too."""
+    k = 2
+    data = batches(4 * k, 3, seed=19)
+    dataset = ms.dataset.NumpySlicesDataset(
+        {"x": np.stack([x for x, _ in data]), "y": np.stack([y for _, y in data])}, shuffle=False)
+    net, opt, wrapper = make("adam", lr=0.05, accumulation_steps=k, ema_decay=0.5,
+                             loss_scale=amp.DynamicLossScaler(2.0 ** 8, 2, 3))
+    ms.train.Model(wrapper).train(2, dataset, dataset_sink_mode=sink)
+    ref = ReferenceTrainer(initial_weights(), Adam(0.05), accumulation_steps=k, ema_decay=0.5,
+                           loss_scale=2.0 ** 8, scale_factor=2, scale_window=3)
+    for _ in range(2):
+        for x, y in data:
+            ref.micro_step(x, y)
+    assert_weights(net, ref.params)
+    assert float(wrapper.loss_scale_value.asnumpy()) == ref.scale == 2.0 ** 10
+    np.testing.assert_allclose(wrapper.parameters_dict()["ema.fc2.weight"].asnumpy(), ref.ema["fc2.weight"], **TOL)
