@@ -252,3 +252,22 @@ def test_trains_under_model_train(graph_mode, sink):
     assert_weights(net, ref.params)
     assert float(wrapper.loss_scale_value.asnumpy()) == ref.scale == 2.0 ** 10
     np.testing.assert_allclose(wrapper.parameters_dict()["ema.fc2.weight"].asnumpy(), ref.ema["fc2.weight"], **TOL)
+
+
+def test_grad_norm_covers_parameters_of_every_rank(mode):
+    """Conv (4-D), dense (2-D) and bias/BN (1-D) gradients all enter the reported global norm."""
+    ms.set_seed(1)
+    net = nn.SequentialCell(nn.Conv2d(2, 3, 3, has_bias=True), nn.BatchNorm2d(3), nn.ReLU(), nn.Flatten(),
+                            nn.Dense(3 * 4 * 4, 2))
+    loss_net = loss_network(net)
+    opt = nn.SGD(net.trainable_params(), learning_rate=0.0)
+    rng = np.random.RandomState(2)
+    x = ms.Tensor(rng.randn(2, 2, 4, 4).astype(np.float32))
+    y = ms.Tensor(np.array([0, 1], np.int32))
+    loss_net.set_train()  # batch statistics, as in training
+    grads = ms.value_and_grad(loss_net, None, opt.parameters)(x, y)[1]  # MindSpore autodiff, no wrapper
+    expected = np.sqrt(sum(np.sum(g.asnumpy().astype(np.float64) ** 2) for g in grads))
+    assert {g.ndim for g in grads} == {1, 2, 4}
+    wrapper = TrainingWrapper(loss_net, opt, compute_grad_norm=True)
+    wrapper.set_train()
+    np.testing.assert_allclose(wrapper(x, y)[3].asnumpy(), expected, rtol=1e-5)
