@@ -21,3 +21,12 @@ def mode(request):
 def graph_mode():
     ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
     yield "graph"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _work_outside_the_repo(tmp_path_factory):
+    """MindSpore's O1 rewrite writes `rewritten_network/` into the current directory: keep it out of the repo."""
+    previous = os.getcwd()
+    os.chdir(tmp_path_factory.mktemp("cwd"))
+    yield
+    os.chdir(previous)

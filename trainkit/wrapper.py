@@ -5,7 +5,7 @@ import math
 from numbers import Real
 from typing import Optional, Tuple
 
-from mindspore import Parameter, ParameterTuple, Tensor, amp, nn, ops
+from mindspore import Parameter, Tensor, amp, nn, ops
 from mindspore import dtype as mstype
 from mindspore.context import ParallelMode
 from mindspore.parallel._utils import _get_device_num, _get_gradients_mean, _get_parallel_mode
@@ -246,7 +246,8 @@ class TrainingWrapper(nn.Cell):
         grads_finite = self.grads_finite(grads)
         self.update_loss_scale(grads_finite)
         grads, grad_norm = self.transform_grads(grads)
-        if self.loss_scaler is None:
+        # Two branches on purpose: without loss scaling the graph holds no condition at all.
+        if self.loss_scaler is None:  # noqa: SIM114
             self.apply_grads(grads)
         elif grads_finite:
             self.apply_grads(grads)
