@@ -5,13 +5,16 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 export GLOG_v := 3
 
-.PHONY: help train test clean
+.PHONY: help train test lint clean
 
 help:  ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(not (3, 9) <= sys.version_info[:2] <= (3, 12))' || \
+	  { echo "trainkit needs Python 3.9-3.12 (MindSpore 2.10 wheels); run e.g. make $(MAKECMDGOALS) PYTHON=python3.11"; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "Installing trainkit, MindSpore 2.10 and the test tools into $(VENV) (a minute or two on a new machine)..."
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	@rm -f $(VENV)/.installed-* && touch $@
@@ -21,6 +24,10 @@ train: $(STAMP)  ## train a small network with TrainingWrapper on generated data
 
 test: $(STAMP)  ## run the test suite
 	$(BIN)/python -m pytest
+
+lint: $(STAMP)  ## check the code with ruff
+	$(BIN)/python -m pip install --quiet ruff
+	$(BIN)/python -m ruff check trainkit tests
 
 clean:  ## remove the virtual environment and caches
 	rm -rf $(VENV) .pytest_cache build *.egg-info
