@@ -234,6 +234,15 @@ def test_features_off_add_no_state_over_train_one_step_cell():
     assert [(bool(o[1]), float(o[2]), float(o[3])) for o in outputs] == [(False, 1.0, 0.0)] * 2
 
 
+class OutputsSeenByCallbacks(ms.train.Callback):
+    def __init__(self):
+        super().__init__()
+        self.outputs = []
+
+    def on_train_step_end(self, run_context):
+        self.outputs.append(tuple(o.asnumpy() for o in run_context.original_args().net_outputs))
+
+
 @pytest.mark.parametrize("sink", [False, True], ids=["no-sink", "sink"])
 def test_trains_under_model_train(graph_mode, sink):
     """mindspore.train.Model drives the wrapper, in dataset sink mode too."""
@@ -243,7 +252,8 @@ def test_trains_under_model_train(graph_mode, sink):
         {"x": np.stack([x for x, _ in data]), "y": np.stack([y for _, y in data])}, shuffle=False)
     net, opt, wrapper = make("adam", lr=0.05, accumulation_steps=k, ema_decay=0.5,
                              loss_scale=amp.DynamicLossScaler(2.0 ** 8, 2, 3))
-    ms.train.Model(wrapper).train(2, dataset, dataset_sink_mode=sink)
+    seen = OutputsSeenByCallbacks()
+    ms.train.Model(wrapper).train(2, dataset, callbacks=[seen], dataset_sink_mode=sink)
     ref = ReferenceTrainer(initial_weights(), Adam(0.05), accumulation_steps=k, ema_decay=0.5,
                            loss_scale=2.0 ** 8, scale_factor=2, scale_window=3)
     for _ in range(2):
@@ -251,6 +261,10 @@ def test_trains_under_model_train(graph_mode, sink):
             ref.micro_step(x, y)
     assert_weights(net, ref.params)
     assert float(wrapper.loss_scale_value.asnumpy()) == ref.scale == 2.0 ** 10
+    if not sink:  # a callback sees every call's (loss, overflow, loss_scale, grad_norm)
+        assert [len(o) for o in seen.outputs] == [4] * len(ref.scales_used)
+        assert [float(o[2]) for o in seen.outputs] == ref.scales_used
+        assert [bool(o[1]) for o in seen.outputs] == ref.overflows
     np.testing.assert_allclose(wrapper.parameters_dict()["ema.fc2.weight"].asnumpy(), ref.ema["fc2.weight"], **TOL)
 
 
