@@ -52,3 +52,15 @@ def test_shadows_are_saved_in_the_wrapper_checkpoint(tmp_path, graph_mode):
     for name in ("ema_num_updates", "loss_scale.scale_value", "loss_scale.counter", "micro_step",
                  "_grad_sum.fc1.weight", "moment1.fc1.weight", "global_step"):
         assert name in saved, name
+
+
+def test_shadow_weights_load_into_the_bare_network(graph_mode):
+    net = TinyMLP(batch_norm=True)
+    wrapper = TrainingWrapper(loss_network(net), nn.SGD(net.trainable_params(), 0.5), ema_decay=0.5)
+    run(wrapper, batches(3, 4))
+    fresh = TinyMLP(batch_norm=True, seed=9)
+    not_loaded, _ = ms.load_param_into_net(fresh, wrapper.ema.shadow_weights(), strict_load=True)
+    assert not not_loaded
+    for name, value in weights_of(fresh).items():
+        np.testing.assert_array_equal(value, wrapper.parameters_dict()["ema." + name].asnumpy())
+        assert not np.array_equal(value, weights_of(net)[name]), name  # shadows, not the live weights

@@ -285,3 +285,27 @@ def test_grad_norm_covers_parameters_of_every_rank(mode):
     wrapper = TrainingWrapper(loss_net, opt, compute_grad_norm=True)
     wrapper.set_train()
     np.testing.assert_allclose(wrapper(x, y)[3].asnumpy(), expected, rtol=1e-5)
+
+
+def test_learning_rate_schedule_advances_once_per_applied_window(mode):
+    """A per-step LR list is indexed by applied optimizer steps: not by micro-batches, not by skipped windows."""
+    k = 2
+    schedule = [0.5, 0.2, 0.1, 0.05]
+    net = TinyMLP()
+    opt = nn.SGD(net.trainable_params(), learning_rate=schedule)
+    wrapper = TrainingWrapper(loss_network(net), opt, accumulation_steps=k, loss_scale=4)
+    data = batches(4 * k, 3, seed=29)
+    data[2][0][1, 1] = np.inf  # the second window is skipped
+    run(wrapper, data)
+    ref = {n: v.astype(np.float64) for n, v in initial_weights().items()}
+    applied = 0
+    for window in range(4):
+        micro = data[window * k:(window + 1) * k]
+        if any(not np.all(np.isfinite(x)) for x, _ in micro):
+            continue
+        grads = [mlp_loss_and_grads(ref, x, y)[1] for x, y in micro]
+        for name in WEIGHTS:
+            ref[name] = ref[name] - schedule[applied] * sum(g[name] for g in grads) / k
+        applied += 1
+    assert applied == 3 and int(opt.global_step.asnumpy().item()) == 3
+    assert_weights(net, ref)
