@@ -260,20 +260,16 @@ def _check_arguments(network, optimizer, max_grad_norm, accumulation_steps, ema_
         raise TypeError(f"network must be a mindspore.nn.Cell returning the loss; got {type(network).__name__}")
     if not isinstance(optimizer, nn.Optimizer):
         raise TypeError(f"optimizer must be a mindspore.nn.Optimizer; got {type(optimizer).__name__}")
-    if isinstance(accumulation_steps, bool) or not isinstance(accumulation_steps, int):
-        raise TypeError(f"accumulation_steps must be an int >= 1; got {type(accumulation_steps).__name__}: "
-                        f"{accumulation_steps!r}")
-    if accumulation_steps < 1:
-        raise ValueError(f"accumulation_steps must be an int >= 1; got {accumulation_steps}")
+    _check_number("accumulation_steps", accumulation_steps, "an int >= 1", lambda v: v >= 1, types=(int,))
     if max_grad_norm is not None:
-        if isinstance(max_grad_norm, bool) or not isinstance(max_grad_norm, Real):
-            raise TypeError(f"max_grad_norm must be None or a number > 0; got {type(max_grad_norm).__name__}: "
-                            f"{max_grad_norm!r}")
-        if not math.isfinite(max_grad_norm) or max_grad_norm <= 0:
-            raise ValueError(f"max_grad_norm must be None or a finite number > 0; got {max_grad_norm!r}")
+        _check_number("max_grad_norm", max_grad_norm, "None or a finite number > 0",
+                      lambda v: math.isfinite(v) and v > 0)
     if ema_decay is not None:
-        if isinstance(ema_decay, bool) or not isinstance(ema_decay, Real):
-            raise TypeError(f"ema_decay must be None or a number in [0, 1); got {type(ema_decay).__name__}: "
-                            f"{ema_decay!r}")
-        if not 0 <= ema_decay < 1:
-            raise ValueError(f"ema_decay must be None or a number in [0, 1); got {ema_decay!r}")
+        _check_number("ema_decay", ema_decay, "None or a number in [0, 1)", lambda v: 0 <= v < 1)
+
+
+def _check_number(name: str, value, valid: str, in_range, types=(Real,)) -> None:
+    if isinstance(value, bool) or not isinstance(value, types):
+        raise TypeError(f"{name} must be {valid}; got {type(value).__name__}: {value!r}")
+    if not in_range(value):
+        raise ValueError(f"{name} must be {valid}; got {value!r}")
