@@ -5,7 +5,7 @@ import math
 from numbers import Real
 from typing import Optional, Union
 
-from mindspore import amp
+from mindspore import amp, ops
 
 LossScaler = Union[amp.StaticLossScaler, amp.DynamicLossScaler]
 LossScaleArg = Union[None, float, int, amp.StaticLossScaler, amp.DynamicLossScaler]
@@ -39,3 +39,27 @@ def make_loss_scaler(loss_scale: LossScaleArg) -> Optional[LossScaler]:
 def is_dynamic(scaler: Optional[LossScaler]) -> bool:
     """Whether the scale changes with overflow (and so needs `adjust` after each step)."""
     return isinstance(scaler, amp.DynamicLossScaler)
+
+
+def next_dynamic_scale(scale, counter, grads_finite, scale_factor: int, scale_window: int):
+    """The rule of ``mindspore.amp.DynamicLossScaler.adjust``, on Parameters a Cell owns.
+
+    Finite: count one more good step; after ``scale_window`` of them multiply the scale by
+    ``scale_factor`` (if the product is finite) and restart the count. Not finite: divide
+    by ``scale_factor`` (never below 1) and restart the count.
+
+    The wrapper calls this rather than the scaler's own method: in graph mode a method of a
+    plain Python object that reads its Parameters was seen to compile, now and then, with
+    the Parameter's initial value frozen in as a constant.
+
+    Returns:
+        (new scale, new counter).
+    """
+    grown = scale * scale_factor
+    new_scale = ops.select(
+        grads_finite,
+        ops.select(counter == scale_window - 1, ops.select(ops.isfinite(grown), grown, scale), scale),
+        ops.maximum(ops.ones_like(scale), scale / scale_factor),
+    )
+    new_counter = ((counter + 1) % scale_window) * grads_finite.astype(counter.dtype)
+    return new_scale, new_counter

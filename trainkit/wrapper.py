@@ -11,7 +11,7 @@ from mindspore.context import ParallelMode
 from mindspore.parallel._utils import _get_device_num, _get_gradients_mean, _get_parallel_mode
 
 from trainkit.ema import ExponentialMovingAverage, ema_source_parameters
-from trainkit.loss_scale import LossScaleArg, is_dynamic, make_loss_scaler
+from trainkit.loss_scale import LossScaleArg, is_dynamic, make_loss_scaler, next_dynamic_scale
 
 _accumulate = ops.MultitypeFuncGraph("accumulate")
 _clear = ops.MultitypeFuncGraph("clear")
@@ -77,7 +77,7 @@ class TrainingWrapper(nn.Cell):
         scale = loss scale now (1 when off)
         loss, grads = compute_grads(scale / accumulation_steps, *inputs)
         grads = reduce_grads(grads)              # data parallel only
-        grads = unscale_grads(grads)             # loss scaling only
+        grads = unscale_grads(grads, scale)      # loss scaling only
         if accumulation_steps > 1:
             grads = accumulate_grads(grads)      # sum so far in _grad_sum
             if the window is not complete: return
@@ -136,14 +136,18 @@ class TrainingWrapper(nn.Cell):
         self.hyper_map = ops.HyperMap()
         self.value_and_grad = ops.value_and_grad(_ScaledLoss(network), None, self.weights, has_aux=True)
 
+        # The scaler is a plain Python object: construct reads only what is copied or registered here.
         self.loss_scaler = make_loss_scaler(loss_scale)
+        self.loss_scaling = self.loss_scaler is not None
         self.dynamic_loss_scale = is_dynamic(self.loss_scaler)
-        if self.loss_scaler is not None:
+        if self.loss_scaling:
             self.loss_scaler.scale_value.name = "loss_scale.scale_value"
             self.loss_scale_value = self.loss_scaler.scale_value
-            if self.dynamic_loss_scale:
-                self.loss_scaler.counter.name = "loss_scale.counter"
-                self.loss_scale_counter = self.loss_scaler.counter
+        if self.dynamic_loss_scale:
+            self.loss_scaler.counter.name = "loss_scale.counter"
+            self.loss_scale_counter = self.loss_scaler.counter
+            self.scale_factor = self.loss_scaler.scale_factor
+            self.scale_window = self.loss_scaler.scale_window
 
         if self.accumulation_steps > 1:
             self._grad_sum = self.weights.clone(prefix="_grad_sum", init="zeros")
@@ -167,7 +171,7 @@ class TrainingWrapper(nn.Cell):
         scale = self.current_loss_scale()
         loss, grads = self.compute_grads(scale / self.accumulation_steps, *inputs)
         grads = self.reduce_grads(grads)
-        grads = self.unscale_grads(grads)
+        grads = self.unscale_grads(grads, scale)
         if self.accumulation_steps == 1:
             overflow, grad_norm = self.optimizer_step(grads)
         else:
@@ -188,7 +192,7 @@ class TrainingWrapper(nn.Cell):
     # ------------------------------------------------------- override points
     def current_loss_scale(self) -> Tensor:
         """The loss scale for this micro-batch (a copy, so later adjustment does not alter it)."""
-        if self.loss_scaler is None:
+        if not self.loss_scaling:
             return self._one
         return self.loss_scale_value * 1
 
@@ -203,11 +207,11 @@ class TrainingWrapper(nn.Cell):
             return grads
         return self.grad_reducer(grads)
 
-    def unscale_grads(self, grads: tuple) -> tuple:
-        """Divide gradients by the loss scale (identity when loss scaling is off)."""
-        if self.loss_scaler is None:
+    def unscale_grads(self, grads: tuple, scale: Tensor) -> tuple:
+        """Divide gradients by the loss scale they were computed with (identity when scaling is off)."""
+        if not self.loss_scaling:
             return grads
-        return self.loss_scaler.unscale(grads)
+        return self.hyper_map(ops.partial(_scale, ops.reciprocal(scale)), grads)
 
     def accumulate_grads(self, grads: tuple) -> tuple:
         """Add a micro-batch's gradients into ``_grad_sum``; returns the sum so far."""
@@ -215,14 +219,17 @@ class TrainingWrapper(nn.Cell):
 
     def grads_finite(self, grads: tuple) -> Tensor:
         """Whether every gradient is finite (checked only when loss scaling is on)."""
-        if self.loss_scaler is None:
+        if not self.loss_scaling:
             return self._true
         return amp.all_finite(grads)
 
     def update_loss_scale(self, grads_finite: Tensor) -> None:
         """Back off on overflow, grow after ``scale_window`` good steps (dynamic scaling only)."""
         if self.dynamic_loss_scale:
-            self.loss_scaler.adjust(grads_finite)
+            scale, counter = next_dynamic_scale(self.loss_scale_value, self.loss_scale_counter, grads_finite,
+                                                self.scale_factor, self.scale_window)
+            ops.assign(self.loss_scale_value, scale)
+            ops.assign(self.loss_scale_counter, counter)
 
     def transform_grads(self, grads: tuple) -> Tuple[tuple, Tensor]:
         """Clip to ``max_grad_norm``; returns the gradients and their global norm before clipping."""
@@ -247,7 +254,7 @@ class TrainingWrapper(nn.Cell):
         self.update_loss_scale(grads_finite)
         grads, grad_norm = self.transform_grads(grads)
         # Two branches on purpose: without loss scaling the graph holds no condition at all.
-        if self.loss_scaler is None:  # noqa: SIM114
+        if not self.loss_scaling:  # noqa: SIM114
             self.apply_grads(grads)
         elif grads_finite:
             self.apply_grads(grads)
