@@ -58,5 +58,5 @@ class ExponentialMovingAverage(nn.Cell):
 
     def shadow_weights(self) -> dict:
         """``{original name: shadow value}``, ready for ``mindspore.load_param_into_net``."""
-        return {shadow.name[len("ema."):]: Parameter(shadow.data.copy(), name=shadow.name[len("ema."):])
-                for shadow in self.shadows}
+        return {source.name: Parameter(shadow.data.copy(), name=source.name)
+                for source, shadow in zip(self.sources, self.shadows)}

@@ -36,11 +36,6 @@ def make_loss_scaler(loss_scale: LossScaleArg) -> Optional[LossScaler]:
     return amp.StaticLossScaler(float(loss_scale))
 
 
-def is_dynamic(scaler: Optional[LossScaler]) -> bool:
-    """Whether the scale changes with overflow (and so needs `adjust` after each step)."""
-    return isinstance(scaler, amp.DynamicLossScaler)
-
-
 def next_dynamic_scale(scale, counter, grads_finite, scale_factor: int, scale_window: int):
     """The rule of ``mindspore.amp.DynamicLossScaler.adjust``, on Parameters a Cell owns.
 

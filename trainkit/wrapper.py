@@ -11,7 +11,7 @@ from mindspore.context import ParallelMode
 from mindspore.parallel._utils import _get_device_num, _get_gradients_mean, _get_parallel_mode
 
 from trainkit.ema import ExponentialMovingAverage, ema_source_parameters
-from trainkit.loss_scale import LossScaleArg, is_dynamic, make_loss_scaler, next_dynamic_scale
+from trainkit.loss_scale import LossScaleArg, make_loss_scaler, next_dynamic_scale
 
 _accumulate = ops.MultitypeFuncGraph("accumulate")
 _clear = ops.MultitypeFuncGraph("clear")
@@ -139,7 +139,7 @@ class TrainingWrapper(nn.Cell):
         # The scaler is a plain Python object: construct reads only what is copied or registered here.
         self.loss_scaler = make_loss_scaler(loss_scale)
         self.loss_scaling = self.loss_scaler is not None
-        self.dynamic_loss_scale = is_dynamic(self.loss_scaler)
+        self.dynamic_loss_scale = isinstance(self.loss_scaler, amp.DynamicLossScaler)
         if self.loss_scaling:
             self.loss_scaler.scale_value.name = "loss_scale.scale_value"
             self.loss_scale_value = self.loss_scaler.scale_value
