@@ -1,0 +1,1 @@
+"""Callbacks for `mindspore.train.Model`: progress, metrics, evaluation, checkpoints."""

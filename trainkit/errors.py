@@ -1,0 +1,10 @@
+"""Errors raised for bad user input, before anything is compiled."""
+from __future__ import annotations
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the key and what is valid."""
+
+
+class DataError(ValueError):
+    """Training data is missing or corrupt; the message names the path and how to fix it."""

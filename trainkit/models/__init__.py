@@ -1,0 +1,1 @@
+"""Networks trainkit ships: the ResNet family (torchvision layout) and a small CNN."""
