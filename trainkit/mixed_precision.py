@@ -36,3 +36,16 @@ def build_loss_network(backbone: nn.Cell, loss_fn: nn.Cell, amp_level: str = "O0
     if amp_level != "O0":
         backbone = amp.auto_mixed_precision(backbone, amp_level)
     return Float32LossCell(backbone, loss_fn)
+
+
+class Float32EvalCell(nn.Cell):
+    """``(loss, logits, label)`` with float32 logits, for ``Model(eval_network=..., eval_indexes=[0, 1, 2])``."""
+
+    def __init__(self, backbone: nn.Cell, loss_fn: nn.Cell):
+        super().__init__(auto_prefix=False)
+        self.backbone = backbone
+        self.loss_fn = loss_fn
+
+    def construct(self, data, label):
+        logits = self.backbone(data).astype(mstype.float32)
+        return self.loss_fn(logits, label), logits, label

@@ -1,0 +1,304 @@
+"""``train(cfg)``: build everything a config describes, check it, train with ``mindspore.train.Model``.
+
+Everything that can be wrong in the input -- values, data files, the model's and the data's
+shapes -- is checked before the first step compiles. ``python -m trainkit`` is a thin Hydra main
+around this function; scripts and tests call it in-process::
+
+    from trainkit.app import train
+    from trainkit.config import compose_config
+    result = train(compose_config(["recipe=digits_quickstart", "run_dir=/tmp/run"]))
+    result.metrics["accuracy"]
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import mindspore as ms
+import mindspore.dataset as ds
+import numpy as np
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+from mindspore import amp, nn
+from mindspore.train import Accuracy, CheckpointConfig, Loss, Model, ModelCheckpoint
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import InterpolationResolutionError
+
+from trainkit.callbacks import BestCheckpoint, Evaluation, Progress, RunLog, TrainMetrics
+from trainkit.config import check_config
+from trainkit.errors import ConfigError
+from trainkit.mixed_precision import Float32EvalCell, build_loss_network
+from trainkit.parallel import setup_parallel
+from trainkit.wrapper import TrainingWrapper
+
+log = logging.getLogger("trainkit")
+
+
+@dataclass
+class TrainResult:
+    """What a run produced: final metrics and the objects it built (for scripts, tests and notebooks)."""
+
+    metrics: Dict[str, float]
+    run_dir: Path
+    model: Model
+    wrapper: TrainingWrapper
+    network: nn.Cell
+    optimizer: nn.Optimizer
+    data: Any
+    callbacks: List[ms.train.Callback] = field(default_factory=list)
+
+
+def train(cfg: DictConfig) -> TrainResult:
+    """Train as `cfg` says and return the final metrics and the built objects.
+
+    Raises:
+        ConfigError: a config value is invalid (the message names the key).
+        DataError: the data is missing or corrupt (the message names the path).
+    """
+    check_config(cfg)
+    run_dir = _run_dir(cfg)
+    trainer = cfg.trainer
+    _set_context(trainer)
+    rank, group_size = setup_parallel(_value(cfg.parallel.mode), cfg.parallel.gradients_mean)
+
+    data = _instantiate("data", cfg.data)
+    data.prepare()
+    train_set = data.train_dataset(num_shards=group_size, shard_id=rank)
+    eval_set = data.eval_dataset(num_shards=group_size, shard_id=rank)
+    steps_per_epoch = train_set.get_dataset_size()
+    if steps_per_epoch < 1:
+        raise ConfigError(f"data.batch_size={cfg.data.get('batch_size')} is larger than the training set "
+                          f"({_describe(data)}): no full batch per epoch")
+    sink_size = _sink_size(trainer, steps_per_epoch)
+    _check_channels(cfg, data)
+
+    backbone = _instantiate("model", cfg.model)
+    loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    with _inside(run_dir):  # MindSpore's O1 rewrite writes rewritten_network/ into the current directory
+        loss_network = build_loss_network(backbone, loss_fn, _value(cfg.amp.level))
+    accumulation_steps = cfg.wrapper.accumulation_steps
+    learning_rates = _learning_rates(cfg, steps_per_epoch, accumulation_steps)
+    optimizer = _optimizer(cfg, backbone, learning_rates)
+    wrapper = _wrapper(cfg, loss_network, optimizer)
+    model = Model(wrapper, eval_network=Float32EvalCell(loss_network.backbone, loss_fn), eval_indexes=[0, 1, 2],
+                  metrics={"accuracy": Accuracy(), "loss": Loss()})
+
+    samples_per_step = cfg.data.get("batch_size", 1) * group_size
+    # With sink_size, Model.train counts each sink as an "epoch"; callbacks see those units.
+    sinks_per_epoch = steps_per_epoch // sink_size if sink_size > 0 else 1
+    model_epochs = trainer.epochs * sinks_per_epoch
+    writer = rank == 0
+    run_log = RunLog(run_dir, tensorboard=cfg.logger.tensorboard and writer,
+                     metrics_file=cfg.logger.metrics_file if writer else None)
+    metrics_cb = TrainMetrics(run_log, samples_per_step=samples_per_step,
+                              learning_rate=lambda: learning_rates[min(int(optimizer.global_step.asnumpy()),
+                                                                       len(learning_rates) - 1)],
+                              log_every_n_steps=cfg.logger.log_every_n_steps)
+    eval_interval = trainer.eval_interval * sinks_per_epoch if trainer.eval_interval else model_epochs
+    evaluation = Evaluation(model, eval_set, run_log, interval=eval_interval, ema=wrapper.ema,
+                            dataset_sink_mode=False)
+    callbacks: List[ms.train.Callback] = [metrics_cb, evaluation]
+    if writer:
+        progress = _value(cfg.logger.progress)
+        if progress != "off":
+            stream = None if progress == "auto" else _ForcedStream(progress == "bar")
+            callbacks.append(Progress(model_epochs, sink_size if sink_size > 0 else steps_per_epoch,
+                                      samples_per_step, stream=stream, every_n_steps=cfg.logger.log_every_n_steps,
+                                      train_metrics=metrics_cb))
+        if trainer.save_checkpoints:
+            checkpoints = run_dir / "checkpoints"
+            callbacks.append(ModelCheckpoint(prefix="trainkit", directory=str(checkpoints), config=CheckpointConfig(
+                save_checkpoint_steps=steps_per_epoch, keep_checkpoint_max=trainer.keep_checkpoints)))
+            best = trainer.best_metric
+            callbacks.append(BestCheckpoint(evaluation, wrapper, checkpoints, metric=_eval_tag(best),
+                                            mode="min" if best.endswith("loss") else "max"))
+
+    log.info("%s: %s on %s, %d steps/epoch of %d samples (%d per rank x %d), %d epochs, %s mode, amp %s, run dir %s",
+             _describe_target(cfg.model), _count(backbone), _describe(data), steps_per_epoch, samples_per_step,
+             samples_per_step // group_size, group_size, trainer.epochs, _value(trainer.mode), _value(cfg.amp.level),
+             run_dir)
+    start = time.perf_counter()
+    try:
+        model.train(model_epochs, train_set, callbacks=callbacks, dataset_sink_mode=trainer.dataset_sink_mode,
+                    sink_size=sink_size)
+        elapsed = time.perf_counter() - start
+        metrics = _final_metrics(evaluation, metrics_cb, optimizer, elapsed, trainer.epochs * steps_per_epoch,
+                                 samples_per_step)
+        run_log.hparams(_hyper_parameters(cfg), {f"final/{k}": v for k, v in metrics.items()})
+    finally:
+        run_log.close()
+    log.info("finished: %s", ", ".join(f"{k} {v:.4g}" for k, v in metrics.items()))
+    return TrainResult(metrics, run_dir, model, wrapper, loss_network.backbone, optimizer, data, callbacks)
+
+
+# ------------------------------------------------------------------- building
+def _instantiate(group: str, node: DictConfig, **kwargs):
+    """``hydra.utils.instantiate`` with errors that name the config group."""
+    try:
+        return instantiate(node, **kwargs)
+    except InstantiationException as error:
+        cause = error.__cause__ if error.__cause__ is not None else error
+        raise ConfigError(f"{group} ({node.get('_target_')}): {cause}") from error
+
+
+def _learning_rates(cfg: DictConfig, steps_per_epoch: int, accumulation_steps: int) -> List[float]:
+    """One learning rate per optimizer update over the whole run."""
+    updates_per_epoch = max(steps_per_epoch // accumulation_steps, 1)
+    total_updates = math.ceil(cfg.trainer.epochs * steps_per_epoch / accumulation_steps)
+    schedule = _instantiate("lr_schedule", cfg.lr_schedule)
+    try:
+        values = schedule(lr=cfg.optimizer.lr, epochs=cfg.trainer.epochs, updates_per_epoch=updates_per_epoch)
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"lr_schedule ({cfg.lr_schedule.get('_target_')}): {error}") from error
+    # Windows may straddle epochs: pad with the last value so every update has a rate.
+    return values + values[-1:] * max(total_updates - len(values), 0)
+
+
+def _optimizer(cfg: DictConfig, backbone: nn.Cell, learning_rates: List[float]) -> nn.Optimizer:
+    node = OmegaConf.to_container(cfg.optimizer, resolve=True)
+    node.pop("lr")
+    factory = _instantiate("optimizer", OmegaConf.create(node), _partial_=True)
+    try:
+        return factory(backbone.trainable_params(), learning_rate=learning_rates)
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"optimizer ({node.get('_target_')}): {error}") from error
+
+
+def _wrapper(cfg: DictConfig, loss_network: nn.Cell, optimizer: nn.Optimizer) -> TrainingWrapper:
+    node = OmegaConf.to_container(cfg.wrapper, resolve=True, enum_to_str=True)
+    kind, value = node.pop("loss_scale"), node.pop("loss_scale_value")
+    factor, window = node.pop("scale_factor"), node.pop("scale_window")
+    loss_scale = {"none": lambda: None,
+                  "static": lambda: amp.StaticLossScaler(value),
+                  "dynamic": lambda: amp.DynamicLossScaler(value, factor, window)}[kind]()
+    factory = _instantiate("wrapper", OmegaConf.create(node), _partial_=True)
+    try:
+        return factory(loss_network, optimizer, loss_scale=loss_scale)
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"wrapper ({node.get('_target_')}): {error}") from error
+
+
+# ------------------------------------------------------------------- checks
+def _run_dir(cfg: DictConfig) -> Path:
+    try:
+        run_dir = Path(cfg.run_dir)
+    except InterpolationResolutionError as error:
+        raise ConfigError("run_dir is not set: outside `python -m trainkit` pass run_dir=PATH "
+                          "(compose_config([..., 'run_dir=PATH']))") from error
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return run_dir.resolve()
+
+
+def _sink_size(trainer: DictConfig, steps_per_epoch: int) -> int:
+    sink_size = trainer.sink_size
+    if sink_size == -1 or not trainer.dataset_sink_mode:
+        return -1
+    if sink_size > steps_per_epoch or steps_per_epoch % sink_size:
+        divisors = [d for d in range(1, steps_per_epoch + 1) if steps_per_epoch % d == 0]
+        shown = ", ".join(map(str, divisors[:12])) + (", ..." if len(divisors) > 12 else "")
+        raise ConfigError(f"trainer.sink_size={sink_size} is not valid for an epoch of {steps_per_epoch} steps: "
+                          f"use -1 (one sink per epoch) or a divisor of {steps_per_epoch} ({shown})")
+    return sink_size
+
+
+def _check_channels(cfg: DictConfig, data: Any) -> None:
+    model_channels, data_channels = cfg.model.get("in_channels"), getattr(data, "image_channels", None)
+    if model_channels is not None and data_channels is not None and model_channels != data_channels:
+        raise ConfigError(f"model.in_channels={model_channels} but the data has {data_channels}-channel images: "
+                          f"set model.in_channels={data_channels}")
+
+
+def _set_context(trainer: DictConfig) -> None:
+    mode = ms.GRAPH_MODE if _value(trainer.mode) == "graph" else ms.PYNATIVE_MODE
+    if trainer.device_target == "auto":
+        ms.set_context(mode=mode)
+    else:
+        ms.set_context(mode=mode, device_target=trainer.device_target)
+    ms.set_seed(trainer.seed)
+    ds.config.set_seed(trainer.seed)
+    np.random.seed(trainer.seed)
+    random.seed(trainer.seed)
+
+
+@contextlib.contextmanager
+def _inside(directory: Path):
+    previous = os.getcwd()
+    os.chdir(directory)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
+
+
+# ------------------------------------------------------------------- reporting
+def _final_metrics(evaluation: Evaluation, metrics_cb: TrainMetrics, optimizer: nn.Optimizer, elapsed: float,
+                   steps: int, samples_per_step: int) -> Dict[str, float]:
+    metrics = {_metric_name(tag): float(value) for tag, value in evaluation.latest.items() if "/" in tag}
+    metrics.update({
+        "train_loss": float(metrics_cb.last.get("train/loss", float("nan"))),
+        "skipped_steps": float(metrics_cb.skipped_steps),
+        "optimizer_steps": float(optimizer.global_step.asnumpy().item()),
+        "train_seconds": elapsed,
+        "samples_per_second": steps * samples_per_step / elapsed,
+    })
+    return metrics
+
+
+def _eval_tag(metric: str) -> str:
+    """``ema_accuracy`` -> ``eval_ema/accuracy``, ``loss`` -> ``eval/loss``."""
+    return f"eval_ema/{metric[4:]}" if metric.startswith("ema_") else f"eval/{metric}"
+
+
+def _metric_name(tag: str) -> str:
+    """The inverse of :func:`_eval_tag`."""
+    group, name = tag.split("/", 1)
+    return f"ema_{name}" if group == "eval_ema" else name
+
+
+def _hyper_parameters(cfg: DictConfig) -> Dict[str, Any]:
+    container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    container.pop("run_dir", None)
+    return container
+
+
+def _describe(data: Any) -> str:
+    return type(data).__name__
+
+
+def _describe_target(node: DictConfig) -> str:
+    return str(node.get("_target_", "model")).rsplit(".", 1)[-1]
+
+
+def _count(network: nn.Cell) -> str:
+    return f"{sum(int(np.prod(p.shape)) for p in network.trainable_params()):,} parameters"
+
+
+def _value(value: Any) -> str:
+    return value.value if isinstance(value, Enum) else str(value)
+
+
+class _ForcedStream:
+    """stderr that reports itself as a terminal (``logger.progress=bar``) or not (``log``)."""
+
+    def __init__(self, tty: bool):
+        import sys
+
+        self._stream = sys.stderr
+        self._tty = tty
+
+    def isatty(self) -> bool:
+        return self._tty
+
+    def write(self, text: str) -> int:
+        return self._stream.write(text)
+
+    def flush(self) -> None:
+        self._stream.flush()

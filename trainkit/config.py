@@ -1,0 +1,214 @@
+"""The app's configuration: structured schemas registered in Hydra, recipes, and value checks.
+
+Hydra validates what it can before anything runs: a typo in a key or a wrong type fails on the
+schemas below, an unknown group choice (``amp=O5``) fails on the config groups in
+``trainkit/configs``. What a type cannot say (``accumulation_steps=0``, ``ema_decay=1.5``) is
+checked by :func:`check_config`, which names the key and what is valid.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+from importlib import resources
+from typing import Any, Iterable, Optional
+
+from hydra import compose, initialize_config_module
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from trainkit.errors import ConfigError
+
+CONFIG_MODULE = "trainkit.configs"
+RECIPES_MODULE = "trainkit.recipes"
+EVAL_METRICS = ("accuracy", "loss", "ema_accuracy", "ema_loss")
+
+
+class ExecutionMode(Enum):
+    graph = "graph"
+    pynative = "pynative"
+
+
+class AmpLevel(Enum):
+    O0 = "O0"
+    O1 = "O1"
+    O2 = "O2"
+    O3 = "O3"
+
+
+class ParallelMode(Enum):
+    stand_alone = "stand_alone"
+    data_parallel = "data_parallel"
+    semi_auto_parallel = "semi_auto_parallel"
+    auto_parallel = "auto_parallel"
+    hybrid_parallel = "hybrid_parallel"
+
+
+class LossScale(Enum):
+    none = "none"
+    static = "static"
+    dynamic = "dynamic"
+
+
+class ProgressStyle(Enum):
+    auto = "auto"  # an updating line on a terminal, log lines otherwise
+    bar = "bar"
+    log = "log"
+    off = "off"
+
+
+@dataclass
+class AmpConfig:
+    """``mindspore.amp.auto_mixed_precision(network, level)``; the loss stays float32."""
+
+    level: AmpLevel = AmpLevel.O0
+
+
+@dataclass
+class ParallelConfig:
+    """``mindspore.set_auto_parallel_context(parallel_mode=mode, gradients_mean=...)``."""
+
+    mode: ParallelMode = ParallelMode.stand_alone
+    gradients_mean: bool = True
+
+
+@dataclass
+class WrapperConfig:
+    """The TrainingWrapper's arguments; ``loss_scale*``/``scale_*`` build its loss scaler."""
+
+    _target_: str = "trainkit.TrainingWrapper"
+    loss_scale: LossScale = LossScale.none
+    loss_scale_value: float = 65536.0
+    scale_factor: float = 2.0
+    scale_window: int = 1000
+    max_grad_norm: Optional[float] = None
+    accumulation_steps: int = 1
+    ema_decay: Optional[float] = None
+    ema_warmup: bool = False
+
+
+@dataclass
+class TrainerConfig:
+    """How the loop runs: ``mindspore.train.Model.train`` and the callbacks around it."""
+
+    epochs: int = 1
+    mode: ExecutionMode = ExecutionMode.graph
+    device_target: str = "CPU"
+    dataset_sink_mode: bool = False
+    sink_size: int = -1
+    seed: int = 0
+    eval_interval: int = 1
+    save_checkpoints: bool = True
+    keep_checkpoints: int = 3
+    best_metric: str = "accuracy"
+
+
+@dataclass
+class LoggerConfig:
+    """What the run records: TensorBoard events, a JSON-lines metrics file, progress on the console."""
+
+    tensorboard: bool = True
+    metrics_file: Optional[str] = "metrics.jsonl"
+    progress: ProgressStyle = ProgressStyle.auto
+    log_every_n_steps: int = 10
+
+
+@dataclass
+class TrainkitConfig:
+    """The whole run. ``model``, ``data``, ``optimizer`` and ``lr_schedule`` are ``_target_`` nodes."""
+
+    model: Any = MISSING
+    data: Any = MISSING
+    optimizer: Any = MISSING
+    lr_schedule: Any = MISSING
+    amp: AmpConfig = field(default_factory=AmpConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    wrapper: WrapperConfig = field(default_factory=WrapperConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    run_dir: str = "${hydra:runtime.output_dir}"
+
+
+def recipe_names() -> list:
+    """The recipes shipped in ``trainkit/recipes``."""
+    return sorted(p.name[:-5] for p in resources.files(RECIPES_MODULE).iterdir() if p.name.endswith(".yaml"))
+
+
+def register_configs() -> None:
+    """Store the schemas and the recipes in Hydra's ConfigStore (idempotent).
+
+    Recipes live in ``trainkit/recipes/`` and are offered as the config group ``recipe``,
+    merged at the global level (each is an experiment overlay on the defaults).
+    """
+    store = ConfigStore.instance()
+    store.store(name="trainkit_schema", node=TrainkitConfig)
+    folder = resources.files(RECIPES_MODULE)
+    for name in recipe_names():
+        recipe = OmegaConf.create((folder / f"{name}.yaml").read_text(encoding="utf-8"))
+        store.store(group="recipe", name=name, node=recipe, package="_global_")
+
+
+def compose_config(overrides: Iterable[str] = ()) -> DictConfig:
+    """The config ``python -m trainkit OVERRIDES...`` would run, for scripts and tests.
+
+    Pass ``run_dir=PATH`` among the overrides: outside a Hydra run there is no output directory.
+    """
+    register_configs()
+    with initialize_config_module(CONFIG_MODULE, version_base=None):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+# --------------------------------------------------------------------------- checks
+def check_config(cfg: DictConfig) -> None:
+    """Raise ConfigError naming the first key whose value is impossible, and what is valid."""
+    wrapper, trainer, logger = cfg.wrapper, cfg.trainer, cfg.logger
+    _check("wrapper.accumulation_steps", wrapper.accumulation_steps, "an integer >= 1", lambda v: v >= 1)
+    if wrapper.max_grad_norm is not None:
+        _check("wrapper.max_grad_norm", wrapper.max_grad_norm, "null (no clipping) or a finite number > 0",
+               lambda v: math.isfinite(v) and v > 0)
+    if wrapper.ema_decay is not None:
+        _check("wrapper.ema_decay", wrapper.ema_decay, "null (no EMA) or a number in [0, 1)",
+               lambda v: 0 <= v < 1)
+    if _choice(wrapper.loss_scale) != "none":
+        _check("wrapper.loss_scale_value", wrapper.loss_scale_value, "a finite number >= 1",
+               lambda v: math.isfinite(v) and v >= 1)
+    if _choice(wrapper.loss_scale) == "dynamic":
+        _check("wrapper.scale_factor", wrapper.scale_factor, "a finite number > 1", lambda v: math.isfinite(v) and v > 1)
+        _check("wrapper.scale_window", wrapper.scale_window, "an integer >= 1", lambda v: v >= 1)
+    _check("trainer.epochs", trainer.epochs, "an integer >= 1", lambda v: v >= 1)
+    _check("trainer.sink_size", trainer.sink_size, "-1 (a whole epoch per sink) or an integer >= 1",
+           lambda v: v == -1 or v >= 1)
+    _check("trainer.eval_interval", trainer.eval_interval, "an integer >= 0 (0: evaluate after the last epoch only)",
+           lambda v: v >= 0)
+    _check("trainer.keep_checkpoints", trainer.keep_checkpoints, "an integer >= 1", lambda v: v >= 1)
+    if trainer.best_metric not in EVAL_METRICS:
+        raise ConfigError(f"trainer.best_metric={trainer.best_metric!r} is not valid: use one of "
+                          f"{', '.join(EVAL_METRICS)}")
+    if trainer.best_metric.startswith("ema_") and wrapper.ema_decay is None:
+        raise ConfigError(f"trainer.best_metric={trainer.best_metric} needs EMA weights: set wrapper.ema_decay "
+                          "(e.g. 0.999) or pick accuracy/loss")
+    valid_targets = ("CPU", "GPU", "Ascend", "auto")
+    if trainer.device_target not in valid_targets:
+        raise ConfigError(f"trainer.device_target={trainer.device_target!r} is not valid: use one of "
+                          f"{', '.join(valid_targets)}")
+    _check("logger.log_every_n_steps", logger.log_every_n_steps, "an integer >= 1", lambda v: v >= 1)
+    for key in ("data.batch_size", "data.image_size", "model.num_classes"):
+        group, name = key.split(".")
+        value = cfg[group].get(name)
+        if value is not None:
+            _check(key, value, "an integer >= 1", lambda v: isinstance(v, int) and v >= 1)
+    lr = cfg.optimizer.get("lr")
+    if lr is None:
+        raise ConfigError("optimizer.lr is missing: the base learning rate of the schedule, e.g. optimizer.lr=0.001")
+    _check("optimizer.lr", lr, "a finite number > 0", lambda v: math.isfinite(v) and v > 0)
+    if cfg.optimizer.get("weight_decay") is not None:
+        _check("optimizer.weight_decay", cfg.optimizer.weight_decay, "a number >= 0", lambda v: v >= 0)
+
+
+def _check(key: str, value: Any, valid: str, in_range) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not in_range(value):
+        raise ConfigError(f"{key}={value} is not valid: it must be {valid}")
+
+
+def _choice(value: Any) -> str:
+    return value.value if isinstance(value, Enum) else str(value)
