@@ -1,0 +1,224 @@
+"""The ResNet family with torchvision's parameter names and layout, so torchvision checkpoints map onto it by name.
+
+Names match torchvision's `resnet*` one to one (`conv1.weight`, `layer1.0.downsample.0.weight`, `fc.bias`, ...),
+except that MindSpore's BatchNorm calls its parameters gamma/beta/moving_mean/moving_variance where torch says
+weight/bias/running_mean/running_var. Bottleneck puts the stride on the 3x3 conv (torchvision's "v1.5").
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence, Type, Union
+
+from mindspore import nn, ops
+from mindspore.common.initializer import HeNormal, HeUniform, initializer
+
+__all__ = [
+    "BasicBlock",
+    "Bottleneck",
+    "ResNet",
+    "init_like_torchvision",
+    "resnet18",
+    "resnet34",
+    "resnet50",
+    "resnet101",
+    "resnet152",
+]
+
+
+def conv3x3(in_channels: int, out_channels: int, stride: int = 1) -> nn.Conv2d:
+    """3x3 conv with torch's explicit padding of 1 (MindSpore's default "same" padding differs at stride 2)."""
+    return nn.Conv2d(in_channels, out_channels, 3, stride=stride, pad_mode="pad", padding=1, has_bias=False)
+
+
+def conv1x1(in_channels: int, out_channels: int, stride: int = 1) -> nn.Conv2d:
+    return nn.Conv2d(in_channels, out_channels, 1, stride=stride, pad_mode="pad", padding=0, has_bias=False)
+
+
+def _downsample(in_channels: int, out_channels: int, stride: int) -> nn.SequentialCell:
+    """Projection shortcut; a SequentialCell so the names are torchvision's `downsample.0` (conv) / `.1` (BN)."""
+    return nn.SequentialCell([conv1x1(in_channels, out_channels, stride), nn.BatchNorm2d(out_channels)])
+
+
+class BasicBlock(nn.Cell):
+    """Two 3x3 convs plus the shortcut (ResNet-18/34)."""
+
+    expansion = 1
+
+    def __init__(self, in_channels: int, channels: int, stride: int = 1, downsample: Optional[nn.Cell] = None):
+        super().__init__()
+        self.conv1 = conv3x3(in_channels, channels, stride)
+        self.bn1 = nn.BatchNorm2d(channels)
+        self.relu = nn.ReLU()
+        self.conv2 = conv3x3(channels, channels)
+        self.bn2 = nn.BatchNorm2d(channels)
+        self.downsample = downsample
+
+    def construct(self, x):
+        identity = x
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        if self.downsample is not None:
+            identity = self.downsample(x)
+        return self.relu(out + identity)
+
+    def last_bn(self) -> nn.BatchNorm2d:
+        """The BN whose gamma `zero_init_residual` zeroes, so the block starts as the identity."""
+        return self.bn2
+
+
+class Bottleneck(nn.Cell):
+    """1x1 reduce, 3x3 (carrying the stride, as torchvision v1.5), 1x1 expand x4, plus the shortcut (ResNet-50+)."""
+
+    expansion = 4
+
+    def __init__(self, in_channels: int, channels: int, stride: int = 1, downsample: Optional[nn.Cell] = None):
+        super().__init__()
+        self.conv1 = conv1x1(in_channels, channels)
+        self.bn1 = nn.BatchNorm2d(channels)
+        self.conv2 = conv3x3(channels, channels, stride)
+        self.bn2 = nn.BatchNorm2d(channels)
+        self.conv3 = conv1x1(channels, channels * self.expansion)
+        self.bn3 = nn.BatchNorm2d(channels * self.expansion)
+        self.relu = nn.ReLU()
+        self.downsample = downsample
+
+    def construct(self, x):
+        identity = x
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        if self.downsample is not None:
+            identity = self.downsample(x)
+        return self.relu(out + identity)
+
+    def last_bn(self) -> nn.BatchNorm2d:
+        """The BN whose gamma `zero_init_residual` zeroes, so the block starts as the identity."""
+        return self.bn3
+
+
+Block = Union[Type[BasicBlock], Type[Bottleneck]]
+
+
+def init_like_torchvision(network: nn.Cell, zero_init_residual: bool = False) -> None:
+    """Initialise as torchvision's ResNet does, so training from scratch behaves like the torch reference.
+
+    Convs: He normal, fan_out, ReLU gain. BatchNorm: gamma 1, beta 0. Dense: He uniform with a = sqrt(5)
+    (torch's default Linear weight, bound 1/sqrt(fan_in)) and a zero bias. With `zero_init_residual`, the last BN
+    gamma of every residual block is zero, so each block starts as the identity (https://arxiv.org/abs/1706.02677).
+    """
+    for _, cell in network.cells_and_names():
+        if isinstance(cell, nn.Conv2d):
+            weight = cell.weight
+            weight.set_data(initializer(HeNormal(mode="fan_out", nonlinearity="relu"), weight.shape, weight.dtype))
+        elif isinstance(cell, (nn.BatchNorm2d, nn.GroupNorm)):
+            cell.gamma.set_data(initializer("ones", cell.gamma.shape, cell.gamma.dtype))
+            cell.beta.set_data(initializer("zeros", cell.beta.shape, cell.beta.dtype))
+        elif isinstance(cell, nn.Dense):
+            weight = cell.weight
+            weight.set_data(initializer(HeUniform(negative_slope=math.sqrt(5)), weight.shape, weight.dtype))
+            if cell.bias is not None:
+                cell.bias.set_data(initializer("zeros", cell.bias.shape, cell.bias.dtype))
+    if zero_init_residual:
+        for _, cell in network.cells_and_names():
+            if isinstance(cell, (BasicBlock, Bottleneck)):
+                gamma = cell.last_bn().gamma
+                gamma.set_data(initializer("zeros", gamma.shape, gamma.dtype))
+
+
+def _check_int(name: str, value: Any, minimum: int) -> None:
+    """Reject bad arguments before building: configs come from Hydra, where a typo otherwise fails deep inside."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int >= {minimum}; got {type(value).__name__}: {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}; got {value!r}")
+
+
+def _check_bool(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool (true/false); got {type(value).__name__}: {value!r}")
+
+
+class ResNet(nn.Cell):
+    """ResNet (He et al. 2015) laid out as torchvision's, ending in global average pooling and `fc`.
+
+    Global pooling is a mean over H and W, so any input of at least 1x1 after the stem works (8x8, 32x32, 224x224).
+
+    Args:
+        block: `BasicBlock` (ResNet-18/34) or `Bottleneck` (ResNet-50/101/152).
+        layers: number of blocks in layer1..layer4, e.g. (3, 4, 6, 3) for ResNet-50.
+        num_classes: size of the `fc` output.
+        zero_init_residual: start each residual block as the identity by zeroing its last BN gamma.
+        in_channels: channels of the input image (3 for RGB, 1 for grayscale).
+    """
+
+    def __init__(
+        self,
+        block: Block,
+        layers: Sequence[int],
+        num_classes: int = 1000,
+        zero_init_residual: bool = False,
+        in_channels: int = 3,
+    ):
+        super().__init__()
+        if not (isinstance(block, type) and issubclass(block, (BasicBlock, Bottleneck))):
+            raise TypeError(f"block must be BasicBlock or Bottleneck (the class); got {block!r}")
+        if isinstance(layers, (str, bytes)) or not isinstance(layers, Sequence) or len(layers) != 4:
+            raise TypeError(f"layers must be a sequence of 4 ints >= 1 (blocks in layer1..layer4); got {layers!r}")
+        for index, count in enumerate(layers):
+            _check_int(f"layers[{index}]", count, 1)
+        _check_int("num_classes", num_classes, 1)
+        _check_bool("zero_init_residual", zero_init_residual)
+        _check_int("in_channels", in_channels, 1)
+
+        self._in_channels = 64
+        self.conv1 = nn.Conv2d(in_channels, 64, 7, stride=2, pad_mode="pad", padding=3, has_bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        self.relu = nn.ReLU()
+        # pad_mode="pad" pads with -inf, as torch's MaxPool2d(3, 2, padding=1); nn.Pad would pad with zeros.
+        self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, pad_mode="pad", padding=1)
+        self.layer1 = self._make_layer(block, 64, layers[0])
+        self.layer2 = self._make_layer(block, 128, layers[1], stride=2)
+        self.layer3 = self._make_layer(block, 256, layers[2], stride=2)
+        self.layer4 = self._make_layer(block, 512, layers[3], stride=2)
+        self.mean = ops.ReduceMean(keep_dims=False)  # same as AdaptiveAvgPool2d(1) + flatten, and faster
+        self.fc = nn.Dense(512 * block.expansion, num_classes)
+        init_like_torchvision(self, zero_init_residual)
+
+    def _make_layer(self, block: Block, channels: int, blocks: int, stride: int = 1) -> nn.SequentialCell:
+        downsample = None
+        if stride != 1 or self._in_channels != channels * block.expansion:
+            downsample = _downsample(self._in_channels, channels * block.expansion, stride)
+        cells = [block(self._in_channels, channels, stride, downsample)]
+        self._in_channels = channels * block.expansion
+        cells.extend(block(self._in_channels, channels) for _ in range(1, blocks))
+        return nn.SequentialCell(cells)
+
+    def construct(self, x):
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(self.mean(x, (2, 3)))
+
+
+def resnet18(*, num_classes: int = 1000, zero_init_residual: bool = False, in_channels: int = 3) -> ResNet:
+    """ResNet-18: BasicBlock x (2, 2, 2, 2); keyword-only so Hydra configs name every argument."""
+    return ResNet(BasicBlock, (2, 2, 2, 2), num_classes, zero_init_residual, in_channels)
+
+
+def resnet34(*, num_classes: int = 1000, zero_init_residual: bool = False, in_channels: int = 3) -> ResNet:
+    """ResNet-34: BasicBlock x (3, 4, 6, 3); keyword-only so Hydra configs name every argument."""
+    return ResNet(BasicBlock, (3, 4, 6, 3), num_classes, zero_init_residual, in_channels)
+
+
+def resnet50(*, num_classes: int = 1000, zero_init_residual: bool = False, in_channels: int = 3) -> ResNet:
+    """ResNet-50: Bottleneck x (3, 4, 6, 3); keyword-only so Hydra configs name every argument."""
+    return ResNet(Bottleneck, (3, 4, 6, 3), num_classes, zero_init_residual, in_channels)
+
+
+def resnet101(*, num_classes: int = 1000, zero_init_residual: bool = False, in_channels: int = 3) -> ResNet:
+    """ResNet-101: Bottleneck x (3, 4, 23, 3); keyword-only so Hydra configs name every argument."""
+    return ResNet(Bottleneck, (3, 4, 23, 3), num_classes, zero_init_residual, in_channels)
+
+
+def resnet152(*, num_classes: int = 1000, zero_init_residual: bool = False, in_channels: int = 3) -> ResNet:
+    """ResNet-152: Bottleneck x (3, 8, 36, 3); keyword-only so Hydra configs name every argument."""
+    return ResNet(Bottleneck, (3, 8, 36, 3), num_classes, zero_init_residual, in_channels)
