@@ -27,7 +27,7 @@ def test_every_group_option_composes_and_passes_the_checks(group, tmp_path):
 def test_every_recipe_composes_and_builds_its_parts(recipe, tmp_path):
     cfg = compose_config([f"recipe={recipe}", f"run_dir={tmp_path}", "model=resnet18"])
     check_config(cfg)
-    assert instantiate(cfg.model) is not None
+    assert instantiate(cfg.model, num_classes=10, in_channels=3) is not None
     assert instantiate(cfg.data) is not None
     schedule = instantiate(cfg.lr_schedule)
     assert len(schedule(lr=cfg.optimizer.lr, epochs=cfg.trainer.epochs, updates_per_epoch=3)) == 3 * cfg.trainer.epochs
@@ -36,12 +36,12 @@ def test_every_recipe_composes_and_builds_its_parts(recipe, tmp_path):
 def test_every_model_option_builds():
     for option in options("model"):
         cfg = compose_config([f"model={option}", "run_dir=unused"])
-        assert instantiate(cfg.model) is not None, option
+        assert instantiate(cfg.model, num_classes=10, in_channels=3) is not None, option
 
 
 def test_resnet50_cifar10_recipe_is_the_seed_recipe():
     cfg = compose_config(["recipe=resnet50_cifar10", "run_dir=unused"])
-    assert cfg.model._target_ == "trainkit.models.resnet.resnet50" and cfg.model.num_classes == 10
+    assert cfg.model._target_ == "trainkit.models.resnet.resnet50" and cfg.model.zero_init_residual is False
     assert cfg.data._target_ == "trainkit.data.cifar10.Cifar10Data"
     assert (cfg.data.image_size, cfg.data.batch_size, cfg.data.augment) == (224, 32, True)
     assert cfg.optimizer._target_ == "mindspore.nn.Adam"
@@ -53,7 +53,7 @@ def test_resnet50_cifar10_recipe_is_the_seed_recipe():
 def test_the_default_recipe_is_the_quickstart():
     cfg = compose_config(["run_dir=unused"])
     assert cfg.data._target_ == "trainkit.data.digits.DigitsData"
-    assert cfg.model._target_ == "trainkit.models.small_cnn.SmallCNN" and cfg.model.in_channels == 1
+    assert cfg.model._target_ == "trainkit.models.small_cnn.SmallCNN"
 
 
 def test_command_line_overrides_reach_the_config():

@@ -78,9 +78,7 @@ def train(cfg: DictConfig) -> TrainResult:
         raise ConfigError(f"data.batch_size={cfg.data.get('batch_size')} is larger than the training set "
                           f"({_describe(data)}): no full batch per epoch")
     sink_size = _sink_size(trainer, steps_per_epoch)
-    _check_channels(cfg, data)
-
-    backbone = _instantiate("model", cfg.model)
+    backbone = _instantiate("model", cfg.model, **_from_data(cfg.model, data))
     loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     with _inside(run_dir):  # MindSpore's O1 rewrite writes rewritten_network/ into the current directory
         loss_network = build_loss_network(backbone, loss_fn, _value(cfg.amp.level))
@@ -209,11 +207,22 @@ def _sink_size(trainer: DictConfig, steps_per_epoch: int) -> int:
     return sink_size
 
 
-def _check_channels(cfg: DictConfig, data: Any) -> None:
-    model_channels, data_channels = cfg.model.get("in_channels"), getattr(data, "image_channels", None)
-    if model_channels is not None and data_channels is not None and model_channels != data_channels:
-        raise ConfigError(f"model.in_channels={model_channels} but the data has {data_channels}-channel images: "
-                          f"set model.in_channels={data_channels}")
+def _from_data(model: DictConfig, data: Any) -> Dict[str, int]:
+    """Fill the model's ``num_classes``/``in_channels`` left null from the data; check those set by hand."""
+    filled = {}
+    for key, attribute in (("num_classes", "num_classes"), ("in_channels", "image_channels")):
+        if key not in model or getattr(data, attribute, None) is None:
+            continue
+        given, actual = model[key], getattr(data, attribute)
+        if given is None:
+            filled[key] = actual
+        elif key == "in_channels" and given != actual:
+            raise ConfigError(f"model.in_channels={given} but the data has {actual}-channel images: "
+                              f"set model.in_channels={actual} or null")
+        elif key == "num_classes" and given < actual:
+            raise ConfigError(f"model.num_classes={given} but the data has {actual} classes: "
+                              f"set model.num_classes={actual} or null")
+    return filled
 
 
 def _set_context(trainer: DictConfig) -> None:
