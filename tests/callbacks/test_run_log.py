@@ -1,0 +1,106 @@
+"""RunLog: the JSON-lines file and the TensorBoard events read back equal to what was recorded."""
+import json
+import math
+import time
+
+import numpy as np
+import pytest
+from mindspore import Tensor
+from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData
+
+from tests.common.tensorboard_events import event_files, read_events, read_scalars, read_tags
+from trainkit.callbacks import RunLog
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_scalars_go_to_jsonl_and_tensorboard(tmp_path):
+    before = time.time()
+    with RunLog(tmp_path / "run") as log:
+        log.scalars(10, {"train/loss": 0.5, "train/learning_rate": 0.1}, epoch=1)
+        log.scalars(20, {"train/loss": np.float32(0.25), "train/skipped_steps": 3}, epoch=1)
+        log.scalars(25, {"eval/accuracy": Tensor(np.array([0.75], np.float32))})
+    after = time.time()
+
+    records = read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    assert [r["step"] for r in records] == [10, 20, 25]
+    assert [r["epoch"] for r in records] == [1, 1, None]
+    assert all(before <= r["time"] <= after for r in records)
+    assert records[0] == {"step": 10, "epoch": 1, "time": records[0]["time"], "train/loss": 0.5,
+                          "train/learning_rate": 0.1}
+    assert records[1]["train/loss"] == 0.25 and records[1]["train/skipped_steps"] == 3
+    assert isinstance(records[1]["train/skipped_steps"], int)
+    assert records[2]["eval/accuracy"] == 0.75
+
+    scalars = read_scalars(tmp_path / "run" / "tensorboard")
+    assert scalars == {"train/loss": [(10, 0.5), (20, 0.25)], "train/learning_rate": [(10, np.float32(0.1))],
+                       "train/skipped_steps": [(20, 3.0)], "eval/accuracy": [(25, 0.75)]}
+
+
+def test_each_record_is_on_disk_before_close(tmp_path):
+    log = RunLog(tmp_path, tensorboard=True)
+    log.scalars(1, {"a": 1.0})
+    assert read_jsonl(tmp_path / "metrics.jsonl")[0]["a"] == 1.0  # flushed: a crash now loses nothing
+    assert read_scalars(tmp_path / "tensorboard") == {"a": [(1, 1.0)]}
+    log.close()
+    log.close()  # idempotent
+    with pytest.raises(RuntimeError, match="closed"):
+        log.scalars(2, {"a": 2.0})
+
+
+def test_an_existing_metrics_file_is_appended_to(tmp_path):
+    with RunLog(tmp_path, tensorboard=False) as log:
+        log.scalars(1, {"a": 1.0})
+    with RunLog(tmp_path, tensorboard=False) as log:  # a resumed run
+        log.scalars(2, {"a": 2.0})
+    assert [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [1, 2]
+    assert not (tmp_path / "tensorboard").exists()
+
+
+def test_non_finite_values_read_back(tmp_path):
+    with RunLog(tmp_path) as log:
+        log.scalars(3, {"train/loss": float("nan"), "train/grad_norm": float("inf")})
+    record = read_jsonl(tmp_path / "metrics.jsonl")[0]
+    assert math.isnan(record["train/loss"]) and record["train/grad_norm"] == math.inf
+    scalars = read_scalars(tmp_path / "tensorboard")
+    assert math.isnan(scalars["train/loss"][0][1]) and scalars["train/grad_norm"] == [(3, math.inf)]
+
+
+def test_bad_values_are_refused(tmp_path):
+    with RunLog(tmp_path, metrics_file=None) as log:
+        with pytest.raises(ValueError, match="reserved"):
+            log.scalars(1, {"step": 1.0})
+        with pytest.raises(ValueError, match="scalar"):
+            log.scalars(1, {"a": np.zeros(3)})
+        with pytest.raises(TypeError, match="'a' must be a number"):
+            log.scalars(1, {"a": "high"})
+    assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_hparams_are_flattened_for_the_hparams_plugin(tmp_path):
+    with RunLog(tmp_path) as log:
+        log.hparams({"optimizer": {"name": "adam", "lr": 0.1, "betas": [0.9, 0.99]}, "epochs": 90, "ema": None},
+                    {"hparam/accuracy": 0.875})
+    hparams_dir = tmp_path / "tensorboard" / "hparams"
+    assert read_scalars(hparams_dir) == {"hparam/accuracy": [(0, 0.875)]}
+    start = None
+    for path in event_files(hparams_dir):
+        for event in read_events(path):
+            for value in event.summary.value:
+                if value.tag == "_hparams_/session_start_info":
+                    start = HParamsPluginData.FromString(value.metadata.plugin_data.content).session_start_info
+    assert start is not None
+    assert start.hparams["optimizer.lr"].number_value == 0.1
+    assert start.hparams["optimizer.name"].string_value == "adam"
+    assert start.hparams["optimizer.betas"].string_value == "[0.9, 0.99]"
+    assert start.hparams["epochs"].number_value == 90
+    assert read_scalars(tmp_path / "tensorboard") == {}  # the training curves' run is untouched
+
+
+def test_text_goes_to_tensorboard_only(tmp_path):
+    with RunLog(tmp_path) as log:
+        log.text("config", "model: resnet18")
+    assert read_tags(tmp_path / "tensorboard")["config/text_summary"] == "text"
+    assert (tmp_path / "metrics.jsonl").read_text() == ""
