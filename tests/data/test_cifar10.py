@@ -1,0 +1,273 @@
+"""Cifar10Data on small generated files in the real binary format, checked against NumPy arithmetic."""
+import os
+
+import mindspore.dataset as ds
+import numpy as np
+import pytest
+
+from tests.common.cifar10_files import RECORD_BYTES, write_cifar10
+from trainkit.data import cifar10 as cifar10_module
+from trainkit.data.cifar10 import Cifar10Data
+from trainkit.errors import ConfigError, DataError
+
+MEAN = np.array([0.4914, 0.4822, 0.4465])
+STD = np.array([0.2023, 0.1994, 0.2010])
+TRAIN_PER_FILE, TEST_RECORDS = 8, 16  # 40 train records, 16 test records
+
+
+def normalised_chw(images_hwc: np.ndarray) -> np.ndarray:
+    """The seed's arithmetic: x / 255, minus the channel mean, over the channel std, HWC -> CHW."""
+    return ((images_hwc / 255.0 - MEAN) / STD).transpose(0, 3, 1, 2)
+
+
+def to_uint8_hwc(batch_chw: np.ndarray) -> np.ndarray:
+    """Undo Normalize/Rescale/HWC2CHW (exact after rounding: float32 error is far below half a grey level)."""
+    hwc = batch_chw.astype(np.float64).transpose(0, 2, 3, 1)
+    return np.rint((hwc * STD + MEAN) * 255.0).astype(np.uint8)
+
+
+def batches(dataset):
+    return list(dataset.create_tuple_iterator(output_numpy=True, num_epochs=1))
+
+
+@pytest.fixture(scope="module")
+def cifar(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("cifar"))
+    written = write_cifar10(root, train_per_file=TRAIN_PER_FILE, test_records=TEST_RECORDS, seed=1)
+    return root, written
+
+
+@pytest.fixture
+def seed():
+    previous = ds.config.get_seed()
+    ds.config.set_seed(1234)
+    yield
+    ds.config.set_seed(previous)
+
+
+def record_index(image_hwc: np.ndarray, images: np.ndarray) -> int:
+    matches = np.flatnonzero((images == image_hwc).all(axis=(1, 2, 3)))
+    assert len(matches) == 1, "each output image must be exactly one record"
+    return int(matches[0])
+
+
+# ------------------------------------------------------------------------------------------------- eval pipeline
+def test_eval_images_are_normalised_records_in_file_order(cifar):
+    root, written = cifar
+    data = Cifar10Data(root, image_size=32, eval_batch_size=5)
+    data.prepare()
+    out = batches(data.eval_dataset())
+    assert [len(b[1]) for b in out] == [5, 5, 5, 1]  # drop_remainder=False keeps the last one
+    images, labels = np.concatenate([b[0] for b in out]), np.concatenate([b[1] for b in out])
+    assert images.dtype == np.float32 and labels.dtype == np.int32
+    np.testing.assert_allclose(images, normalised_chw(written["test_images"]), rtol=0, atol=1e-5)
+    np.testing.assert_array_equal(labels, written["test_labels"])
+
+
+def test_eval_resizes_to_image_size(cifar):
+    root, _ = cifar
+    data = Cifar10Data(root, image_size=8, eval_batch_size=16)
+    (images, labels), = batches(data.eval_dataset())
+    assert images.shape == (16, 3, 8, 8) and images.dtype == np.float32 and labels.shape == (16,)
+    assert np.isfinite(images).all()
+
+
+def test_eval_is_deterministic_even_with_augment_on(cifar):
+    """The seed's test transform flips at random; ours must not (augment only affects training)."""
+    root, _ = cifar
+    data = Cifar10Data(root, image_size=32, eval_batch_size=16, augment=True)
+    first, second = batches(data.eval_dataset()), batches(data.eval_dataset())
+    np.testing.assert_array_equal(first[0][0], second[0][0])
+
+
+# ------------------------------------------------------------------------------------------------ train pipeline
+def test_train_batches_shapes_dtypes_and_drop_remainder(cifar, seed):
+    root, written = cifar
+    data = Cifar10Data(root, image_size=16, batch_size=16)
+    dataset = data.train_dataset()
+    out = batches(dataset)
+    assert dataset.get_dataset_size() == 2 and len(out) == 2  # 40 records: 2 full batches, the last 8 dropped
+    for images, labels in out:
+        assert images.shape == (16, 3, 16, 16) and images.dtype == np.float32
+        assert labels.shape == (16,) and labels.dtype == np.int32
+        assert set(labels.tolist()) <= set(range(10))
+
+
+def test_train_without_augment_yields_each_record_at_most_once_shuffled(cifar, seed):
+    root, written = cifar
+    data = Cifar10Data(root, image_size=32, batch_size=8, augment=False)
+    out = batches(data.train_dataset())
+    assert len(out) == 5
+    indices = [record_index(img, written["train_images"]) for b in out for img in to_uint8_hwc(b[0])]
+    assert sorted(indices) == list(range(40))
+    assert indices != list(range(40)), "the training set must be shuffled"
+    labels = np.concatenate([b[1] for b in out])
+    np.testing.assert_array_equal(labels, written["train_labels"][indices])
+
+
+def test_train_augmentation_is_a_window_of_the_zero_padded_image_maybe_flipped(cifar, seed):
+    root, written = cifar
+    data = Cifar10Data(root, image_size=32, batch_size=20, augment=True)
+    padded = np.pad(written["train_images"], ((0, 0), (4, 4), (4, 4), (0, 0)))  # [40, 40, 40, 3]
+    # windows[n, dy, dx] = padded[n, dy:dy + 32, dx:dx + 32]
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (32, 32), axis=(1, 2)).transpose(0, 1, 2, 4, 5, 3)
+    candidates = {"plain": windows, "flipped": windows[:, :, :, :, ::-1]}
+    offsets = set()
+    for images, labels in batches(data.train_dataset()):
+        for image, label in zip(to_uint8_hwc(images), labels):
+            found = []
+            for kind, w in candidates.items():
+                # A centre patch lies inside the unpadded image for every offset: a cheap filter before the full test.
+                near = np.nonzero((w[:, :, :, 12:20, 12:20] == image[12:20, 12:20]).all(axis=(3, 4, 5)))
+                found += [(kind, n, dy, dx) for n, dy, dx in zip(*near) if (w[n, dy, dx] == image).all()]
+            assert found, "an augmented image must be a 32x32 window of the padded record, possibly mirrored"
+            kinds_and_records = {(kind, int(n)) for kind, n, _, _ in found}
+            assert any(written["train_labels"][n] == label for _, n in kinds_and_records)
+            offsets.update((kind, int(dy), int(dx)) for kind, _, dy, dx in found)
+    assert len(offsets) > 2, "crops must vary in position and flip"
+
+
+# ------------------------------------------------------------------------------------------------------ sharding
+def test_two_eval_shards_cover_every_test_record_once(cifar):
+    root, written = cifar
+    data = Cifar10Data(root, image_size=32, eval_batch_size=3)
+    seen = []
+    for shard_id in range(2):
+        out = batches(data.eval_dataset(num_shards=2, shard_id=shard_id))
+        seen += [record_index(img, written["test_images"]) for b in out for img in to_uint8_hwc(b[0])]
+    assert sorted(seen) == list(range(TEST_RECORDS))
+
+
+def test_two_train_shards_cover_every_train_record_once_per_epoch(cifar, seed):
+    root, written = cifar
+    data = Cifar10Data(root, image_size=32, batch_size=4, augment=False)
+    seen = []
+    for shard_id in range(2):
+        out = batches(data.train_dataset(num_shards=2, shard_id=shard_id))
+        assert len(out) == 5  # 20 records per shard
+        seen += [record_index(img, written["train_images"]) for b in out for img in to_uint8_hwc(b[0])]
+    assert sorted(seen) == list(range(40))
+
+
+def test_shard_arguments_are_validated(cifar):
+    data = Cifar10Data(cifar[0])
+    with pytest.raises(ConfigError, match=r"shard_id must be in \[0, num_shards - 1\] = \[0, 1\]; got 2"):
+        data.eval_dataset(num_shards=2, shard_id=2)
+    with pytest.raises(ConfigError, match="num_shards must be an int >= 1; got 0"):
+        data.train_dataset(num_shards=0)
+
+
+# --------------------------------------------------------------------------- the official size: Cifar10Dataset
+def test_official_size_files_read_through_cifar10dataset_match_numpy(tmp_path, monkeypatch):
+    """10,000-record files go through MindSpore's C++ reader; it must agree with the arithmetic and our reader."""
+    written = write_cifar10(str(tmp_path), train_per_file=1, test_records=10000, seed=2)
+    calls = []
+    real = ds.Cifar10Dataset
+    monkeypatch.setattr(cifar10_module.ds, "Cifar10Dataset", lambda *a, **k: calls.append(k) or real(*a, **k))
+    data = Cifar10Data(str(tmp_path), image_size=32, eval_batch_size=2500)
+    native = batches(data.eval_dataset())
+    assert calls and calls[0]["usage"] == "test" and calls[0]["shuffle"] is False
+    for i, (images, labels) in enumerate(native):
+        part = slice(2500 * i, 2500 * (i + 1))
+        np.testing.assert_allclose(images, normalised_chw(written["test_images"][part]), rtol=0, atol=1e-5)
+        np.testing.assert_array_equal(labels, written["test_labels"][part])
+    monkeypatch.setattr(Cifar10Data, "_native_readable", lambda *a: False)
+    ours = batches(data.eval_dataset())
+    assert len(calls) == 1
+    for (a, la), (b, lb) in zip(native, ours):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(la, lb)
+
+
+# ------------------------------------------------------------------------------------------------------- prepare
+def test_prepare_missing_folder_names_path_and_the_fix(tmp_path):
+    data = Cifar10Data(str(tmp_path / "nowhere"))
+    with pytest.raises(DataError) as err:
+        data.prepare()
+    message = str(err.value)
+    assert os.path.join(str(tmp_path / "nowhere"), "cifar-10-batches-bin") in message
+    assert "does not exist" in message and "data.download=true" in message and "data.root=" in message
+
+
+def test_prepare_root_pointing_at_the_batches_folder_suggests_its_parent(tmp_path):
+    write_cifar10(str(tmp_path))
+    with pytest.raises(DataError, match=r"probably data\.root=" + str(tmp_path) + r"\."):
+        Cifar10Data(str(tmp_path / "cifar-10-batches-bin")).prepare()
+
+
+def test_prepare_missing_batch_file_is_named(tmp_path):
+    write_cifar10(str(tmp_path))
+    missing = tmp_path / "cifar-10-batches-bin" / "data_batch_4.bin"
+    missing.unlink()
+    with pytest.raises(DataError) as err:
+        Cifar10Data(str(tmp_path)).prepare()
+    assert f"{missing} is missing" in str(err.value)
+    assert "data_batch_1.bin" not in str(err.value).split("Fix:")[0]  # only the broken file is listed
+
+
+def test_prepare_size_not_a_multiple_of_the_record_is_corrupt(tmp_path):
+    write_cifar10(str(tmp_path), train_per_file=2)
+    bad = tmp_path / "cifar-10-batches-bin" / "data_batch_3.bin"
+    with open(bad, "ab") as f:
+        f.write(b"\0" * 5)
+    with pytest.raises(DataError) as err:
+        Cifar10Data(str(tmp_path)).prepare()
+    message = str(err.value)
+    assert str(bad) in message and f"{2 * RECORD_BYTES + 5:,} bytes" in message and "3073-byte record" in message
+
+
+def test_prepare_empty_file_is_corrupt(tmp_path):
+    write_cifar10(str(tmp_path))
+    empty = tmp_path / "cifar-10-batches-bin" / "test_batch.bin"
+    empty.write_bytes(b"")
+    with pytest.raises(DataError, match=f"{empty} is corrupt: its size is 0 bytes"):
+        Cifar10Data(str(tmp_path)).prepare()
+
+
+def test_prepare_label_out_of_range_is_corrupt(tmp_path):
+    write_cifar10(str(tmp_path), train_per_file=4)
+    bad = tmp_path / "cifar-10-batches-bin" / "data_batch_2.bin"
+    raw = bytearray(bad.read_bytes())
+    raw[3 * RECORD_BYTES] = 42  # the last record's label byte
+    bad.write_bytes(bytes(raw))
+    with pytest.raises(DataError, match=f"{bad} is corrupt: record 3 has label 42"):
+        Cifar10Data(str(tmp_path)).prepare()
+
+
+def test_datasets_check_the_files_when_prepare_was_not_called(tmp_path):
+    with pytest.raises(DataError, match="does not exist"):
+        Cifar10Data(str(tmp_path)).train_dataset()
+
+
+def test_batch_larger_than_a_shard_is_refused_instead_of_an_empty_epoch(cifar):
+    with pytest.raises(ConfigError, match="batch_size=32.*20 per shard"):
+        Cifar10Data(cifar[0], batch_size=32).train_dataset(num_shards=2, shard_id=0)
+
+
+# ------------------------------------------------------------------------------------------ constructor arguments
+@pytest.mark.parametrize("kwargs, message", [
+    ({"batch_size": 0}, "batch_size must be an int >= 1; got 0"),
+    ({"batch_size": 2.0}, "batch_size must be an int >= 1; got 2.0"),
+    ({"eval_batch_size": 0}, "eval_batch_size must be an int >= 1; got 0"),
+    ({"image_size": 4}, "image_size must be an int >= 8; got 4"),
+    ({"image_size": True}, "image_size must be an int >= 8; got True"),
+    ({"num_parallel_workers": 0}, "num_parallel_workers must be an int >= 1; got 0"),
+    ({"augment": "false"}, "augment must be true or false; got 'false'"),
+    ({"download": 1}, "download must be true or false; got 1"),
+    ({"md5": "abc"}, "md5 must be 32 hexadecimal digits or null; got 'abc'"),
+    ({"url": ""}, "url must be a non-empty string"),
+    ({"root": ""}, "root must be a path"),
+])
+def test_constructor_arguments_are_validated(kwargs, message):
+    arguments = {"root": "/data", **kwargs}
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        Cifar10Data(**arguments)
+
+
+def test_protocol_attributes_and_defaults():
+    data = Cifar10Data("relative/dir")
+    assert data.num_classes == 10 and data.image_channels == 3
+    assert data.eval_batch_size == data.batch_size == 32 and data.image_size == 224
+    assert data.root == os.path.abspath("relative/dir") and data.download is False
+    assert data.url == "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz"
+    assert data.md5 == "c32a1d4ab5d03f1284b67883e8d87530"

@@ -1,0 +1,299 @@
+"""CIFAR-10 (binary version) as a data module, with the ResNet-50 migration example's preprocessing.
+
+Layout expected under `root` (what the official `cifar-10-binary.tar.gz` extracts to)::
+
+    root/cifar-10-batches-bin/data_batch_1.bin ... data_batch_5.bin   (train, 50,000 records)
+    root/cifar-10-batches-bin/test_batch.bin                          (test, 10,000 records)
+
+Each record is 3073 bytes: 1 label byte (0..9), then 1024 red, 1024 green and 1024 blue bytes of a 32x32 image.
+
+Preprocessing follows the seed (MindSpore port of the PyTorch reference):
+train: RandomCrop(32, padding 4) -> RandomHorizontalFlip(0.5) -> Resize -> Rescale(1/255) -> Normalize -> HWC2CHW;
+eval: the same without the two random ops. The seed's PyTorch *test* transform also flips at random; that is a bug
+(evaluation must be deterministic), so it is not copied. Resize is left out when `image_size == 32`: resizing
+32 -> 32 is the identity, so the op would only cost time.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+import os
+import re
+import tempfile
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import mindspore as ms
+import mindspore.dataset as ds
+import numpy as np
+from mindspore.dataset import transforms, vision
+
+from trainkit.data.download import download_file, extract_tar, file_md5
+from trainkit.errors import ConfigError, DataError
+
+logger = logging.getLogger(__name__)
+
+CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz"
+CIFAR10_MD5 = "c32a1d4ab5d03f1284b67883e8d87530"  # as published on https://www.cs.toronto.edu/~kriz/cifar.html
+ARCHIVE_NAME = "cifar-10-binary.tar.gz"
+BATCHES_DIR = "cifar-10-batches-bin"
+TRAIN_FILES = tuple(f"data_batch_{i}.bin" for i in range(1, 6))
+TEST_FILES = ("test_batch.bin",)
+IMAGE_BYTES = 3 * 32 * 32
+RECORD_BYTES = 1 + IMAGE_BYTES
+OFFICIAL_RECORDS = 10000  # per file; MindSpore's Cifar10Dataset reads exactly this many records from each file
+MEAN = (0.4914, 0.4822, 0.4465)
+STD = (0.2023, 0.1994, 0.2010)
+MIN_IMAGE_SIZE = 8
+
+
+# ----------------------------------------------------------------------------------------------- argument checks
+def check_int(name: str, value: Any, minimum: int) -> int:
+    """Return `value` as int when it is an integer (not a bool) >= minimum; else raise ConfigError naming `name`."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ConfigError(f"{name} must be an int >= {minimum}; got {value!r}")
+    return int(value)
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """Return `value` when it is a bool: a string such as 'false' would otherwise count as true."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ConfigError(f"{name} must be true or false; got {value!r}")
+    return bool(value)
+
+
+def check_shards(num_shards: Any, shard_id: Any) -> Tuple[int, int]:
+    """Validate data-parallel sharding arguments (one shard per device)."""
+    num_shards = check_int("num_shards", num_shards, 1)
+    shard_id = check_int("shard_id", shard_id, 0)
+    if shard_id >= num_shards:
+        raise ConfigError(f"shard_id must be in [0, num_shards - 1] = [0, {num_shards - 1}]; got {shard_id}")
+    return num_shards, shard_id
+
+
+# ------------------------------------------------------------------------------------------------ record source
+class _RecordSource:
+    """Random-access CIFAR-10 records read with NumPy, for files whose record count is not the official 10,000.
+
+    MindSpore's Cifar10Dataset reads exactly 10,000 records per file and fails on anything shorter, so subsets
+    (and the small generated files used by tests) go through this source instead. It yields what Cifar10Dataset
+    yields: an HWC uint8 image [32, 32, 3] and a uint32 scalar label.
+    """
+
+    def __init__(self, paths: Sequence[str]):
+        records = np.concatenate([np.fromfile(path, dtype=np.uint8).reshape(-1, RECORD_BYTES) for path in paths])
+        self.labels = records[:, 0].astype(np.uint32)
+        self.images = np.ascontiguousarray(records[:, 1:].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int) -> Tuple[np.ndarray, np.ndarray]:
+        return self.images[index], np.array(self.labels[index], dtype=np.uint32)
+
+
+class Cifar10Data:
+    """CIFAR-10 data module: `prepare()` checks (or downloads) the files, then `train_dataset()`/`eval_dataset()`.
+
+    Args:
+        root: folder that holds `cifar-10-batches-bin/` (not that folder itself).
+        image_size: side of the square images fed to the network (the seed uses 224 for ResNet-50); >= 8.
+        batch_size: training batch size; the last incomplete batch is dropped.
+        eval_batch_size: evaluation batch size (None: same as batch_size); the last batch is kept.
+        augment: random crop (padding 4) and horizontal flip on the training set.
+        download: when the files are missing or corrupt, download `url` into `root`, check `md5`, extract.
+        num_parallel_workers: threads per pipeline stage.
+        url: where to download the binary archive from (a mirror may be given).
+        md5: expected MD5 of that archive; None skips the check (not recommended).
+    """
+
+    num_classes: int = 10
+    image_channels: int = 3
+
+    def __init__(self, root: str, image_size: int = 224, batch_size: int = 32, eval_batch_size: Optional[int] = None,
+                 augment: bool = True, download: bool = False, num_parallel_workers: int = 2,
+                 url: str = CIFAR10_URL, md5: Optional[str] = CIFAR10_MD5):
+        if not isinstance(root, (str, os.PathLike)) or not str(root):
+            raise ConfigError(f"root must be a path to the folder that holds {BATCHES_DIR}/; got {root!r}")
+        self.root = os.path.abspath(os.path.expanduser(str(root)))
+        self.image_size = check_int("image_size", image_size, MIN_IMAGE_SIZE)
+        self.batch_size = check_int("batch_size", batch_size, 1)
+        self.eval_batch_size = self.batch_size if eval_batch_size is None else check_int(
+            "eval_batch_size", eval_batch_size, 1)
+        self.augment = check_bool("augment", augment)
+        self.download = check_bool("download", download)
+        self.num_parallel_workers = check_int("num_parallel_workers", num_parallel_workers, 1)
+        if not isinstance(url, str) or not url:
+            raise ConfigError(f"url must be a non-empty string; got {url!r}")
+        self.url = url
+        if md5 is not None and not (isinstance(md5, str) and re.fullmatch(r"[0-9a-fA-F]{32}", md5)):
+            raise ConfigError(f"md5 must be 32 hexadecimal digits or null; got {md5!r}")
+        self.md5 = md5.lower() if md5 is not None else None
+        self._prepared = False
+
+    @property
+    def folder(self) -> str:
+        """The `cifar-10-batches-bin` folder the records are read from."""
+        return os.path.join(self.root, BATCHES_DIR)
+
+    def __repr__(self) -> str:
+        return (f"Cifar10Data(root={self.root!r}, image_size={self.image_size}, batch_size={self.batch_size}, "
+                f"eval_batch_size={self.eval_batch_size}, augment={self.augment}, download={self.download})")
+
+    # ---------------------------------------------------------------------------------------------- prepare
+    def prepare(self) -> None:
+        """Check the six binary files exist and are well-formed, downloading them first when allowed.
+
+        Cheap (file sizes and a few label bytes), so it runs before any network is built; raises DataError
+        naming the paths, what is wrong and how to fix it.
+        """
+        problems = self._problems()
+        if problems and self.download:
+            self._download_and_extract()
+            problems = self._problems()
+            if problems:
+                raise DataError(f"CIFAR-10 in {self.folder} is still not usable after downloading {self.url}: "
+                                f"{'; '.join(problems)}. The archive does not hold the CIFAR-10 binary version; "
+                                f"check data.url.")
+        elif problems:
+            raise DataError(self._missing_message(problems))
+        self._prepared = True
+
+    def _problems(self) -> List[str]:
+        """What is wrong with the files, one sentence per file (empty when everything is usable)."""
+        if not os.path.isdir(self.folder):
+            return [f"{self.folder} does not exist"]
+        problems = []
+        for name in TRAIN_FILES + TEST_FILES:
+            path = os.path.join(self.folder, name)
+            if not os.path.isfile(path):
+                problems.append(f"{path} is missing")
+                continue
+            size = os.path.getsize(path)
+            if size == 0 or size % RECORD_BYTES:
+                problems.append(f"{path} is corrupt: its size is {size:,} bytes, not a positive multiple of the "
+                                f"{RECORD_BYTES}-byte record (1 label byte + {IMAGE_BYTES} pixel bytes; the official "
+                                f"files are {OFFICIAL_RECORDS * RECORD_BYTES:,} bytes)")
+                continue
+            records = size // RECORD_BYTES
+            with open(path, "rb") as f:  # spot-check the first, middle and last labels: catches CIFAR-100 and junk
+                for record in sorted({0, records // 2, records - 1}):
+                    f.seek(record * RECORD_BYTES)
+                    label = f.read(1)[0]
+                    if label >= self.num_classes:
+                        problems.append(f"{path} is corrupt: record {record} has label {label}, but CIFAR-10 labels "
+                                        f"are 0..9 (is it the CIFAR-100 binary version?)")
+                        break
+        return problems
+
+    def _missing_message(self, problems: List[str]) -> str:
+        expected = ", ".join(TRAIN_FILES + TEST_FILES)
+        message = f"CIFAR-10 data is not usable: {'; '.join(problems)}."
+        if os.path.isfile(os.path.join(self.root, TRAIN_FILES[0])):
+            message += (f" {self.root} itself holds {TRAIN_FILES[0]}: data.root must be the folder that holds "
+                        f"{BATCHES_DIR}/, here probably data.root={os.path.dirname(self.root)}.")
+        archive = os.path.join(self.root, ARCHIVE_NAME)
+        if os.path.isfile(archive):
+            message += f" {archive} exists: data.download=true verifies and extracts it without downloading again."
+        return (f"{message} Fix: pass data.download=true to download {self.url} (162 MiB) into {self.root}, or "
+                f"data.root=PATH where PATH/{BATCHES_DIR}/ holds {expected}.")
+
+    def _download_and_extract(self) -> None:
+        os.makedirs(self.root, exist_ok=True)
+        archive = os.path.join(self.root, ARCHIVE_NAME)
+        if os.path.isfile(archive) and (self.md5 is None or file_md5(archive) == self.md5):
+            logger.info("Using the archive already downloaded at %s", archive)
+        else:
+            if self.md5 is None:
+                logger.warning("data.md5 is null: the download from %s is not verified", self.url)
+            download_file(self.url, archive, self.md5, fix_hint=(
+                f"Or download it yourself and extract it into {self.root} (so that {self.folder} holds the .bin "
+                f"files), then run without data.download."))
+        # Extract next to the destination, then move the six files into place: an archive that turns out to be
+        # damaged halfway leaves the previous state, never a mix that passes the size checks.
+        with tempfile.TemporaryDirectory(prefix=".cifar10-extract-", dir=self.root) as staging:
+            extract_tar(archive, staging)
+            extracted = os.path.join(staging, BATCHES_DIR)
+            if not os.path.isdir(extracted):
+                raise DataError(f"{archive} (from {self.url}) has no top-level {BATCHES_DIR}/ folder, so it is not "
+                                f"the CIFAR-10 binary archive; delete it and check data.url.")
+            os.makedirs(self.folder, exist_ok=True)
+            for name in sorted(os.listdir(extracted)):
+                source = os.path.join(extracted, name)
+                if os.path.isfile(source):
+                    os.replace(source, os.path.join(self.folder, name))
+        logger.info("Extracted %s into %s", archive, self.folder)
+
+    # --------------------------------------------------------------------------------------------- datasets
+    def train_dataset(self, num_shards: int = 1, shard_id: int = 0) -> ds.Dataset:
+        """Shuffled, augmented (when `augment`) batches of `batch_size`; the last incomplete batch is dropped.
+
+        Columns: "image" float32 [B, 3, image_size, image_size], "label" int32 [B]. With `num_shards` > 1 each
+        shard reads a disjoint 1/num_shards of the records (padded by repetition to equal sizes).
+        """
+        num_shards, shard_id = check_shards(num_shards, shard_id)
+        records = self._records(TRAIN_FILES)
+        per_shard = math.ceil(records / num_shards)
+        if per_shard < self.batch_size:
+            raise ConfigError(f"batch_size={self.batch_size} is larger than the training records per shard: the "
+                              f"files in {self.folder} hold {records} records, {per_shard} per shard with "
+                              f"num_shards={num_shards}, so dropping the last incomplete batch leaves no batch at all. "
+                              f"Lower data.batch_size.")
+        dataset = self._source(TRAIN_FILES, "train", shuffle=True, num_shards=num_shards, shard_id=shard_id)
+        return self._pipeline(dataset, self._image_ops(train=True), self.batch_size, drop_remainder=True)
+
+    def eval_dataset(self, num_shards: int = 1, shard_id: int = 0) -> ds.Dataset:
+        """Test records in file order, no augmentation, batches of `eval_batch_size` (the last one may be smaller).
+
+        With `num_shards` > 1, shard k gets records k, k + num_shards, ...; when the record count is not a multiple
+        of num_shards, the last shards repeat a record or two so all shards have the same number.
+        """
+        num_shards, shard_id = check_shards(num_shards, shard_id)
+        dataset = self._source(TEST_FILES, "test", shuffle=False, num_shards=num_shards, shard_id=shard_id)
+        return self._pipeline(dataset, self._image_ops(train=False), self.eval_batch_size, drop_remainder=False)
+
+    def _ensure_prepared(self) -> None:
+        if not self._prepared:
+            self.prepare()
+
+    def _records(self, names: Sequence[str]) -> int:
+        self._ensure_prepared()
+        return sum(os.path.getsize(os.path.join(self.folder, name)) // RECORD_BYTES for name in names)
+
+    def _native_readable(self, names: Sequence[str], usage: str) -> bool:
+        """True when MindSpore's Cifar10Dataset reads exactly these files: each holds the official 10,000 records
+        and no other `.bin` file in the folder matches its name filter (it reads every `*data_batch*.bin` or
+        `*test_batch*.bin` file it finds)."""
+        marker = "data_batch" if usage == "train" else "test_batch"
+        matched = {name for name in os.listdir(self.folder) if name.endswith(".bin") and marker in name}
+        sizes_ok = all(os.path.getsize(os.path.join(self.folder, name)) == OFFICIAL_RECORDS * RECORD_BYTES
+                       for name in names)
+        return sizes_ok and matched == set(names)
+
+    def _source(self, names: Sequence[str], usage: str, shuffle: bool, num_shards: int, shard_id: int) -> ds.Dataset:
+        self._ensure_prepared()
+        shards: Dict[str, Any] = {"num_shards": num_shards, "shard_id": shard_id} if num_shards > 1 else {}
+        if self._native_readable(names, usage):
+            return ds.Cifar10Dataset(self.folder, usage=usage, shuffle=shuffle,
+                                     num_parallel_workers=self.num_parallel_workers, **shards)
+        logger.info("Reading %s with NumPy: the files are not the official %d records each", usage, OFFICIAL_RECORDS)
+        source = _RecordSource([os.path.join(self.folder, name) for name in names])
+        return ds.GeneratorDataset(source, column_names=["image", "label"], shuffle=shuffle,
+                                   num_parallel_workers=1, python_multiprocessing=False, **shards)
+
+    def _image_ops(self, train: bool) -> list:
+        ops: list = []
+        if train and self.augment:
+            ops += [vision.RandomCrop((32, 32), (4, 4, 4, 4)), vision.RandomHorizontalFlip(prob=0.5)]
+        if self.image_size != 32:
+            ops.append(vision.Resize((self.image_size, self.image_size)))  # bilinear, on uint8 like the reference
+        ops += [vision.Rescale(1.0 / 255.0, 0.0), vision.Normalize(list(MEAN), list(STD)), vision.HWC2CHW()]
+        return ops
+
+    def _pipeline(self, dataset: ds.Dataset, image_ops: list, batch_size: int, drop_remainder: bool) -> ds.Dataset:
+        workers = self.num_parallel_workers
+        dataset = dataset.map(operations=transforms.TypeCast(ms.int32), input_columns="label",
+                              num_parallel_workers=workers)
+        dataset = dataset.map(operations=image_ops, input_columns="image", num_parallel_workers=workers)
+        return dataset.batch(batch_size, drop_remainder=drop_remainder, num_parallel_workers=workers)
+
