@@ -212,11 +212,16 @@ class Cifar10Data:
         # Extract next to the destination, then move the six files into place: an archive that turns out to be
         # damaged halfway leaves the previous state, never a mix that passes the size checks.
         with tempfile.TemporaryDirectory(prefix=".cifar10-extract-", dir=self.root) as staging:
-            extract_tar(archive, staging)
             extracted = os.path.join(staging, BATCHES_DIR)
-            if not os.path.isdir(extracted):
-                raise DataError(f"{archive} (from {self.url}) has no top-level {BATCHES_DIR}/ folder, so it is not "
-                                f"the CIFAR-10 binary archive; delete it and check data.url.")
+            try:
+                extract_tar(archive, staging)
+                if not os.path.isdir(extracted):
+                    raise DataError(f"{archive} has no top-level {BATCHES_DIR}/ folder, so it is not the CIFAR-10 "
+                                    f"binary archive.")
+            except DataError as err:
+                os.remove(archive)  # else the next run with data.download=true would reuse it
+                raise DataError(f"{err} It came from {self.url} (or was already in {self.root}) and has been "
+                                f"deleted. Check data.url and data.md5.") from err
             os.makedirs(self.folder, exist_ok=True)
             for name in sorted(os.listdir(extracted)):
                 source = os.path.join(extracted, name)

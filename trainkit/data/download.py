@@ -17,7 +17,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from typing import Callable, Optional, TextIO
+from typing import Callable, Optional, TextIO, Union
 
 from trainkit.errors import DataError
 
@@ -47,6 +47,8 @@ class _Progress:
     def update(self, done: int, final: bool = False) -> None:
         if self.stream is None:
             return
+        if final and not self.tty and self.last_step == (100 * done // self.total if self.total else done):
+            return  # the last line already says it
         if self.total:
             step = 100 * done // self.total
             text = f"{self.label}: {step}% ({done / 1e6:.1f} / {self.total / 1e6:.1f} MB)"
@@ -63,13 +65,15 @@ class _Progress:
 
 
 def download_file(url: str, dest: str, md5: Optional[str] = None, *, timeout: float = 60.0,
-                  progress: Optional[TextIO] = sys.stderr, fix_hint: str = "") -> str:
+                  progress: Union[bool, TextIO] = True, fix_hint: str = "") -> str:
     """Download `url` to `dest` (streamed to a temporary file, renamed when complete and verified); return the MD5.
 
     Raises DataError naming the URL when the server cannot be reached or the transfer fails, and naming the
     expected and actual MD5 on a mismatch; in both cases nothing is left at `dest` or in its folder.
-    `fix_hint` is appended to those messages (how to get the data another way).
+    `fix_hint` is appended to those messages (how to get the data another way). `progress`: True writes progress
+    lines to stderr, False nothing, a stream writes them there.
     """
+    stream = sys.stderr if progress is True else (progress or None)
     folder = os.path.dirname(os.path.abspath(dest))
     os.makedirs(folder, exist_ok=True)
     hint = f" {fix_hint}" if fix_hint else ""
@@ -86,7 +90,7 @@ def download_file(url: str, dest: str, md5: Optional[str] = None, *, timeout: fl
             with response:
                 length = response.headers.get("Content-Length")
                 total = int(length) if length and length.isdigit() else None
-                shown = _Progress(f"Downloading {url}", total, progress)
+                shown = _Progress(f"Downloading {url}", total, stream)
                 logger.info("Downloading %s to %s", url, dest)
                 done = 0
                 try:
@@ -118,11 +122,11 @@ def _check_member(member: tarfile.TarInfo, archive: str) -> None:
     name = member.name
     parts = name.replace("\\", "/").split("/")
     if os.path.isabs(name) or name.startswith(("/", "\\")) or ".." in parts or (parts and ":" in parts[0]):
-        raise DataError(f"Refusing to extract {archive}: member {name!r} points outside the extraction folder. "
-                        f"The archive is not the expected dataset; delete it and download it again.")
+        raise DataError(f"Refusing to extract {archive}: member {name!r} points outside the extraction folder, "
+                        f"so the archive is not the expected dataset.")
     if not (member.isfile() or member.isdir()):
         raise DataError(f"Refusing to extract {archive}: member {name!r} is a link or special file, which the "
-                        f"dataset archive does not contain. Delete it and download it again.")
+                        f"dataset archive does not contain.")
 
 
 def extract_tar(archive: str, dest: str, *, on_member: Optional[Callable[[str], None]] = None) -> None:
@@ -148,5 +152,6 @@ def extract_tar(archive: str, dest: str, *, on_member: Optional[Callable[[str], 
                 if on_member is not None:
                     on_member(member.name)
     except (tarfile.TarError, EOFError, OSError) as err:
-        raise DataError(f"Could not extract {archive}: {err}. The archive is damaged or not a tar file; delete it "
-                        f"and download it again.") from err
+        detail = " ".join(str(err).split())  # tarfile's messages span several lines
+        raise DataError(f"Could not extract {archive}: it is damaged or not a tar archive ({type(err).__name__}: "
+                        f"{detail}).") from err
