@@ -1,1 +1,5 @@
 """Datasets as data modules: `prepare()` checks (or downloads) the files, then `train_dataset()` / `eval_dataset()`."""
+from trainkit.data.cifar10 import Cifar10Data
+from trainkit.data.digits import DigitsData
+
+__all__ = ["Cifar10Data", "DigitsData"]

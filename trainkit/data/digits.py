@@ -1,0 +1,132 @@
+"""scikit-learn's handwritten digits (1,797 8x8 grayscale images) as a data module.
+
+Small enough to train a real classifier on CPU in seconds, so it serves smoke tests and examples where CIFAR-10
+would need a 162 MiB download. scikit-learn is an optional dependency (`pip install 'trainkit[digits]'`); it is
+imported by `prepare()`, so configuring this module does not need it.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Dict, Optional
+
+import mindspore.dataset as ds
+import numpy as np
+from mindspore.dataset import vision
+
+from trainkit.data.cifar10 import check_int, check_shards
+from trainkit.errors import ConfigError, DataError
+
+NUM_SAMPLES = 1797
+MIN_IMAGE_SIZE = 8
+PIXEL_MAX = 16.0  # load_digits pixels are counts of set pixels in 4x4 blocks: 0..16
+
+
+class DigitsData:
+    """Digits data module: a deterministic stratified train/test split, normalised with the train set's statistics.
+
+    Args:
+        batch_size: training batch size; the last incomplete batch is dropped.
+        eval_batch_size: evaluation batch size (None: same as batch_size); the last batch is kept.
+        test_fraction: share of each class held out for evaluation, in (0, 1). Each class contributes
+            round(test_fraction * its count) images, at least 1 and at most all but one, so every class is in both.
+        split_seed: seed of the split alone (independent of the global shuffle seed), so runs that change the
+            training seed still evaluate on the same images.
+        image_size: side of the square images; 8 is the native size, larger sizes are bilinear upscales
+            (for networks whose stem needs more than 8x8).
+        num_parallel_workers: threads per pipeline stage.
+
+    After `prepare()`, `mean` and `std` hold the normalisation statistics (of pixel / 16 over the train split).
+    """
+
+    num_classes: int = 10
+    image_channels: int = 1
+
+    def __init__(self, batch_size: int = 32, eval_batch_size: Optional[int] = None, test_fraction: float = 0.2,
+                 split_seed: int = 0, image_size: int = 8, num_parallel_workers: int = 1):
+        self.batch_size = check_int("batch_size", batch_size, 1)
+        self.eval_batch_size = self.batch_size if eval_batch_size is None else check_int(
+            "eval_batch_size", eval_batch_size, 1)
+        if (isinstance(test_fraction, bool) or not isinstance(test_fraction, numbers.Real)
+                or not 0.0 < float(test_fraction) < 1.0):
+            raise ConfigError(f"test_fraction must be a number in (0, 1); got {test_fraction!r}")
+        self.test_fraction = float(test_fraction)
+        self.split_seed = check_int("split_seed", split_seed, 0)
+        self.image_size = check_int("image_size", image_size, MIN_IMAGE_SIZE)
+        self.num_parallel_workers = check_int("num_parallel_workers", num_parallel_workers, 1)
+        self.mean: Optional[float] = None
+        self.std: Optional[float] = None
+        self._train: Optional[tuple] = None
+        self._test: Optional[tuple] = None
+
+    def __repr__(self) -> str:
+        return (f"DigitsData(batch_size={self.batch_size}, eval_batch_size={self.eval_batch_size}, "
+                f"test_fraction={self.test_fraction}, split_seed={self.split_seed}, image_size={self.image_size})")
+
+    def prepare(self) -> None:
+        """Load the digits from scikit-learn (bundled with it, no download), split and normalise them."""
+        try:
+            from sklearn.datasets import load_digits
+        except ImportError as err:
+            raise DataError("DigitsData needs scikit-learn, which is not installed: pip install 'trainkit[digits]' "
+                            "(or pip install scikit-learn).") from err
+        digits = load_digits()
+        images = np.asarray(digits.images, dtype=np.float64)  # [N, 8, 8], 0..16
+        labels = np.asarray(digits.target, dtype=np.int32)
+        if images.shape[1:] != (8, 8) or len(images) != len(labels):
+            raise DataError(f"scikit-learn's load_digits returned images of shape {images.shape} and "
+                            f"{len(labels)} labels; expected [N, 8, 8] and N labels. Reinstall scikit-learn.")
+        train_index, test_index = self.split(labels)
+        scaled = images / PIXEL_MAX
+        self.mean = float(scaled[train_index].mean())
+        self.std = float(scaled[train_index].std())
+        normalised = ((scaled - self.mean) / self.std).astype(np.float32)[..., None]  # HWC: [N, 8, 8, 1]
+        self._train = (normalised[train_index], labels[train_index])
+        self._test = (normalised[test_index], labels[test_index])
+
+    def split(self, labels: np.ndarray) -> tuple:
+        """Indices (train, test), each sorted: per class, a `split_seed` permutation's first share goes to test."""
+        rng = np.random.default_rng(self.split_seed)
+        train, test = [], []
+        for label in np.unique(labels):
+            members = rng.permutation(np.flatnonzero(labels == label))
+            count = min(len(members) - 1, max(1, round(self.test_fraction * len(members))))
+            test.append(members[:count])
+            train.append(members[count:])
+        return np.sort(np.concatenate(train)), np.sort(np.concatenate(test))
+
+    def train_dataset(self, num_shards: int = 1, shard_id: int = 0) -> ds.Dataset:
+        """Shuffled batches of `batch_size` (last partial one dropped): "image" float32 [B, 1, S, S], "label" int32."""
+        num_shards, shard_id = check_shards(num_shards, shard_id)
+        images, labels = self._split_arrays("train")
+        per_shard = math.ceil(len(labels) / num_shards)
+        if per_shard < self.batch_size:
+            raise ConfigError(f"batch_size={self.batch_size} is larger than the {per_shard} training images per shard "
+                              f"({len(labels)} images, num_shards={num_shards}), so no full batch exists. Lower "
+                              f"data.batch_size or data.test_fraction.")
+        return self._pipeline(images, labels, True, self.batch_size, num_shards, shard_id)
+
+    def eval_dataset(self, num_shards: int = 1, shard_id: int = 0) -> ds.Dataset:
+        """Test images in index order, batches of `eval_batch_size` (the last one may be smaller).
+
+        With num_shards > 1 shard k gets images k, k + num_shards, ...; shards are padded by repetition to equal
+        sizes when the count is not a multiple of num_shards.
+        """
+        num_shards, shard_id = check_shards(num_shards, shard_id)
+        images, labels = self._split_arrays("test")
+        return self._pipeline(images, labels, False, self.eval_batch_size, num_shards, shard_id)
+
+    def _split_arrays(self, which: str) -> tuple:
+        if self._train is None:
+            self.prepare()
+        assert self._train is not None and self._test is not None
+        return self._train if which == "train" else self._test
+
+    def _pipeline(self, images: np.ndarray, labels: np.ndarray, train: bool, batch_size: int,
+                  num_shards: int, shard_id: int) -> ds.Dataset:
+        shards: Dict[str, Any] = {"num_shards": num_shards, "shard_id": shard_id} if num_shards > 1 else {}
+        dataset = ds.NumpySlicesDataset({"image": images, "label": labels}, shuffle=train, **shards)
+        ops: list = [vision.Resize((self.image_size, self.image_size))] if self.image_size != 8 else []
+        ops.append(vision.HWC2CHW())
+        dataset = dataset.map(operations=ops, input_columns="image", num_parallel_workers=self.num_parallel_workers)
+        return dataset.batch(batch_size, drop_remainder=train)
