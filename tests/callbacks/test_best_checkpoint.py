@@ -1,0 +1,126 @@
+"""BestCheckpoint: saves on improvement only, atomically, a file mindspore.load_checkpoint reads back."""
+import json
+import math
+
+import mindspore as ms
+import numpy as np
+import pytest
+from mindspore import Tensor, nn
+from mindspore.train import Callback, RunContext
+
+from tests.common.models import TinyMLP, batches, loss_network
+from trainkit import TrainingWrapper
+from trainkit.callbacks import BestCheckpoint, Evaluation
+
+
+class Params(dict):
+    __getattr__ = dict.__getitem__
+
+    def __setattr__(self, key, value):
+        self[key] = value
+
+
+class Snapshots(Callback):
+    def __init__(self):
+        super().__init__()
+        self.by_epoch = {}
+
+    def on_train_epoch_end(self, run_context):
+        params = run_context.original_args()
+        self.by_epoch[params.cur_epoch_num] = {p.name: p.asnumpy().copy()
+                                               for p in params.train_network.get_parameters()}
+
+
+def make_model(ema_decay=None):
+    net = TinyMLP()
+    optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9)
+    wrapper = TrainingWrapper(loss_network(net), optimizer, ema_decay=ema_decay)
+    loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    model = ms.train.Model(wrapper, eval_network=nn.WithEvalCell(net, loss_fn), eval_indexes=[0, 1, 2],
+                           metrics={"accuracy", "loss"})
+    return net, wrapper, model
+
+
+def files_in(directory):
+    return sorted(p.name for p in directory.iterdir())
+
+
+@pytest.mark.parametrize("mode_name, values, saved_at", [
+    ("max", [0.5, 0.4, 0.7, 0.7, math.nan, 0.71], [1, 3, 6]),
+    ("min", [0.5, 0.6, 0.2, math.nan, 0.2, 0.1], [1, 3, 6]),
+])
+def test_saves_only_on_improvement(tmp_path, mode_name, values, saved_at):
+    net, wrapper, model = make_model()
+    evaluation = Evaluation(model, None)
+    metric = "eval/accuracy" if mode_name == "max" else "eval/loss"
+    best = BestCheckpoint(evaluation, tmp_path / "ckpt", metric=metric, mode=mode_name)
+    context = RunContext(Params(train_network=wrapper, list_callback=[evaluation, best]))
+    best.on_train_begin(context)
+    saves = []
+    for epoch, value in enumerate(values, start=1):
+        # mark the weights with the epoch, so the file tells which epoch it holds
+        net.fc2.bias.set_data(Tensor(np.full(3, epoch, np.float32)))
+        evaluation.history.append({"epoch": epoch, "step": 10 * epoch, metric: value})
+        best.on_train_epoch_end(context)
+        saves.append(int(ms.load_checkpoint(str(best.path))["fc2.bias"].asnumpy()[0]))
+    expected = [max(s for s in saved_at if s <= epoch) for epoch in range(1, len(values) + 1)]
+    assert saves == expected
+    assert best.saves == len(saved_at)
+    assert best.best == values[saved_at[-1] - 1] and best.best_epoch == saved_at[-1]
+    assert json.loads((tmp_path / "ckpt" / "best.json").read_text()) == {
+        "metric": metric, "mode": mode_name, "value": values[saved_at[-1] - 1], "epoch": saved_at[-1],
+        "step": 10 * saved_at[-1], "checkpoint": "best.ckpt"}
+    assert files_in(tmp_path / "ckpt") == ["best.ckpt", "best.json"]  # no temporary file left
+
+    # a resumed run starts from the recorded best and does not overwrite it with a worse result
+    resumed = BestCheckpoint(evaluation, tmp_path / "ckpt", metric=metric, mode=mode_name)
+    assert resumed.best == best.best
+    worse = values[saved_at[-1] - 1] + (-0.01 if mode_name == "max" else 0.01)
+    assert not resumed.update({"epoch": 99, "step": 990, metric: worse}, wrapper)
+
+
+def test_under_model_train_keeps_the_best_epochs_state(graph_mode, tmp_path):
+    net, wrapper, model = make_model(ema_decay=0.5)
+    data = batches(4, 4, seed=1)
+    train = ms.dataset.NumpySlicesDataset(
+        {"x": np.stack([x for x, _ in data]), "y": np.stack([y for _, y in data])}, shuffle=False)
+    eval_x, eval_y = (np.concatenate(a) for a in zip(*batches(3, 5, seed=9)))
+    evaluation = Evaluation(model, ms.dataset.NumpySlicesDataset({"x": eval_x, "y": eval_y}, shuffle=False).batch(5),
+                            None, ema=wrapper.ema)
+    best = BestCheckpoint(evaluation, tmp_path, metric="eval_ema/loss", mode="min")
+    snapshots = Snapshots()
+    model.train(4, train, callbacks=[evaluation, best, snapshots], dataset_sink_mode=False)
+
+    losses = [r["eval_ema/loss"] for r in evaluation.history]
+    best_epoch = int(np.argmin(losses)) + 1
+    assert best.best_epoch == best_epoch and best.best == min(losses)
+    assert best.saves == sum(1 for i, v in enumerate(losses) if v < min(losses[:i], default=math.inf))
+    saved = ms.load_checkpoint(str(tmp_path / "best.ckpt"))
+    expected = snapshots.by_epoch[best_epoch]
+    assert set(saved) == set(expected)  # weights, optimizer moments, EMA shadows, counters
+    assert {"moments.fc1.weight", "ema.fc1.weight", "global_step", "ema_num_updates"} <= set(saved)
+    for name, value in expected.items():
+        np.testing.assert_array_equal(saved[name].asnumpy(), value, err_msg=name)
+    assert files_in(tmp_path) == ["best.ckpt", "best.json"]
+
+
+def test_unknown_metric_names_the_valid_ones(tmp_path):
+    _, wrapper, model = make_model(ema_decay=0.9)
+    evaluation = Evaluation(model, None, ema=wrapper.ema)
+    with pytest.raises(ValueError) as error:
+        BestCheckpoint(evaluation, tmp_path, metric="eval/acc")
+    message = str(error.value)
+    assert "'eval/acc'" in message
+    for name in ("eval/accuracy", "eval/loss", "eval_ema/accuracy", "eval_ema/loss"):
+        assert name in message
+    with pytest.raises(ValueError, match="'max' or 'min'"):
+        BestCheckpoint(evaluation, tmp_path, metric="eval/loss", mode="lowest")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_must_come_after_its_evaluation(tmp_path):
+    _, wrapper, model = make_model()
+    evaluation = Evaluation(model, None)
+    best = BestCheckpoint(evaluation, tmp_path)
+    with pytest.raises(ValueError, match="after its Evaluation"):
+        best.on_train_begin(RunContext(Params(train_network=wrapper, list_callback=[best, evaluation])))

@@ -1,0 +1,138 @@
+"""BestCheckpoint: keep the checkpoint of the best evaluation so far, replaced atomically."""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any, Dict, Optional, Union
+
+import mindspore as ms
+from mindspore import nn
+from mindspore.train import Callback
+
+from trainkit.callbacks.evaluation import Evaluation
+
+logger = logging.getLogger("trainkit")
+
+
+class BestCheckpoint(Callback):
+    """Saves the train network to ``<directory>/best.ckpt`` whenever `metric` improves.
+
+    Reads each new result of an ``Evaluation`` callback (so it must come after that callback in the list;
+    ``on_train_begin`` raises ValueError otherwise) and, when ``result[metric]`` beats the best so far
+    (strictly; NaN never does), saves `network` -- by default the Model's train network, i.e. the
+    TrainingWrapper, so the optimizer state, loss scale and EMA shadows are in the file too. The file
+    is written as ``best.tmp.ckpt`` in the same directory (``mindspore.save_checkpoint`` insists on a
+    ``.ckpt`` suffix) and moved over ``best.ckpt`` with ``os.replace``, so a crash leaves the previous best
+    intact. ``best.json`` (``{"metric", "mode", "value", "epoch", "step", "checkpoint"}``) is replaced the
+    same way after it.
+
+    An existing ``best.json`` for the same metric and mode, next to its checkpoint, sets the best so far, so a
+    resumed run does not overwrite a better checkpoint with a worse one.
+
+    Args:
+        evaluation: the Evaluation callback whose results to follow.
+        directory: where ``best.ckpt`` and ``best.json`` go (created if missing).
+        metric: one of ``evaluation.metric_names``, e.g. ``"eval/accuracy"``, ``"eval_ema/loss"``.
+        mode: ``"max"`` (higher is better) or ``"min"``.
+        network: the Cell to save; default the train network of the run.
+
+    Raises:
+        ValueError: `metric` is not recorded by `evaluation` (the message lists the valid names), or
+            `mode` is not "max"/"min".
+    """
+
+    checkpoint_name = "best.ckpt"
+    temporary_name = "best.tmp.ckpt"
+    info_name = "best.json"
+
+    def __init__(self, evaluation: Evaluation, directory: Union[str, Path], metric: str = "eval/accuracy",
+                 mode: str = "max", network: Optional[nn.Cell] = None):
+        super().__init__()
+        if mode not in ("max", "min"):
+            raise ValueError(f"BestCheckpoint mode must be 'max' or 'min'; got {mode!r}")
+        valid = evaluation.metric_names
+        if valid is not None and metric not in valid:
+            raise ValueError(f"BestCheckpoint metric {metric!r} is not recorded by the Evaluation callback; "
+                             f"valid metrics: {', '.join(valid)}")
+        self.evaluation = evaluation
+        self.directory = Path(directory)
+        self.metric = metric
+        self.mode = mode
+        self.network = network
+        self.best: Optional[float] = None
+        self.best_epoch: Optional[int] = None
+        self.saves = 0
+        self._seen = len(evaluation.history)
+        self._load_previous_best()
+
+    @property
+    def path(self) -> Path:
+        return self.directory / self.checkpoint_name
+
+    # ------------------------------------------------------------------ hooks
+    def on_train_begin(self, run_context) -> None:
+        callbacks = list(run_context.original_args().get("list_callback") or [])
+        if self in callbacks and self.evaluation in callbacks and \
+                callbacks.index(self) < callbacks.index(self.evaluation):
+            raise ValueError("BestCheckpoint must come after its Evaluation callback in the callback list")
+        self._seen = len(self.evaluation.history)
+
+    def on_train_epoch_end(self, run_context) -> None:
+        self._follow(run_context)
+
+    def on_train_end(self, run_context) -> None:
+        self._follow(run_context)
+
+    def _follow(self, run_context) -> None:
+        network = self.network if self.network is not None else run_context.original_args().get("train_network")
+        while self._seen < len(self.evaluation.history):
+            self.update(self.evaluation.history[self._seen], network)
+            self._seen += 1
+
+    # ------------------------------------------------------------------ the decision
+    def is_improvement(self, value: float) -> bool:
+        if math.isnan(value):
+            return False
+        if self.best is None:
+            return True
+        return value > self.best if self.mode == "max" else value < self.best
+
+    def update(self, result: Dict[str, Any], network: nn.Cell) -> bool:
+        """Save `network` if ``result[metric]`` improves on the best so far; returns whether it saved."""
+        if self.metric not in result:
+            valid = sorted(k for k in result if k not in ("epoch", "step"))
+            raise ValueError(f"BestCheckpoint metric {self.metric!r} is not in the evaluation result; "
+                             f"valid metrics: {', '.join(valid)}")
+        value = float(result[self.metric])
+        if not self.is_improvement(value):
+            return False
+        self.directory.mkdir(parents=True, exist_ok=True)
+        temporary = self.directory / self.temporary_name
+        ms.save_checkpoint(network, str(temporary))
+        os.replace(temporary, self.path)
+        info = {"metric": self.metric, "mode": self.mode, "value": value, "epoch": result.get("epoch"),
+                "step": result.get("step"), "checkpoint": self.checkpoint_name}
+        info_temporary = self.directory / (self.info_name + ".tmp")
+        info_temporary.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+        os.replace(info_temporary, self.directory / self.info_name)
+        previous = self.best
+        self.best, self.best_epoch = value, result.get("epoch")
+        self.saves += 1
+        logger.info("best %s %.6g (was %s) at epoch %s: saved %s", self.metric, value,
+                    "none" if previous is None else f"{previous:.6g}", self.best_epoch, self.path)
+        return True
+
+    def _load_previous_best(self) -> None:
+        info_path = self.directory / self.info_name
+        if not (info_path.is_file() and self.path.is_file()):
+            return
+        try:
+            info = json.loads(info_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return
+        if info.get("metric") == self.metric and info.get("mode") == self.mode and \
+                isinstance(info.get("value"), (int, float)):
+            self.best, self.best_epoch = float(info["value"]), info.get("epoch")

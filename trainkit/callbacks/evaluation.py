@@ -1,0 +1,137 @@
+"""Evaluation during training, with the live weights and, when there is an EMA, with the EMA weights."""
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from typing import Any, Dict, Iterator, List, Optional
+
+import numpy as np
+from mindspore import Tensor, ops
+from mindspore.train import Callback, Model
+
+from trainkit.callbacks.run_log import RunLog
+from trainkit.ema import ExponentialMovingAverage
+
+logger = logging.getLogger("trainkit")
+
+
+@contextlib.contextmanager
+def ema_weights(ema: ExponentialMovingAverage) -> Iterator[ExponentialMovingAverage]:
+    """Inside the block the network's parameters hold the EMA shadow values; afterwards their own again.
+
+    Values are copied in place with ``ops.assign`` (the Parameters keep their identity and memory, so graphs
+    compiled over them -- the eval network, the train step -- see the swap), and restored bit for bit from a
+    host copy, also when the block raises. The shadows, the optimizer state and every other parameter are
+    never written. Use it for evaluation or export with the EMA weights.
+    """
+    live = [p.asnumpy().copy() for p in ema.sources]
+    try:
+        for source, shadow in zip(ema.sources, ema.shadows):
+            ops.assign(source, shadow)
+        yield ema
+    finally:
+        for source, value in zip(ema.sources, live):
+            ops.assign(source, Tensor(value))
+
+
+swap_in_ema = ema_weights
+
+
+class Evaluation(Callback):
+    """Runs ``model.eval`` at the end of every `interval`-th epoch and of the last one.
+
+    With an `ema`, evaluates a second time with the EMA weights swapped in (see ``ema_weights``); the live
+    weights are back, bit-identical, before training goes on. Each metric of the Model (``metrics=`` given
+    to ``Model``) is recorded through `run_log` at the global step as ``eval/<name>`` and ``eval_ema/<name>``,
+    e.g. ``eval/accuracy``, ``eval/loss``, ``eval_ema/accuracy``, ``eval_ema/loss``.
+
+    ``latest`` holds the newest result and ``history`` all of them, each
+    ``{"epoch": int, "step": int, "eval/accuracy": ..., ...}``. A run stopped early (``request_stop``) on an
+    epoch that was not evaluated is evaluated at train end. ``evaluate()`` may be called directly too.
+
+    Put it after TrainMetrics and Progress, and before BestCheckpoint, in the callback list.
+
+    Args:
+        model: the ``Model`` training the network, built with ``eval_network`` and ``metrics``.
+        dataset: the evaluation dataset.
+        run_log: where to record; None keeps results only in ``latest``/``history``.
+        interval: evaluate every this many epochs (the last epoch always).
+        ema: the train wrapper's ``ema`` (``TrainingWrapper.ema``), or None.
+        dataset_sink_mode: passed to ``model.eval`` (MindSpore evaluates without sinking on CPU).
+    """
+
+    def __init__(self, model: Model, dataset: Any, run_log: Optional[RunLog] = None, interval: int = 1,
+                 ema: Optional[ExponentialMovingAverage] = None, dataset_sink_mode: bool = False):
+        super().__init__()
+        if not isinstance(interval, int) or interval < 1:
+            raise ValueError(f"interval must be an int >= 1; got {interval!r}")
+        if ema is not None and not isinstance(ema, ExponentialMovingAverage):
+            raise TypeError(f"ema must be a trainkit ExponentialMovingAverage (TrainingWrapper.ema) or None; "
+                            f"got {type(ema).__name__}")
+        self.model = model
+        self.dataset = dataset
+        self.run_log = run_log
+        self.interval = interval
+        self.ema = ema
+        self.dataset_sink_mode = dataset_sink_mode
+        self.latest: Dict[str, Any] = {}
+        self.history: List[Dict[str, Any]] = []
+        self._last_epoch: Optional[int] = None
+        self._completed_epoch: Optional[int] = None
+        self._evaluated_epoch: Optional[int] = None
+        self._step = 0
+
+    @property
+    def metric_names(self) -> Optional[List[str]]:
+        """The tags this callback records (``eval/<metric>``, and ``eval_ema/<metric>`` with an EMA), or None
+        when the Model does not expose its metrics."""
+        metric_fns = getattr(self.model, "_metric_fns", None)
+        if not isinstance(metric_fns, dict):
+            return None
+        prefixes = ["eval"] + (["eval_ema"] if self.ema is not None else [])
+        return [f"{prefix}/{name}" for prefix in prefixes for name in sorted(metric_fns)]
+
+    # ------------------------------------------------------------------ hooks
+    def on_train_begin(self, run_context) -> None:
+        self._last_epoch = self._completed_epoch = self._evaluated_epoch = None
+
+    def on_train_epoch_begin(self, run_context) -> None:
+        params = run_context.original_args()
+        if self._last_epoch is None:  # epochs run from initial_epoch + 1 to initial_epoch + epoch_num
+            self._last_epoch = int(params.cur_epoch_num) - 1 + int(params.epoch_num)
+
+    def on_train_epoch_end(self, run_context) -> None:
+        params = run_context.original_args()
+        epoch = int(params.cur_epoch_num)
+        self._completed_epoch = epoch
+        if epoch % self.interval == 0 or epoch == self._last_epoch:
+            self.evaluate(epoch, int(params.cur_step_num))
+
+    def on_train_end(self, run_context) -> None:
+        if self._completed_epoch is not None and self._evaluated_epoch != self._completed_epoch:
+            self.evaluate(self._completed_epoch, int(run_context.original_args().cur_step_num))
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self, epoch: Optional[int] = None, step: int = 0) -> Dict[str, Any]:
+        """Evaluate now (live weights, then EMA weights); record, log and return the result."""
+        start = time.perf_counter()
+        result: Dict[str, Any] = {"epoch": epoch, "step": int(step)}
+        result.update(_prefixed("eval", self.model.eval(self.dataset, dataset_sink_mode=self.dataset_sink_mode)))
+        if self.ema is not None:
+            with ema_weights(self.ema):
+                ema_result = self.model.eval(self.dataset, dataset_sink_mode=self.dataset_sink_mode)
+            result.update(_prefixed("eval_ema", ema_result))
+        seconds = time.perf_counter() - start
+        if self.run_log is not None:
+            self.run_log.scalars(step, {k: v for k, v in result.items() if k not in ("epoch", "step")}, epoch=epoch)
+        self.latest = result
+        self.history.append(result)
+        self._evaluated_epoch = epoch
+        logger.info("epoch %s evaluation (%.1f s): %s", epoch, seconds,
+                    ", ".join(f"{k} {v:.4f}" for k, v in result.items() if k not in ("epoch", "step")))
+        return result
+
+
+def _prefixed(prefix: str, metrics: Dict[str, Any]) -> Dict[str, float]:
+    return {f"{prefix}/{name}": float(np.asarray(value).reshape(-1)[0]) for name, value in metrics.items()}

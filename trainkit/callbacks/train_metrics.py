@@ -1,0 +1,201 @@
+"""TrainMetrics: the training curves (loss, learning rate, loss scale, gradient norm, skipped steps, throughput)."""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Dict, NamedTuple, Optional
+
+import numpy as np
+from mindspore import Tensor, nn
+from mindspore import dtype as mstype
+from mindspore.train import Callback
+
+from trainkit.callbacks.run_log import RunLog
+
+
+class StepOutputs(NamedTuple):
+    """One train-network call's outputs as Python numbers; None where the network does not report it."""
+
+    loss: float
+    overflow: Optional[bool]
+    loss_scale: Optional[float]
+    grad_norm: Optional[float]
+
+
+def _scalar(value: Any) -> float:
+    if hasattr(value, "asnumpy"):
+        value = value.asnumpy()
+    return float(np.asarray(value).reshape(-1)[0])
+
+
+def step_outputs(outputs: Any) -> StepOutputs:
+    """Read a train network's outputs: TrainingWrapper's ``(loss, overflow, loss_scale, grad_norm)``,
+    MindSpore's ``TrainOneStepWithLossScaleCell`` ``(loss, overflow, loss_scale)``, or a bare loss Tensor."""
+    if not isinstance(outputs, (tuple, list)):
+        return StepOutputs(_scalar(outputs), None, None, None)
+    values = list(outputs) + [None] * (4 - len(outputs))
+    loss, overflow, scale, grad_norm = values[:4]
+    return StepOutputs(_scalar(loss),
+                       None if overflow is None else bool(_scalar(overflow)),
+                       None if scale is None else _scalar(scale),
+                       None if grad_norm is None else _scalar(grad_norm))
+
+
+def find_optimizer(cb_params: Any) -> Optional[nn.Optimizer]:
+    """The optimizer the train network steps: ``train_network.optimizer`` (TrainingWrapper, TrainOneStepCell)
+    or the one given to ``Model``."""
+    network = cb_params.get("train_network") if hasattr(cb_params, "get") else None
+    optimizer = getattr(network, "optimizer", None)
+    if isinstance(optimizer, nn.Optimizer):
+        return optimizer
+    optimizer = cb_params.get("optimizer") if hasattr(cb_params, "get") else None
+    return optimizer if isinstance(optimizer, nn.Optimizer) else None
+
+
+def optimizer_learning_rate(optimizer: nn.Optimizer) -> float:
+    """The learning rate of the optimizer's most recent step (of its first parameter group if grouped).
+
+    A schedule (``LearningRateSchedule`` or a list of rates) is indexed by ``global_step``, which the optimizer
+    increments after reading it, so the step just taken used ``schedule(global_step - 1)``; before any step this
+    is ``schedule(0)``, the rate the first step will use.
+    """
+    rate = optimizer.learning_rate
+    if optimizer.is_group_lr:
+        rate = rate[0]
+    if not optimizer.dynamic_lr:
+        return _scalar(rate)
+    step = max(int(_scalar(optimizer.global_step)) - 1, 0)
+    return _scalar(rate(Tensor(np.array([step], np.int32), mstype.int32)))
+
+
+class TrainMetrics(Callback):
+    """Records the training curves through a RunLog every `log_every_n_steps` steps and at each epoch end.
+
+    Tags (each at the global step ``cur_step_num``):
+
+    * ``train/loss``: mean of the losses this callback saw since the previous record;
+    * ``train/learning_rate``: from `learning_rate()` if given, else the optimizer's (see
+      ``optimizer_learning_rate``); left out when neither is available;
+    * ``train/loss_scale``: the last step's scale (networks that report one);
+    * ``train/grad_norm``: the last non-zero gradient norm since the previous record (TrainingWrapper reports
+      0.0 on calls that do not end an accumulation window or when the norm is not computed; left out when
+      every one was 0.0);
+    * ``train/skipped_steps``: cumulative count of calls whose ``overflow`` output was True;
+    * ``train/samples_per_second``: ``samples_per_step`` x steps since the previous record / wall time inside
+      the epoch. The run's first step (or first sink), which includes graph compilation, and the time between
+      epochs (evaluation, checkpoints) are left out.
+
+    Net outputs may be TrainingWrapper's 4-tuple, a 3-tuple ``(loss, overflow, scale)`` or a bare loss Tensor.
+
+    Sink mode (GPU/Ascend graph mode; MindSpore trains without sinking on CPU): the step-end hook fires once
+    per sink of ``sink_size`` steps and sees only that sink's last outputs, so ``train/loss`` averages the
+    sinks' last losses and ``train/skipped_steps`` counts only overflows on the last step of a sink --
+    it undercounts. Steps and throughput are exact, from ``cur_step_num``.
+
+    Each step reads the outputs to host (a device sync), as MindSpore's LossMonitor does.
+
+    Args:
+        run_log: where to record; None keeps the values only in ``.last``.
+        samples_per_step: samples in one train-network call (the global batch size).
+        learning_rate: returns the current learning rate, overriding the optimizer's.
+        log_every_n_steps: record when the global step crosses a multiple of this.
+    """
+
+    def __init__(self, run_log: Optional[RunLog], samples_per_step: int,
+                 learning_rate: Optional[Callable[[], float]] = None, log_every_n_steps: int = 10):
+        super().__init__()
+        if not isinstance(log_every_n_steps, int) or log_every_n_steps < 1:
+            raise ValueError(f"log_every_n_steps must be an int >= 1; got {log_every_n_steps!r}")
+        if samples_per_step < 1:
+            raise ValueError(f"samples_per_step must be >= 1; got {samples_per_step!r}")
+        self.run_log = run_log
+        self.samples_per_step = int(samples_per_step)
+        self.learning_rate = learning_rate
+        self.log_every_n_steps = log_every_n_steps
+        self.skipped_steps = 0
+        self.current_loss: Optional[float] = None  # the latest step's loss, for a progress display
+        self.last: Dict[str, Any] = {}  # the latest record: {"step", "epoch", "train/...": value}
+        self._optimizer: Optional[nn.Optimizer] = None
+        self._reset_interval()
+        self._last_record_step = 0
+        self._timing_started = False
+        self._base_time = 0.0
+        self._base_step = 0
+
+    def _reset_interval(self) -> None:
+        self._losses = []
+        self._scale: Optional[float] = None
+        self._grad_norm: Optional[float] = None
+        self._has_overflow_output = False
+
+    # ------------------------------------------------------------------ hooks
+    def on_train_begin(self, run_context) -> None:
+        params = run_context.original_args()
+        self._optimizer = find_optimizer(params)
+        self._last_record_step = int(params.cur_step_num)
+        self._timing_started = False
+        self._reset_interval()
+
+    def on_train_epoch_begin(self, run_context) -> None:
+        self._base_time = time.perf_counter()
+        self._base_step = int(run_context.original_args().cur_step_num)
+
+    def on_train_step_end(self, run_context) -> None:
+        params = run_context.original_args()
+        step = int(params.cur_step_num)
+        out = step_outputs(params.net_outputs)
+        self.current_loss = out.loss
+        self._losses.append(out.loss)
+        if out.overflow is not None:
+            self._has_overflow_output = True
+            self.skipped_steps += int(out.overflow)
+        if out.loss_scale is not None:
+            self._scale = out.loss_scale
+        if out.grad_norm is not None and out.grad_norm != 0.0:
+            self._grad_norm = out.grad_norm
+        if not self._timing_started:  # the first step (or sink) includes compilation: time from its end
+            self._timing_started = True
+            self._base_time, self._base_step = time.perf_counter(), step
+        n = self.log_every_n_steps
+        if step // n > self._last_record_step // n:
+            self.record(params)
+
+    def on_train_epoch_end(self, run_context) -> None:
+        params = run_context.original_args()
+        if int(params.cur_step_num) > self._last_record_step and self._losses:
+            self.record(params)
+
+    # ------------------------------------------------------------------ records
+    def record(self, params: Any) -> Dict[str, Any]:
+        """Record the values gathered since the previous record at ``params.cur_step_num``; returns them."""
+        step = int(params.cur_step_num)
+        now = time.perf_counter()
+        values: Dict[str, float] = {}
+        if self._losses:
+            values["train/loss"] = float(np.mean(np.asarray(self._losses, np.float64)))
+        lr = self._current_learning_rate()
+        if lr is not None:
+            values["train/learning_rate"] = lr
+        if self._scale is not None:
+            values["train/loss_scale"] = self._scale
+        if self._grad_norm is not None:
+            values["train/grad_norm"] = self._grad_norm
+        if self._has_overflow_output:
+            values["train/skipped_steps"] = self.skipped_steps
+        if self._timing_started and step > self._base_step and now > self._base_time:
+            values["train/samples_per_second"] = (step - self._base_step) * self.samples_per_step / (
+                now - self._base_time)
+            self._base_time, self._base_step = now, step
+        epoch = params.get("cur_epoch_num") if hasattr(params, "get") else None
+        if self.run_log is not None:
+            self.run_log.scalars(step, values, epoch=epoch)
+        self.last = {"step": step, "epoch": epoch, **values}
+        self._last_record_step = step
+        self._reset_interval()
+        return self.last
+
+    def _current_learning_rate(self) -> Optional[float]:
+        if self.learning_rate is not None:
+            return float(self.learning_rate())
+        if self._optimizer is not None:
+            return optimizer_learning_rate(self._optimizer)
+        return None
