@@ -11,6 +11,7 @@ from mindspore.train import Callback
 from tests.common.models import TinyMLP, batches, loss_network
 from trainkit import ExponentialMovingAverage, TrainingWrapper
 from trainkit.callbacks import Evaluation, RunLog, ema_weights
+from trainkit.ema import ema_source_parameters
 
 EVAL_BATCH = 5
 
@@ -131,16 +132,18 @@ def test_a_stopped_run_is_evaluated_at_train_end(graph_mode):
 
 
 def test_ema_weights_swap_in_and_back_even_on_error(mode):
-    net = TinyMLP()
-    ema = ExponentialMovingAverage(net.trainable_params(), 0.9)
+    net = TinyMLP(batch_norm=True)
+    sources = ema_source_parameters(net)
+    assert {"bn.moving_mean", "bn.moving_variance"} <= {p.name for p in sources}  # statistics swap too
+    ema = ExponentialMovingAverage(sources, 0.9)
     for shadow in ema.shadows:
         shadow.set_data(Tensor(np.full(shadow.shape, 0.25, np.float32)))
-    live = {p.name: p.asnumpy().copy() for p in net.trainable_params()}
+    live = {p.name: p.asnumpy().copy() for p in net.get_parameters()}
     with pytest.raises(RuntimeError, match="inside"), ema_weights(ema):
-        for p in net.trainable_params():
+        for p in sources:
             np.testing.assert_array_equal(p.asnumpy(), np.full(p.shape, 0.25, np.float32))
         raise RuntimeError("inside")
-    for p in net.trainable_params():
+    for p in net.get_parameters():
         np.testing.assert_array_equal(p.asnumpy(), live[p.name])
     for shadow in ema.shadows:
         np.testing.assert_array_equal(shadow.asnumpy(), np.full(shadow.shape, 0.25, np.float32))

@@ -10,7 +10,7 @@ from mindspore.train import Callback, RunContext
 
 from tests.common.models import TinyMLP, batches, loss_network
 from trainkit import TrainingWrapper
-from trainkit.callbacks import RunLog, TrainMetrics
+from trainkit.callbacks import RunLog, TrainMetrics, optimizer_learning_rate
 
 BATCH = 3
 
@@ -183,3 +183,21 @@ def test_bad_arguments():
         TrainMetrics(None, samples_per_step=1, log_every_n_steps=0)
     with pytest.raises(ValueError, match="samples_per_step"):
         TrainMetrics(None, samples_per_step=0)
+
+
+def test_learning_rate_of_a_schedule_and_of_grouped_parameters(mode):
+    """The rate the last applied step used: schedule(global_step - 1), first group when grouped."""
+    net = TinyMLP()
+    decay_steps, max_lr = 10, 0.1
+    groups = [{"params": [net.fc1.weight, net.fc1.bias], "lr": nn.CosineDecayLR(0.0, max_lr, decay_steps)},
+              {"params": [net.fc2.weight, net.fc2.bias], "lr": 0.5}]
+    optimizer = nn.Momentum(groups, learning_rate=0.2, momentum=0.9)
+    wrapper = TrainingWrapper(loss_network(net), optimizer)
+    assert optimizer_learning_rate(optimizer) == pytest.approx(max_lr)  # before any step: schedule(0)
+    wrapper.set_train()
+    for x, y in batches(4, BATCH, seed=8):
+        wrapper(Tensor(x), Tensor(y))
+    cosine = 0.5 * max_lr * (1 + math.cos(math.pi * 3 / decay_steps))  # the 4th step used schedule(3)
+    assert optimizer_learning_rate(optimizer) == pytest.approx(cosine, rel=1e-5)
+    plain = nn.SGD(net.trainable_params(), learning_rate=0.03)
+    assert optimizer_learning_rate(plain) == pytest.approx(0.03)
