@@ -42,8 +42,8 @@ class Evaluation(Callback):
     """Runs ``model.eval`` at the end of every `interval`-th epoch and of the last one.
 
     With an `ema`, evaluates a second time with the EMA weights swapped in (see ``ema_weights``); the live
-    weights are back, bit-identical, before training goes on. Each metric of the Model (``metrics=`` given
-    to ``Model``) is recorded through `run_log` at the global step as ``eval/<name>`` and ``eval_ema/<name>``,
+    weights are back, bit-identical, before training goes on. Each scalar metric of the Model (``metrics=``
+    given to ``Model``) is recorded through `run_log` at the global step as ``eval/<name>`` and ``eval_ema/<name>``,
     e.g. ``eval/accuracy``, ``eval/loss``, ``eval_ema/accuracy``, ``eval_ema/loss``.
 
     ``latest`` holds the newest result and ``history`` all of them, each
@@ -134,4 +134,13 @@ class Evaluation(Callback):
 
 
 def _prefixed(prefix: str, metrics: Dict[str, Any]) -> Dict[str, float]:
-    return {f"{prefix}/{name}": float(np.asarray(value).reshape(-1)[0]) for name, value in metrics.items()}
+    """Scalar metrics as ``{"<prefix>/<name>": float}``; a metric with several values (e.g. a confusion matrix)
+    is left out with a warning."""
+    result = {}
+    for name, value in metrics.items():
+        array = np.asarray(value)
+        if array.size != 1:
+            logger.warning("evaluation metric %r has %d values; only scalar metrics are recorded", name, array.size)
+            continue
+        result[f"{prefix}/{name}"] = float(array.reshape(-1)[0])
+    return result
