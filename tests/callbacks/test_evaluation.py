@@ -121,12 +121,13 @@ def test_training_after_an_ema_evaluation_equals_training_without(graph_mode):
         np.testing.assert_array_equal(final[0][name], final[1][name], err_msg=name)
 
 
-def test_a_stopped_run_is_evaluated_at_train_end(graph_mode):
+def test_a_stopped_resumed_run_is_evaluated_at_train_end(graph_mode):
     x, y = eval_data(count=2)
     wrapper, model = make_model(ema_decay=None)
     evaluation = Evaluation(model, eval_dataset(x, y), None, interval=5)
-    model.train(10, train_dataset(), callbacks=[StopAfter(2), evaluation], dataset_sink_mode=False)
-    assert [r["epoch"] for r in evaluation.history] == [2]
+    model.train(10, train_dataset(), callbacks=[StopAfter(3), evaluation], dataset_sink_mode=False, initial_epoch=1)
+    # epochs 2 and 3 ran (4 steps each, after the 4 of epoch 1): epoch 3 is evaluated when training ends
+    assert [(r["epoch"], r["step"]) for r in evaluation.history] == [(3, 12)]
     assert set(evaluation.latest) == {"epoch", "step", "eval/accuracy", "eval/loss"}
     assert evaluation.metric_names == ["eval/accuracy", "eval/loss"]
 

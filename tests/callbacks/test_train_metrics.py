@@ -201,3 +201,18 @@ def test_learning_rate_of_a_schedule_and_of_grouped_parameters(mode):
     assert optimizer_learning_rate(optimizer) == pytest.approx(cosine, rel=1e-5)
     plain = nn.SGD(net.trainable_params(), learning_rate=0.03)
     assert optimizer_learning_rate(plain) == pytest.approx(0.03)
+
+
+def test_a_resumed_run_continues_the_global_step(graph_mode, tmp_path):
+    """Model.train(initial_epoch=k) restarts cur_step_num at 0; the records go on from k epochs of steps."""
+    steps = 4
+    net = TinyMLP()
+    wrapper = TrainingWrapper(loss_network(net), nn.SGD(net.trainable_params(), learning_rate=0.01))
+    data = batches(steps, BATCH, seed=5)
+    dataset = ms.dataset.NumpySlicesDataset(
+        {"x": np.stack([x for x, _ in data]), "y": np.stack([y for _, y in data])}, shuffle=False)
+    with RunLog(tmp_path, tensorboard=False) as log:
+        metrics = TrainMetrics(log, samples_per_step=BATCH, log_every_n_steps=3)
+        ms.train.Model(wrapper).train(3, dataset, callbacks=[metrics], dataset_sink_mode=False, initial_epoch=1)
+    records = read_records(tmp_path / "metrics.jsonl")
+    assert [(r["epoch"], r["step"]) for r in records] == [(2, 6), (2, 8), (3, 9), (3, 12)]

@@ -11,6 +11,7 @@ from mindspore import Tensor, ops
 from mindspore.train import Callback, Model
 
 from trainkit.callbacks.run_log import RunLog
+from trainkit.callbacks.train_metrics import GlobalStep
 from trainkit.ema import ExponentialMovingAverage
 
 logger = logging.getLogger("trainkit")
@@ -47,7 +48,8 @@ class Evaluation(Callback):
     e.g. ``eval/accuracy``, ``eval/loss``, ``eval_ema/accuracy``, ``eval_ema/loss``.
 
     ``latest`` holds the newest result and ``history`` all of them, each
-    ``{"epoch": int, "step": int, "eval/accuracy": ..., ...}``. A run stopped early (``request_stop``) on an
+    ``{"epoch": int, "step": int, "eval/accuracy": ..., ...}`` (the global step, continued across
+    ``initial_epoch`` as in TrainMetrics). A run stopped early (``request_stop``) on an
     epoch that was not evaluated is evaluated at train end. ``evaluate()`` may be called directly too.
 
     Put it after TrainMetrics and Progress, and before BestCheckpoint, in the callback list.
@@ -80,7 +82,7 @@ class Evaluation(Callback):
         self._last_epoch: Optional[int] = None
         self._completed_epoch: Optional[int] = None
         self._evaluated_epoch: Optional[int] = None
-        self._step = 0
+        self._global_step = GlobalStep()
 
     @property
     def metric_names(self) -> Optional[List[str]]:
@@ -95,9 +97,11 @@ class Evaluation(Callback):
     # ------------------------------------------------------------------ hooks
     def on_train_begin(self, run_context) -> None:
         self._last_epoch = self._completed_epoch = self._evaluated_epoch = None
+        self._global_step.reset()
 
     def on_train_epoch_begin(self, run_context) -> None:
         params = run_context.original_args()
+        self._global_step(params)  # fixes the offset of a resumed run (initial_epoch) at its first epoch
         if self._last_epoch is None:  # epochs run from initial_epoch + 1 to initial_epoch + epoch_num
             self._last_epoch = int(params.cur_epoch_num) - 1 + int(params.epoch_num)
 
@@ -106,11 +110,11 @@ class Evaluation(Callback):
         epoch = int(params.cur_epoch_num)
         self._completed_epoch = epoch
         if epoch % self.interval == 0 or epoch == self._last_epoch:
-            self.evaluate(epoch, int(params.cur_step_num))
+            self.evaluate(epoch, self._global_step(params))
 
     def on_train_end(self, run_context) -> None:
         if self._completed_epoch is not None and self._evaluated_epoch != self._completed_epoch:
-            self.evaluate(self._completed_epoch, int(run_context.original_args().cur_step_num))
+            self.evaluate(self._completed_epoch, self._global_step(run_context.original_args()))
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, epoch: Optional[int] = None, step: int = 0) -> Dict[str, Any]:

@@ -67,10 +67,34 @@ def optimizer_learning_rate(optimizer: nn.Optimizer) -> float:
     return _scalar(rate(Tensor(np.array([step], np.int32), mstype.int32)))
 
 
+class GlobalStep:
+    """The run's global step from Model's callback parameters, continuing across a resume.
+
+    ``Model.train(epoch, ..., initial_epoch=k)`` starts ``cur_epoch_num`` at k + 1 but ``cur_step_num`` at 0, so
+    a resumed run's records would restart at step 1. The first time it is read in a ``train`` call (at the first
+    epoch begin) with ``cur_step_num == 0`` and ``cur_epoch_num > 1``, the ``(cur_epoch_num - 1) * batch_num``
+    steps already done are added from then on (``batch_num``: steps per epoch, or per sink in sink mode).
+    """
+
+    def __init__(self):
+        self.offset: Optional[int] = None
+
+    def reset(self) -> None:
+        self.offset = None
+
+    def __call__(self, params: Any) -> int:
+        step = int(params.cur_step_num)
+        if self.offset is None:
+            epoch = int(params.get("cur_epoch_num") or 1)
+            batch_num = int(params.get("batch_num") or 0)
+            self.offset = (epoch - 1) * batch_num if step == 0 and epoch > 1 else 0
+        return self.offset + step
+
+
 class TrainMetrics(Callback):
     """Records the training curves through a RunLog every `log_every_n_steps` steps and at each epoch end.
 
-    Tags (each at the global step ``cur_step_num``):
+    Tags (each at the global step: ``cur_step_num``, continued across ``initial_epoch``, see ``GlobalStep``):
 
     * ``train/loss``: mean of the losses this callback saw since the previous record;
     * ``train/learning_rate``: from `learning_rate()` if given, else the optimizer's (see
@@ -115,8 +139,9 @@ class TrainMetrics(Callback):
         self.current_loss: Optional[float] = None  # the latest step's loss, for a progress display
         self.last: Dict[str, Any] = {}  # the latest record: {"step", "epoch", "train/...": value}
         self._optimizer: Optional[nn.Optimizer] = None
+        self._global_step = GlobalStep()
         self._reset_interval()
-        self._last_record_step = 0
+        self._last_record_step: Optional[int] = None
         self._timing_started = False
         self._base_time = 0.0
         self._base_step = 0
@@ -131,17 +156,23 @@ class TrainMetrics(Callback):
     def on_train_begin(self, run_context) -> None:
         params = run_context.original_args()
         self._optimizer = find_optimizer(params)
-        self._last_record_step = int(params.cur_step_num)
+        self._global_step.reset()
+        self._last_record_step = None
         self._timing_started = False
         self._reset_interval()
 
     def on_train_epoch_begin(self, run_context) -> None:
+        step = self._global_step(run_context.original_args())
+        if self._last_record_step is None:
+            self._last_record_step = step
         self._base_time = time.perf_counter()
-        self._base_step = int(run_context.original_args().cur_step_num)
+        self._base_step = step
 
     def on_train_step_end(self, run_context) -> None:
         params = run_context.original_args()
-        step = int(params.cur_step_num)
+        step = self._global_step(params)
+        if self._last_record_step is None:
+            self._last_record_step = step - 1
         out = step_outputs(params.net_outputs)
         self.current_loss = out.loss
         self._losses.append(out.loss)
@@ -161,13 +192,13 @@ class TrainMetrics(Callback):
 
     def on_train_epoch_end(self, run_context) -> None:
         params = run_context.original_args()
-        if int(params.cur_step_num) > self._last_record_step and self._losses:
+        if self._losses:
             self.record(params)
 
     # ------------------------------------------------------------------ records
     def record(self, params: Any) -> Dict[str, Any]:
-        """Record the values gathered since the previous record at ``params.cur_step_num``; returns them."""
-        step = int(params.cur_step_num)
+        """Record the values gathered since the previous record at the current global step; returns them."""
+        step = self._global_step(params)
         now = time.perf_counter()
         values: Dict[str, float] = {}
         if self._losses:
