@@ -103,7 +103,8 @@ class TrainMetrics(Callback):
     * ``train/grad_norm``: the last non-zero gradient norm since the previous record (TrainingWrapper reports
       0.0 on calls that do not end an accumulation window or when the norm is not computed; left out when
       every one was 0.0);
-    * ``train/skipped_steps``: cumulative count of calls whose ``overflow`` output was True;
+    * ``train/skipped_steps``: cumulative count of calls whose ``overflow`` output was True, since this callback
+      was created (not restored on resume);
     * ``train/samples_per_second``: ``samples_per_step`` x steps since the previous record / wall time inside
       the epoch. The run's first step (or first sink), which includes graph compilation, and the time between
       epochs (evaluation, checkpoints) are left out.
