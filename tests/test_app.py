@@ -52,7 +52,7 @@ def test_app_trains_end_to_end_and_records_events_metrics_and_checkpoints(mode, 
     root, written = cifar10
     overrides = [f"trainer.mode={mode}", f"trainer.dataset_sink_mode={sink}"]
     if sink:
-        overrides.append("trainer.sink_size=1")  # five sinks an epoch: per-sink records are visible
+        overrides.append("trainer.sink_size=1")  # checked against the epoch; on CPU MindSpore does not sink
     result = train(tiny(root, tmp_path, *overrides))
 
     epochs = 2
@@ -65,7 +65,7 @@ def test_app_trains_end_to_end_and_records_events_metrics_and_checkpoints(mode, 
     train_steps = [r["step"] for r in records if "train/loss" in r]
     assert train_steps == list(range(1, epochs * STEPS_PER_EPOCH + 1))
     evals = [r for r in records if "eval/accuracy" in r]
-    assert [r["epoch"] for r in evals] == ([1, 2] if not sink else [5, 10])[:len(evals)] and len(evals) == epochs
+    assert [r["epoch"] for r in evals] == [1, 2]
     assert evals[-1]["eval/accuracy"] == pytest.approx(accuracy)
 
     scalars = read_scalars(tmp_path / "tensorboard")
@@ -107,7 +107,7 @@ def test_a_users_own_model_dataset_and_wrapper_subclass_run_through_the_same_com
     (conf / "data" / "user_blobs.yaml").write_text(
         "_target_: tests.common.user_project.BlobData\nbatch_size: 16\nsamples: 96\n")
     (conf / "recipe" / "user_recipe.yaml").write_text(
-        "defaults:\n  - override /model: user_mlp\n  - override /data: user_blobs\n"
+        "# @package _global_\ndefaults:\n  - override /model: user_mlp\n  - override /data: user_blobs\n"
         "wrapper:\n  _target_: tests.common.user_project.CountingWrapper\n"
         "optimizer:\n  lr: 0.01\ntrainer:\n  epochs: 3\n  save_checkpoints: false\n")
     cfg = compose_config([f"hydra.searchpath=[file://{conf}]", "recipe=user_recipe", "logger=quiet",

@@ -90,6 +90,10 @@ def train(cfg: DictConfig) -> TrainResult:
                   metrics={"accuracy": Accuracy(), "loss": Loss()})
 
     samples_per_step = cfg.data.get("batch_size", 1) * group_size
+    sinking = trainer.dataset_sink_mode and ms.get_context("device_target") != "CPU"
+    if trainer.dataset_sink_mode and not sinking:
+        log.info("trainer.dataset_sink_mode: MindSpore trains without sinking on CPU; steps run one by one")
+        sink_size = -1
     # With sink_size, Model.train counts each sink as an "epoch"; callbacks see those units.
     sinks_per_epoch = steps_per_epoch // sink_size if sink_size > 0 else 1
     model_epochs = trainer.epochs * sinks_per_epoch
@@ -103,21 +107,21 @@ def train(cfg: DictConfig) -> TrainResult:
     eval_interval = trainer.eval_interval * sinks_per_epoch if trainer.eval_interval else model_epochs
     evaluation = Evaluation(model, eval_set, run_log, interval=eval_interval, ema=wrapper.ema,
                             dataset_sink_mode=False)
-    callbacks: List[ms.train.Callback] = [metrics_cb, evaluation]
-    if writer:
-        progress = _value(cfg.logger.progress)
-        if progress != "off":
-            stream = None if progress == "auto" else _ForcedStream(progress == "bar")
-            callbacks.append(Progress(model_epochs, sink_size if sink_size > 0 else steps_per_epoch,
-                                      samples_per_step, stream=stream, every_n_steps=cfg.logger.log_every_n_steps,
-                                      train_metrics=metrics_cb))
-        if trainer.save_checkpoints:
-            checkpoints = run_dir / "checkpoints"
-            callbacks.append(ModelCheckpoint(prefix="trainkit", directory=str(checkpoints), config=CheckpointConfig(
-                save_checkpoint_steps=steps_per_epoch, keep_checkpoint_max=trainer.keep_checkpoints)))
-            best = trainer.best_metric
-            callbacks.append(BestCheckpoint(evaluation, wrapper, checkpoints, metric=_eval_tag(best),
-                                            mode="min" if best.endswith("loss") else "max"))
+    callbacks: List[ms.train.Callback] = [metrics_cb]
+    progress = _value(cfg.logger.progress)
+    if writer and progress != "off":
+        stream = None if progress == "auto" else _ForcedStream(progress == "bar")
+        callbacks.append(Progress(model_epochs, sink_size if sink_size > 0 else steps_per_epoch, samples_per_step,
+                                  stream=stream, every_n_steps=cfg.logger.log_every_n_steps,
+                                  train_metrics=metrics_cb))
+    callbacks.append(evaluation)
+    if writer and trainer.save_checkpoints:
+        checkpoints = run_dir / "checkpoints"
+        callbacks.append(ModelCheckpoint(prefix="trainkit", directory=str(checkpoints), config=CheckpointConfig(
+            save_checkpoint_steps=steps_per_epoch, keep_checkpoint_max=trainer.keep_checkpoints)))
+        best = trainer.best_metric
+        callbacks.append(BestCheckpoint(evaluation, checkpoints, metric=_eval_tag(best),
+                                        mode="min" if best.endswith("loss") else "max", network=wrapper))
 
     log.info("%s: %s on %s, %d steps/epoch of %d samples (%d per rank x %d), %d epochs, %s mode, amp %s, run dir %s",
              _describe_target(cfg.model), _count(backbone), _describe(data), steps_per_epoch, samples_per_step,

@@ -79,12 +79,13 @@ class WrapperConfig:
     _target_: str = "trainkit.TrainingWrapper"
     loss_scale: LossScale = LossScale.none
     loss_scale_value: float = 65536.0
-    scale_factor: float = 2.0
+    scale_factor: int = 2
     scale_window: int = 1000
     max_grad_norm: Optional[float] = None
     accumulation_steps: int = 1
     ema_decay: Optional[float] = None
     ema_warmup: bool = False
+    compute_grad_norm: bool = True
 
 
 @dataclass
@@ -173,7 +174,7 @@ def check_config(cfg: DictConfig) -> None:
         _check("wrapper.loss_scale_value", wrapper.loss_scale_value, "a finite number >= 1",
                lambda v: math.isfinite(v) and v >= 1)
     if _choice(wrapper.loss_scale) == "dynamic":
-        _check("wrapper.scale_factor", wrapper.scale_factor, "a finite number > 1", lambda v: math.isfinite(v) and v > 1)
+        _check("wrapper.scale_factor", wrapper.scale_factor, "an integer >= 2", lambda v: v >= 2)
         _check("wrapper.scale_window", wrapper.scale_window, "an integer >= 1", lambda v: v >= 1)
     _check("trainer.epochs", trainer.epochs, "an integer >= 1", lambda v: v >= 1)
     _check("trainer.sink_size", trainer.sink_size, "-1 (a whole epoch per sink) or an integer >= 1",

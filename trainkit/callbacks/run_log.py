@@ -5,16 +5,14 @@ import itertools
 import json
 import numbers
 import os
-import socket
-import struct
 import time
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Union
 
 import numpy as np
 from tensorboardX import summary as tb_summary
+from tensorboardX.event_file_writer import EventsWriter
 from tensorboardX.proto.event_pb2 import Event
-from tensorboardX.record_writer import masked_crc32c
 
 PathLike = Union[str, Path]
 
@@ -126,35 +124,30 @@ class RunLog:
 
 
 class EventFile:
-    """A TensorBoard event file written synchronously: each ``write`` is on disk (flushed, not fsynced) when it
-    returns. TFRecord framing with tensorboardX's protos and CRC; the name is unique per process and instance."""
+    """A TensorBoard event file written synchronously with tensorboardX's ``EventsWriter`` (the writer
+    ``SummaryWriter`` runs on a background thread, whose ``flush()`` does not wait for queued events): each
+    ``write`` is on disk (flushed, not fsynced) when it returns. The name is unique per process and instance."""
 
     _count = itertools.count()
 
     def __init__(self, directory: PathLike):
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        self.path = directory / (f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}"
-                                 f".{os.getpid()}.{next(self._count)}")
-        self._file = open(self.path, "ab")  # noqa: SIM115 -- closed in close()
-        self._write_event(Event(wall_time=time.time(), file_version="brain.Event:2"))
-        self._file.flush()
+        self._writer = EventsWriter(str(directory / "events"), filename_suffix=f".{os.getpid()}.{next(self._count)}")
+        self.path = Path(self._writer._file_name)
+        self._writer.flush()
+        self._closed = False
 
     def write(self, summaries, step: int, wall_time: float) -> None:
         """One Event per Summary proto, at `step`; then flush."""
         for summary in summaries:
-            self._write_event(Event(wall_time=wall_time, step=int(step), summary=summary))
-        self._file.flush()
-
-    def _write_event(self, event: Event) -> None:
-        data = event.SerializeToString()
-        header = struct.pack("<Q", len(data))
-        self._file.write(header + struct.pack("<I", masked_crc32c(header)) + data
-                         + struct.pack("<I", masked_crc32c(data)))
+            self._writer.write_event(Event(wall_time=wall_time, step=int(step), summary=summary))
+        self._writer.flush()
 
     def close(self) -> None:
-        if not self._file.closed:
-            self._file.close()
+        if not self._closed:
+            self._closed = True
+            self._writer.close()
 
 
 def flatten(mapping: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
