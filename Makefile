@@ -19,8 +19,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test,digits]'
 	@rm -f $(VENV)/.installed-* && touch $@
 
-train: $(STAMP)  ## train a small network with TrainingWrapper on generated data
-	$(BIN)/python -m trainkit.quickstart
+train: $(STAMP)  ## train the quick-start recipe: a small CNN on the handwritten digits
+	$(BIN)/python -m trainkit
 
 test: $(STAMP)  ## run the test suite
 	$(BIN)/python -m pytest

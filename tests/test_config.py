@@ -12,7 +12,7 @@ GROUPS = ("amp", "parallel", "model", "data", "optimizer", "lr_schedule", "wrapp
 
 
 def options(group):
-    return sorted(p.name[:-5] for p in resources.files(f"trainkit.configs").joinpath(group).iterdir()
+    return sorted(p.name[:-5] for p in resources.files("trainkit.configs").joinpath(group).iterdir()
                   if p.name.endswith(".yaml"))
 
 

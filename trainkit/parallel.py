@@ -32,7 +32,8 @@ def setup_parallel(mode: str, gradients_mean: bool = True) -> Tuple[int, int]:
     if mode == "stand_alone":
         return 0, 1
     if mode not in _PARALLEL_MODES:
-        raise ConfigError(f"parallel.mode={mode!r} is not valid: use stand_alone or one of {', '.join(_PARALLEL_MODES)}")
+        raise ConfigError(f"parallel.mode={mode!r} is not valid: use stand_alone or one of "
+                          f"{', '.join(_PARALLEL_MODES)}")
     if not launched_by_msrun():
         raise ConfigError(f"parallel.mode={mode} needs one process per device started by msrun, e.g. "
                           f"msrun --worker_num=2 --local_worker_num=2 -- python -m trainkit parallel={mode} ...; "
