@@ -1,10 +1,10 @@
 """The app end to end, in-process: generated CIFAR-10 files, 8x8 images, a tiny CNN; both modes, sink on/off."""
-import json
 
 import mindspore as ms
 import numpy as np
 import pytest
 
+from tests.common.callbacks import read_jsonl
 from tests.common.cifar10_files import RECORD_BYTES, write_cifar10
 from tests.common.tensorboard_events import read_scalars
 from trainkit.app import train
@@ -29,10 +29,6 @@ def tiny(root, run_dir, *overrides):
         "recipe=resnet50_cifar10", "model=small_cnn", "model.width=4", f"data.root={root}", "data.image_size=8",
         f"data.batch_size={BATCH}", "data.num_parallel_workers=1", "trainer.epochs=2", "logger.log_every_n_steps=1",
         "logger.progress=log", f"run_dir={run_dir}", *overrides])
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def numpy_accuracy(network, images, labels):
@@ -145,3 +141,14 @@ def test_corrupt_data_file_is_named(tmp_path):
     broken.write_bytes(broken.read_bytes()[:-(RECORD_BYTES // 2)])
     with pytest.raises(DataError, match="data_batch_3.bin"):
         train(tiny(root, tmp_path / "run"))
+
+
+def test_the_seed_recipe_runs_resnet50_at_32x32_on_a_cpu(graph_mode, tmp_path):
+    root = tmp_path / "data"
+    write_cifar10(str(root), train_per_file=2, test_records=4)
+    cfg = compose_config(["recipe=resnet50_cifar10", f"data.root={root}", "data.image_size=32", "data.batch_size=2",
+                          "data.num_parallel_workers=1", "trainer.epochs=1", "trainer.save_checkpoints=false",
+                          "logger=quiet", f"run_dir={tmp_path / 'run'}"])
+    result = train(cfg)
+    assert type(result.network).__name__ == "ResNet" and result.network.fc.weight.shape == (10, 2048)
+    assert result.metrics["optimizer_steps"] == 5 and np.isfinite(result.metrics["train_loss"])

@@ -38,13 +38,8 @@ def build_loss_network(backbone: nn.Cell, loss_fn: nn.Cell, amp_level: str = "O0
     return Float32LossCell(backbone, loss_fn)
 
 
-class Float32EvalCell(nn.Cell):
+class Float32EvalCell(Float32LossCell):
     """``(loss, logits, label)`` with float32 logits, for ``Model(eval_network=..., eval_indexes=[0, 1, 2])``."""
-
-    def __init__(self, backbone: nn.Cell, loss_fn: nn.Cell):
-        super().__init__(auto_prefix=False)
-        self.backbone = backbone
-        self.loss_fn = loss_fn
 
     def construct(self, data, label):
         logits = self.backbone(data).astype(mstype.float32)

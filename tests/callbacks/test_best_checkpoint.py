@@ -6,29 +6,12 @@ import mindspore as ms
 import numpy as np
 import pytest
 from mindspore import Tensor, nn
-from mindspore.train import Callback, RunContext
+from mindspore.train import RunContext
 
+from tests.common.callbacks import Params, Snapshots
 from tests.common.models import TinyMLP, batches, loss_network
 from trainkit import TrainingWrapper
 from trainkit.callbacks import BestCheckpoint, Evaluation
-
-
-class Params(dict):
-    __getattr__ = dict.__getitem__
-
-    def __setattr__(self, key, value):
-        self[key] = value
-
-
-class Snapshots(Callback):
-    def __init__(self):
-        super().__init__()
-        self.by_epoch = {}
-
-    def on_train_epoch_end(self, run_context):
-        params = run_context.original_args()
-        self.by_epoch[params.cur_epoch_num] = {p.name: p.asnumpy().copy()
-                                               for p in params.train_network.get_parameters()}
 
 
 def make_model(ema_decay=None):

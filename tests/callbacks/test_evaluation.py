@@ -8,6 +8,7 @@ import pytest
 from mindspore import Tensor, nn
 from mindspore.train import Callback
 
+from tests.common.callbacks import Snapshots
 from tests.common.models import TinyMLP, batches, loss_network
 from trainkit import ExponentialMovingAverage, TrainingWrapper
 from trainkit.callbacks import Evaluation, RunLog, ema_weights
@@ -25,19 +26,6 @@ def numpy_metrics(weights, x, y):
     batch_losses = [-np.mean(log_probs[i:i + EVAL_BATCH][np.arange(len(y[i:i + EVAL_BATCH])), y[i:i + EVAL_BATCH]])
                     for i in range(0, len(y), EVAL_BATCH)]
     return float(np.mean(logits.argmax(1) == y)), float(np.mean(batch_losses))
-
-
-class Snapshots(Callback):
-    """Every parameter of the train network at each epoch end, as NumPy copies."""
-
-    def __init__(self):
-        super().__init__()
-        self.by_epoch = {}
-
-    def on_train_epoch_end(self, run_context):
-        params = run_context.original_args()
-        self.by_epoch[params.cur_epoch_num] = {p.name: p.asnumpy().copy()
-                                               for p in params.train_network.get_parameters()}
 
 
 class StopAfter(Callback):

@@ -8,6 +8,7 @@ import pytest
 from mindspore import Tensor
 from mindspore.train import RunContext
 
+from tests.common.callbacks import Params
 from tests.common.models import TinyMLP, batches, loss_network
 from trainkit import TrainingWrapper
 from trainkit.callbacks import Progress, TrainMetrics
@@ -17,13 +18,6 @@ from trainkit.callbacks.progress import format_duration
 class FakeTerminal(io.StringIO):
     def isatty(self):
         return True
-
-
-class Params(dict):
-    __getattr__ = dict.__getitem__
-
-    def __setattr__(self, key, value):
-        self[key] = value
 
 
 def drive(progress, epochs, steps_per_epoch, step_seconds, first_step_seconds, clock, losses=None):

@@ -1,5 +1,4 @@
 """RunLog: the JSON-lines file and the TensorBoard events read back equal to what was recorded."""
-import json
 import math
 import time
 
@@ -8,12 +7,9 @@ import pytest
 from mindspore import Tensor
 from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData
 
+from tests.common.callbacks import read_jsonl
 from tests.common.tensorboard_events import event_files, read_events, read_scalars, read_tags
 from trainkit.callbacks import RunLog
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def test_scalars_go_to_jsonl_and_tensorboard(tmp_path):

@@ -8,20 +8,12 @@ import pytest
 from mindspore import Tensor, nn
 from mindspore.train import Callback, RunContext
 
+from tests.common.callbacks import Params
 from tests.common.models import TinyMLP, batches, loss_network
 from trainkit import TrainingWrapper
 from trainkit.callbacks import RunLog, TrainMetrics, optimizer_learning_rate
 
 BATCH = 3
-
-
-class Params(dict):
-    """A stand-in for Model's callback parameters: a dict whose keys read as attributes."""
-
-    __getattr__ = dict.__getitem__
-
-    def __setattr__(self, key, value):
-        self[key] = value
 
 
 class LossSpy(Callback):

@@ -1,0 +1,34 @@
+"""Shared helpers for callback tests: Model's callback parameters faked, parameters snapshotted, records read."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List
+
+from mindspore.train import Callback
+
+
+class Params(dict):
+    """A stand-in for Model's callback parameters: a dict whose keys read as attributes."""
+
+    __getattr__ = dict.__getitem__
+
+    def __setattr__(self, key, value):
+        self[key] = value
+
+
+class Snapshots(Callback):
+    """Every parameter of the train network at each epoch end, as NumPy copies."""
+
+    def __init__(self):
+        super().__init__()
+        self.by_epoch = {}
+
+    def on_train_epoch_end(self, run_context):
+        params = run_context.original_args()
+        self.by_epoch[params.cur_epoch_num] = {p.name: p.asnumpy().copy()
+                                               for p in params.train_network.get_parameters()}
+
+
+def read_jsonl(path: Path) -> List[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
