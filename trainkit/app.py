@@ -90,10 +90,6 @@ def train(cfg: DictConfig) -> TrainResult:
                   metrics={"accuracy": Accuracy(), "loss": Loss()})
 
     samples_per_step = cfg.data.get("batch_size", 1) * group_size
-    sinking = trainer.dataset_sink_mode and ms.get_context("device_target") != "CPU"
-    if trainer.dataset_sink_mode and not sinking:
-        log.info("trainer.dataset_sink_mode: MindSpore trains without sinking on CPU; steps run one by one")
-        sink_size = -1
     # With sink_size, Model.train counts each sink as an "epoch"; callbacks see those units.
     sinks_per_epoch = steps_per_epoch // sink_size if sink_size > 0 else 1
     model_epochs = trainer.epochs * sinks_per_epoch
@@ -101,8 +97,6 @@ def train(cfg: DictConfig) -> TrainResult:
     run_log = RunLog(run_dir, tensorboard=cfg.logger.tensorboard and writer,
                      metrics_file=cfg.logger.metrics_file if writer else None)
     metrics_cb = TrainMetrics(run_log, samples_per_step=samples_per_step,
-                              learning_rate=lambda: learning_rates[min(int(optimizer.global_step.asnumpy()),
-                                                                       len(learning_rates) - 1)],
                               log_every_n_steps=cfg.logger.log_every_n_steps)
     eval_interval = trainer.eval_interval * sinks_per_epoch if trainer.eval_interval else model_epochs
     evaluation = Evaluation(model, eval_set, run_log, interval=eval_interval, ema=wrapper.ema,
@@ -200,6 +194,7 @@ def _run_dir(cfg: DictConfig) -> Path:
 
 
 def _sink_size(trainer: DictConfig, steps_per_epoch: int) -> int:
+    """The sink size Model.train gets: checked against the epoch, then -1 where MindSpore does not sink."""
     sink_size = trainer.sink_size
     if sink_size == -1 or not trainer.dataset_sink_mode:
         return -1
@@ -208,6 +203,9 @@ def _sink_size(trainer: DictConfig, steps_per_epoch: int) -> int:
         shown = ", ".join(map(str, divisors[:12])) + (", ..." if len(divisors) > 12 else "")
         raise ConfigError(f"trainer.sink_size={sink_size} is not valid for an epoch of {steps_per_epoch} steps: "
                           f"use -1 (one sink per epoch) or a divisor of {steps_per_epoch} ({shown})")
+    if ms.get_context("device_target") == "CPU":  # Model.train runs step by step there, whatever the sink size
+        log.info("trainer.dataset_sink_mode: MindSpore does not sink on CPU; steps run one by one")
+        return -1
     return sink_size
 
 
