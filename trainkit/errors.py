@@ -8,3 +8,7 @@ class ConfigError(ValueError):
 
 class DataError(ValueError):
     """Training data is missing or corrupt; the message names the path and how to fix it."""
+
+
+class ConfigTypeError(ConfigError, TypeError):
+    """A configuration value has the wrong type (caught as a ConfigError or as a TypeError)."""

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import math
-import numbers
 import os
 import re
 import tempfile
@@ -32,6 +31,7 @@ import mindspore.dataset as ds
 import numpy as np
 from mindspore.dataset import transforms, vision
 
+from trainkit.checks import check_bool, check_int
 from trainkit.data.download import download_file, extract_tar, file_md5
 from trainkit.errors import ConfigError, DataError
 
@@ -52,20 +52,6 @@ MIN_IMAGE_SIZE = 8
 
 
 # ----------------------------------------------------------------------------------------------- argument checks
-def check_int(name: str, value: Any, minimum: int) -> int:
-    """Return `value` as int when it is an integer (not a bool) >= minimum; else raise ConfigError naming `name`."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ConfigError(f"{name} must be an int >= {minimum}; got {value!r}")
-    return int(value)
-
-
-def check_bool(name: str, value: Any) -> bool:
-    """Return `value` when it is a bool: a string such as 'false' would otherwise count as true."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise ConfigError(f"{name} must be true or false; got {value!r}")
-    return bool(value)
-
-
 def check_shards(num_shards: Any, shard_id: Any) -> Tuple[int, int]:
     """Validate data-parallel sharding arguments (one shard per device)."""
     num_shards = check_int("num_shards", num_shards, 1)

@@ -14,7 +14,8 @@ import mindspore.dataset as ds
 import numpy as np
 from mindspore.dataset import vision
 
-from trainkit.data.cifar10 import check_int, check_shards
+from trainkit.checks import check_int
+from trainkit.data.cifar10 import check_shards
 from trainkit.errors import ConfigError, DataError
 
 NUM_SAMPLES = 1797

@@ -7,10 +7,12 @@ weight/bias/running_mean/running_var. Bottleneck puts the stride on the 3x3 conv
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Sequence, Type, Union
+from typing import Optional, Sequence, Type, Union
 
 from mindspore import nn, ops
 from mindspore.common.initializer import HeNormal, HeUniform, initializer
+
+from trainkit.checks import check_bool, check_int
 
 __all__ = [
     "BasicBlock",
@@ -125,17 +127,6 @@ def init_like_torchvision(network: nn.Cell, zero_init_residual: bool = False) ->
                 gamma.set_data(initializer("zeros", gamma.shape, gamma.dtype))
 
 
-def _check_int(name: str, value: Any, minimum: int) -> None:
-    """Reject bad arguments before building: configs come from Hydra, where a typo otherwise fails deep inside."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int >= {minimum}; got {type(value).__name__}: {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}; got {value!r}")
-
-
-def _check_bool(name: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool (true/false); got {type(value).__name__}: {value!r}")
 
 
 class ResNet(nn.Cell):
@@ -165,10 +156,10 @@ class ResNet(nn.Cell):
         if isinstance(layers, (str, bytes)) or not isinstance(layers, Sequence) or len(layers) != 4:
             raise TypeError(f"layers must be a sequence of 4 ints >= 1 (blocks in layer1..layer4); got {layers!r}")
         for index, count in enumerate(layers):
-            _check_int(f"layers[{index}]", count, 1)
-        _check_int("num_classes", num_classes, 1)
-        _check_bool("zero_init_residual", zero_init_residual)
-        _check_int("in_channels", in_channels, 1)
+            check_int(f"layers[{index}]", count, 1)
+        check_int("num_classes", num_classes, 1)
+        check_bool("zero_init_residual", zero_init_residual)
+        check_int("in_channels", in_channels, 1)
 
         self._in_channels = 64
         self.conv1 = nn.Conv2d(in_channels, 64, 7, stride=2, pad_mode="pad", padding=3, has_bias=False)

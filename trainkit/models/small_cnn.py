@@ -6,21 +6,13 @@ digits, 3x32x32 CIFAR images).
 """
 from __future__ import annotations
 
-from typing import Any
-
 from mindspore import nn, ops
 
+from trainkit.checks import check_int
 from trainkit.models.resnet import init_like_torchvision
 
 __all__ = ["SmallCNN"]
 
-
-def _check_int(name: str, value: Any, minimum: int) -> None:
-    """Reject bad arguments before building: configs come from Hydra, where a typo otherwise fails deep inside."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int >= {minimum}; got {type(value).__name__}: {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}; got {value!r}")
 
 
 class ConvBNReLU(nn.SequentialCell):
@@ -57,11 +49,11 @@ class SmallCNN(nn.Cell):
         stem_stride: int = 1,
     ):
         super().__init__()
-        _check_int("num_classes", num_classes, 1)
-        _check_int("in_channels", in_channels, 1)
-        _check_int("width", width, 1)
-        _check_int("num_downsamples", num_downsamples, 0)
-        _check_int("stem_stride", stem_stride, 1)
+        check_int("num_classes", num_classes, 1)
+        check_int("in_channels", in_channels, 1)
+        check_int("width", width, 1)
+        check_int("num_downsamples", num_downsamples, 0)
+        check_int("stem_stride", stem_stride, 1)
         if stem_stride > 2:
             raise ValueError(f"stem_stride must be 1 or 2; got {stem_stride!r}")
 
