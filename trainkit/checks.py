@@ -3,20 +3,27 @@ otherwise fail deep inside MindSpore, after compilation started."""
 from __future__ import annotations
 
 import numbers
-from typing import Any
+from typing import Any, Callable, Tuple
 
 import numpy as np
 
 from trainkit.errors import ConfigError, ConfigTypeError
 
 
+def check_number(name: str, value: Any, valid: str, in_range: Callable[[Any], bool],
+                 types: Tuple[type, ...] = (numbers.Real,)) -> Any:
+    """`value` when it is a number of `types` (never a bool) for which `in_range` holds; else raise
+    ConfigTypeError / ConfigError saying ``<name> must be <valid>; got <value>``."""
+    if isinstance(value, bool) or not isinstance(value, types):
+        raise ConfigTypeError(f"{name} must be {valid}; got {value!r} ({type(value).__name__})")
+    if not in_range(value):
+        raise ConfigError(f"{name} must be {valid}; got {value!r}")
+    return value
+
+
 def check_int(name: str, value: Any, minimum: int) -> int:
     """`value` as an int when it is an integer (not a bool) >= `minimum`; else raise naming `name`."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ConfigTypeError(f"{name} must be an int >= {minimum}; got {value!r}")
-    if value < minimum:
-        raise ConfigError(f"{name} must be an int >= {minimum}; got {value!r}")
-    return int(value)
+    return int(check_number(name, value, f"an int >= {minimum}", lambda v: v >= minimum, (numbers.Integral,)))
 
 
 def check_bool(name: str, value: Any) -> bool:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import math
-from numbers import Real
 from typing import Optional, Tuple
 
 from mindspore import Parameter, Tensor, amp, nn, ops
@@ -10,6 +9,7 @@ from mindspore import dtype as mstype
 from mindspore.context import ParallelMode
 from mindspore.parallel._utils import _get_device_num, _get_gradients_mean, _get_parallel_mode
 
+from trainkit.checks import check_number
 from trainkit.ema import ExponentialMovingAverage, ema_source_parameters
 from trainkit.loss_scale import LossScaleArg, make_loss_scaler, next_dynamic_scale
 
@@ -267,16 +267,10 @@ def _check_arguments(network, optimizer, max_grad_norm, accumulation_steps, ema_
         raise TypeError(f"network must be a mindspore.nn.Cell returning the loss; got {type(network).__name__}")
     if not isinstance(optimizer, nn.Optimizer):
         raise TypeError(f"optimizer must be a mindspore.nn.Optimizer; got {type(optimizer).__name__}")
-    _check_number("accumulation_steps", accumulation_steps, "an int >= 1", lambda v: v >= 1, types=(int,))
+    check_number("accumulation_steps", accumulation_steps, "an int >= 1", lambda v: v >= 1, types=(int,))
     if max_grad_norm is not None:
-        _check_number("max_grad_norm", max_grad_norm, "None or a finite number > 0",
+        check_number("max_grad_norm", max_grad_norm, "None or a finite number > 0",
                       lambda v: math.isfinite(v) and v > 0)
     if ema_decay is not None:
-        _check_number("ema_decay", ema_decay, "None or a number in [0, 1)", lambda v: 0 <= v < 1)
+        check_number("ema_decay", ema_decay, "None or a number in [0, 1)", lambda v: 0 <= v < 1)
 
-
-def _check_number(name: str, value, valid: str, in_range, types=(Real,)) -> None:
-    if isinstance(value, bool) or not isinstance(value, types):
-        raise TypeError(f"{name} must be {valid}; got {type(value).__name__}: {value!r}")
-    if not in_range(value):
-        raise ValueError(f"{name} must be {valid}; got {value!r}")
