@@ -152,3 +152,28 @@ def test_the_seed_recipe_runs_resnet50_at_32x32_on_a_cpu(graph_mode, tmp_path):
     result = train(cfg)
     assert type(result.network).__name__ == "ResNet" and result.network.fc.weight.shape == (10, 2048)
     assert result.metrics["optimizer_steps"] == 5 and np.isfinite(result.metrics["train_loss"])
+
+
+def test_a_directory_that_holds_a_run_is_refused_and_left_unchanged(cifar10, tmp_path):
+    root, _ = cifar10
+    train(tiny(root, tmp_path, "trainer.epochs=1"))
+    before = {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()}
+    with pytest.raises(ConfigError, match=f"{tmp_path} already holds a run .*nothing was changed"):
+        train(tiny(root, tmp_path, "trainer.epochs=1", "model.width=8"))
+    assert {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()} == before
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["wrapper.accumulation_steps=11"],
+     "wrapper.accumulation_steps=11 is not valid for a run of 10 micro-batches (2 epochs of 5)"),
+    (["trainer.sink_size=7"], "trainer.sink_size=7 is not valid for an epoch of 5 steps"),  # even with sink mode off
+    (["parallel=semi_auto_parallel"], "parallel.mode=semi_auto_parallel runs on Ascend and GPU only"),
+    (["lr_schedule=cosine", "lr_schedule.warmup_epochs=3"], "lr_schedule.warmup_epochs must be in [0, epochs=2]"),
+    (["data.image_size=4"], "data.image_size must be an int >= 8; got 4"),
+])
+def test_impossible_combinations_stop_before_training_naming_the_key(overrides, message, cifar10, tmp_path):
+    root, _ = cifar10
+    with pytest.raises(ConfigError) as error:
+        train(tiny(root, tmp_path, *overrides))
+    assert message in str(error.value)
+    assert not (tmp_path / "metrics.jsonl").exists() and not (tmp_path / ".hydra").exists()

@@ -75,6 +75,7 @@ def test_multirun_sweeps_into_one_directory_per_job(cifar10_root, tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["wrapper.accumulation_steps=0"], "wrapper.accumulation_steps=0 is not valid: it must be an integer >= 1"),
+    (["trainer.device_target=GPU"], "trainer.device_target=GPU is not available to this MindSpore build"),
     (["recipe=resnet50_cifar10", "data.root=missing_folder"], "missing_folder/cifar-10-batches-bin does not exist"),
 ])
 def test_bad_input_exits_with_status_2_and_one_clear_message(args, message, tmp_path):
@@ -107,3 +108,15 @@ def test_configs_and_recipes_ship_in_the_wheel(tmp_path):
     assert result.stdout.strip().startswith(str(target))
     result = trainkit("recipe=resnet50_cifar10", "--cfg", "job", cwd=tmp_path, env={"PYTHONPATH": str(target)})
     assert result.returncode == 0 and "resnet50" in result.stdout, result.stderr
+
+
+def test_bad_input_aimed_at_an_existing_run_changes_nothing_there(cifar10_root, tmp_path):
+    run_dir = tmp_path / "run"
+    assert trainkit(*TINY, f"data.root={cifar10_root}", f"hydra.run.dir={run_dir}", cwd=tmp_path).returncode == 0
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.name != "train.log"}
+    log_before = (run_dir / "train.log").read_text()
+    for bad in ("wrapper.accumulation_steps=0", "data.root=missing_folder", "trainer.epochs=2"):  # the last is valid
+        result = trainkit(*TINY, f"data.root={cifar10_root}", bad, f"hydra.run.dir={run_dir}", cwd=tmp_path)
+        assert result.returncode == 2, result.stderr
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.name != "train.log"} == before
+    assert (run_dir / "train.log").read_text().startswith(log_before)  # the log is only appended to

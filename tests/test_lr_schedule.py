@@ -37,3 +37,11 @@ def test_cosine_goes_from_lr_after_warmup_to_min_lr_at_the_last_update():
 def test_bad_schedule_arguments_name_the_argument(call, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
         call()
+
+
+def test_fractional_updates_per_epoch_place_epochs_exactly():
+    # 5 micro-batches an epoch, 2 per update: 2.5 updates an epoch; ceil(7.5) = 8 rates for 3 epochs (the 8th
+    # window is incomplete and never applied)
+    values = lr_schedule.step(1.0, epochs=3, updates_per_epoch=2.5, milestones=[1, 2], gamma=0.5)
+    # update i is in epoch floor(i / 2.5): 0, 0, 0, 1, 1, 2, 2, 2
+    assert values == pytest.approx([1, 1, 1, 0.5, 0.5, 0.25, 0.25, 0.25])

@@ -13,18 +13,18 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import random
 import time
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import mindspore as ms
 import mindspore.dataset as ds
 import numpy as np
+from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from mindspore import amp, nn
@@ -65,6 +65,7 @@ def train(cfg: DictConfig) -> TrainResult:
     """
     check_config(cfg)
     run_dir = _run_dir(cfg)
+    _check_run_dir_is_new(run_dir, cfg.logger.metrics_file)
     trainer = cfg.trainer
     _set_context(trainer)
     rank, group_size = setup_parallel(_value(cfg.parallel.mode), cfg.parallel.gradients_mean)
@@ -78,6 +79,7 @@ def train(cfg: DictConfig) -> TrainResult:
         raise ConfigError(f"data.batch_size={cfg.data.get('batch_size')} is larger than the training set "
                           f"({_describe(data)}): no full batch per epoch")
     sink_size = _sink_size(trainer, steps_per_epoch)
+    _check_accumulation(cfg, steps_per_epoch)
     backbone = _instantiate("model", cfg.model, **_from_data(cfg.model, data))
     loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     with _inside(run_dir):  # MindSpore's O1 rewrite writes rewritten_network/ into the current directory
@@ -89,6 +91,8 @@ def train(cfg: DictConfig) -> TrainResult:
     model = Model(wrapper, eval_network=Float32EvalCell(loss_network.backbone, loss_fn), eval_indexes=[0, 1, 2],
                   metrics={"accuracy": Accuracy(), "loss": Loss()})
 
+    if rank == 0:
+        _save_config(cfg, run_dir)  # only now: a run stopped by bad input leaves no trace in the run directory
     samples_per_step = cfg.data.get("batch_size", 1) * group_size
     # With sink_size, Model.train counts each sink as an "epoch"; callbacks see those units.
     sinks_per_epoch = steps_per_epoch // sink_size if sink_size > 0 else 1
@@ -142,20 +146,26 @@ def _instantiate(group: str, node: DictConfig, **kwargs):
         return instantiate(node, **kwargs)
     except InstantiationException as error:
         cause = error.__cause__ if error.__cause__ is not None else error
-        raise ConfigError(f"{group} ({node.get('_target_')}): {cause}") from error
+        raise _group_error(group, node, cause) from error
+
+
+def _group_error(group: str, node: DictConfig, error: BaseException) -> ConfigError:
+    """``data.batch_size must be ...`` when the message starts with an argument's name, else the group and target."""
+    message = str(error)
+    name = message.split(" ", 1)[0]
+    if name.isidentifier() and name in node and message.startswith(f"{name} must"):
+        return ConfigError(f"{group}.{message}")
+    return ConfigError(f"{group} ({node.get('_target_')}): {message}")
 
 
 def _learning_rates(cfg: DictConfig, steps_per_epoch: int, accumulation_steps: int) -> List[float]:
-    """One learning rate per optimizer update over the whole run."""
-    updates_per_epoch = max(steps_per_epoch // accumulation_steps, 1)
-    total_updates = math.ceil(cfg.trainer.epochs * steps_per_epoch / accumulation_steps)
+    """One learning rate per optimizer update over the whole run (windows may straddle epochs)."""
     schedule = _instantiate("lr_schedule", cfg.lr_schedule)
     try:
-        values = schedule(lr=cfg.optimizer.lr, epochs=cfg.trainer.epochs, updates_per_epoch=updates_per_epoch)
+        return schedule(lr=cfg.optimizer.lr, epochs=cfg.trainer.epochs,
+                        updates_per_epoch=steps_per_epoch / accumulation_steps)
     except (TypeError, ValueError) as error:
-        raise ConfigError(f"lr_schedule ({cfg.lr_schedule.get('_target_')}): {error}") from error
-    # Windows may straddle epochs: pad with the last value so every update has a rate.
-    return values + values[-1:] * max(total_updates - len(values), 0)
+        raise _group_error("lr_schedule", cfg.lr_schedule, error) from error
 
 
 def _optimizer(cfg: DictConfig, backbone: nn.Cell, learning_rates: List[float]) -> nn.Optimizer:
@@ -165,7 +175,7 @@ def _optimizer(cfg: DictConfig, backbone: nn.Cell, learning_rates: List[float]) 
     try:
         return factory(backbone.trainable_params(), learning_rate=learning_rates)
     except (TypeError, ValueError) as error:
-        raise ConfigError(f"optimizer ({node.get('_target_')}): {error}") from error
+        raise _group_error("optimizer", cfg.optimizer, error) from error
 
 
 def _wrapper(cfg: DictConfig, loss_network: nn.Cell, optimizer: nn.Optimizer) -> TrainingWrapper:
@@ -179,7 +189,7 @@ def _wrapper(cfg: DictConfig, loss_network: nn.Cell, optimizer: nn.Optimizer) ->
     try:
         return factory(loss_network, optimizer, loss_scale=loss_scale)
     except (TypeError, ValueError) as error:
-        raise ConfigError(f"wrapper ({node.get('_target_')}): {error}") from error
+        raise _group_error("wrapper", cfg.wrapper, error) from error
 
 
 # ------------------------------------------------------------------- checks
@@ -196,17 +206,51 @@ def _run_dir(cfg: DictConfig) -> Path:
 def _sink_size(trainer: DictConfig, steps_per_epoch: int) -> int:
     """The sink size Model.train gets: checked against the epoch, then -1 where MindSpore does not sink."""
     sink_size = trainer.sink_size
-    if sink_size == -1 or not trainer.dataset_sink_mode:
+    if sink_size == -1:
         return -1
     if sink_size > steps_per_epoch or steps_per_epoch % sink_size:
         divisors = [d for d in range(1, steps_per_epoch + 1) if steps_per_epoch % d == 0]
         shown = ", ".join(map(str, divisors[:12])) + (", ..." if len(divisors) > 12 else "")
         raise ConfigError(f"trainer.sink_size={sink_size} is not valid for an epoch of {steps_per_epoch} steps: "
                           f"use -1 (one sink per epoch) or a divisor of {steps_per_epoch} ({shown})")
+    if not trainer.dataset_sink_mode:
+        return -1
     if ms.get_context("device_target") == "CPU":  # Model.train runs step by step there, whatever the sink size
         log.info("trainer.dataset_sink_mode: MindSpore does not sink on CPU; steps run one by one")
         return -1
     return sink_size
+
+
+def _check_accumulation(cfg: DictConfig, steps_per_epoch: int) -> None:
+    """A window must fit in the run; a last incomplete window is dropped, which is worth a warning."""
+    micro_steps, k = cfg.trainer.epochs * steps_per_epoch, cfg.wrapper.accumulation_steps
+    if k > micro_steps:
+        raise ConfigError(f"wrapper.accumulation_steps={k} is not valid for a run of {micro_steps} micro-batches "
+                          f"({cfg.trainer.epochs} epochs of {steps_per_epoch}): no window would complete, so "
+                          f"nothing would train; use at most {micro_steps}")
+    if micro_steps % k:
+        log.warning("wrapper.accumulation_steps=%d: the last %d of %d micro-batches do not complete a window and "
+                    "are not applied", k, micro_steps % k, micro_steps)
+
+
+def _check_run_dir_is_new(run_dir: Path, metrics_file: Optional[str]) -> None:
+    """Refuse to mix two runs in one directory (resume, which continues one, is a separate feature)."""
+    earlier = [name for name in (".hydra/config.yaml", metrics_file, "tensorboard", "checkpoints")
+               if name and (run_dir / name).exists()]
+    if earlier:
+        raise ConfigError(f"{run_dir} already holds a run ({', '.join(earlier)}): nothing was changed there; "
+                          "choose a new directory with hydra.run.dir=PATH (run_dir=PATH in-process)")
+
+
+def _save_config(cfg: DictConfig, run_dir: Path) -> None:
+    """The composed config (and, under Hydra, its own config and the overrides) in ``.hydra/``, as Hydra would."""
+    folder = run_dir / ".hydra"
+    folder.mkdir(exist_ok=True)
+    OmegaConf.save(cfg, folder / "config.yaml")
+    if HydraConfig.initialized():
+        hydra_cfg = HydraConfig.get()
+        OmegaConf.save(OmegaConf.create({"hydra": hydra_cfg}), folder / "hydra.yaml")
+        OmegaConf.save(hydra_cfg.overrides.task, folder / "overrides.yaml")
 
 
 def _from_data(model: DictConfig, data: Any) -> Dict[str, int]:
@@ -229,10 +273,13 @@ def _from_data(model: DictConfig, data: Any) -> Dict[str, int]:
 
 def _set_context(trainer: DictConfig) -> None:
     mode = ms.GRAPH_MODE if _value(trainer.mode) == "graph" else ms.PYNATIVE_MODE
-    if trainer.device_target == "auto":
-        ms.set_context(mode=mode)
-    else:
-        ms.set_context(mode=mode, device_target=trainer.device_target)
+    ms.set_context(mode=mode)
+    if trainer.device_target != "auto":
+        try:
+            ms.set_context(device_target=trainer.device_target)
+        except (RuntimeError, ValueError) as error:
+            raise ConfigError(f"trainer.device_target={trainer.device_target} is not available to this MindSpore "
+                              f"build: use auto or {ms.get_context('device_target')} ({error})") from error
     ms.set_seed(trainer.seed)
     ds.config.set_seed(trainer.seed)
     np.random.seed(trainer.seed)

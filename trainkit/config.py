@@ -94,7 +94,7 @@ class TrainerConfig:
 
     epochs: int = 1
     mode: ExecutionMode = ExecutionMode.graph
-    device_target: str = "CPU"
+    device_target: str = "auto"
     dataset_sink_mode: bool = False
     sink_size: int = -1
     seed: int = 0
@@ -171,12 +171,13 @@ def check_config(cfg: DictConfig) -> None:
         _check("wrapper.ema_decay", wrapper.ema_decay, "null (no EMA) or a number in [0, 1)",
                lambda v: 0 <= v < 1)
     if _choice(wrapper.loss_scale) != "none":
-        _check("wrapper.loss_scale_value", wrapper.loss_scale_value, "a finite number >= 1",
-               lambda v: math.isfinite(v) and v >= 1)
+        _check("wrapper.loss_scale_value", wrapper.loss_scale_value,
+               "a number in [1, 2**32] (1/scale must stay a normal float32)", lambda v: 1 <= v <= 2.0 ** 32)
     if _choice(wrapper.loss_scale) == "dynamic":
         _check("wrapper.scale_factor", wrapper.scale_factor, "an integer >= 2", lambda v: v >= 2)
         _check("wrapper.scale_window", wrapper.scale_window, "an integer >= 1", lambda v: v >= 1)
     _check("trainer.epochs", trainer.epochs, "an integer >= 1", lambda v: v >= 1)
+    _check("trainer.seed", trainer.seed, "an integer in [0, 2**32)", lambda v: 0 <= v < 2 ** 32)
     _check("trainer.sink_size", trainer.sink_size, "-1 (a whole epoch per sink) or an integer >= 1",
            lambda v: v == -1 or v >= 1)
     _check("trainer.eval_interval", trainer.eval_interval, "an integer >= 0 (0: evaluate after the last epoch only)",
@@ -193,6 +194,11 @@ def check_config(cfg: DictConfig) -> None:
         raise ConfigError(f"trainer.device_target={trainer.device_target!r} is not valid: use one of "
                           f"{', '.join(valid_targets)}")
     _check("logger.log_every_n_steps", logger.log_every_n_steps, "an integer >= 1", lambda v: v >= 1)
+    metrics_file = logger.metrics_file
+    if metrics_file is not None and (not metrics_file or metrics_file in (".", "..")
+                                     or any(sep in metrics_file for sep in ("/", "\\"))):
+        raise ConfigError(f"logger.metrics_file={metrics_file!r} is not valid: it must be null or a file name "
+                          "(no folders), written inside the run directory, e.g. metrics.jsonl")
     for key in ("data.batch_size", "data.image_size", "model.num_classes"):
         group, name = key.split(".")
         value = cfg[group].get(name)

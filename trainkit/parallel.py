@@ -34,6 +34,9 @@ def setup_parallel(mode: str, gradients_mean: bool = True) -> Tuple[int, int]:
     if mode not in _PARALLEL_MODES:
         raise ConfigError(f"parallel.mode={mode!r} is not valid: use stand_alone or one of "
                           f"{', '.join(_PARALLEL_MODES)}")
+    if mode in ("semi_auto_parallel", "auto_parallel") and ms.get_context("device_target") == "CPU":
+        raise ConfigError(f"parallel.mode={mode} runs on Ascend and GPU only (MindSpore's operator sharding); "
+                          "on CPU use parallel=data_parallel or hybrid_parallel")
     if not launched_by_msrun():
         raise ConfigError(f"parallel.mode={mode} needs one process per device started by msrun, e.g. "
                           f"msrun --worker_num=2 --local_worker_num=2 -- python -m trainkit parallel={mode} ...; "

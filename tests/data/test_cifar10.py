@@ -224,13 +224,14 @@ def test_prepare_empty_file_is_corrupt(tmp_path):
         Cifar10Data(str(tmp_path)).prepare()
 
 
-def test_prepare_label_out_of_range_is_corrupt(tmp_path):
+@pytest.mark.parametrize("record", [1, 3])  # any record, not only the first, middle and last
+def test_prepare_label_out_of_range_is_corrupt(tmp_path, record):
     write_cifar10(str(tmp_path), train_per_file=4)
     bad = tmp_path / "cifar-10-batches-bin" / "data_batch_2.bin"
     raw = bytearray(bad.read_bytes())
-    raw[3 * RECORD_BYTES] = 42  # the last record's label byte
+    raw[record * RECORD_BYTES] = 42  # that record's label byte
     bad.write_bytes(bytes(raw))
-    with pytest.raises(DataError, match=f"{bad} is corrupt: record 3 has label 42"):
+    with pytest.raises(DataError, match=f"{bad} is corrupt: record {record} has label 42"):
         Cifar10Data(str(tmp_path)).prepare()
 
 
