@@ -65,10 +65,11 @@ def train(cfg: DictConfig) -> TrainResult:
     """
     check_config(cfg)
     run_dir = _run_dir(cfg)
-    _check_run_dir_is_new(run_dir, cfg.logger.metrics_file)
     trainer = cfg.trainer
     _set_context(trainer)
     rank, group_size = setup_parallel(_value(cfg.parallel.mode), cfg.parallel.gradients_mean)
+    if rank == 0:  # the rank that writes
+        _check_run_dir_is_new(run_dir, cfg.logger.metrics_file)
 
     data = _instantiate("data", cfg.data)
     data.prepare()
