@@ -68,7 +68,8 @@ def train(cfg: DictConfig) -> TrainResult:
     trainer = cfg.trainer
     _set_context(trainer)
     rank, group_size = setup_parallel(_value(cfg.parallel.mode), cfg.parallel.gradients_mean)
-    if rank == 0:  # the rank that writes
+    writer = rank == 0  # the rank that writes config, metrics, events, progress and checkpoints
+    if writer:
         _check_run_dir_is_new(run_dir, cfg.logger.metrics_file)
 
     data = _instantiate("data", cfg.data)
@@ -92,13 +93,12 @@ def train(cfg: DictConfig) -> TrainResult:
     model = Model(wrapper, eval_network=Float32EvalCell(loss_network.backbone, loss_fn), eval_indexes=[0, 1, 2],
                   metrics={"accuracy": Accuracy(), "loss": Loss()})
 
-    if rank == 0:
+    if writer:
         _save_config(cfg, run_dir)  # only now: a run stopped by bad input leaves no trace in the run directory
     samples_per_step = cfg.data.get("batch_size", 1) * group_size
     # With sink_size, Model.train counts each sink as an "epoch"; callbacks see those units.
     sinks_per_epoch = steps_per_epoch // sink_size if sink_size > 0 else 1
     model_epochs = trainer.epochs * sinks_per_epoch
-    writer = rank == 0
     run_log = RunLog(run_dir, tensorboard=cfg.logger.tensorboard and writer,
                      metrics_file=cfg.logger.metrics_file if writer else None)
     metrics_cb = TrainMetrics(run_log, samples_per_step=samples_per_step,
