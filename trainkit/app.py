@@ -17,7 +17,6 @@ import os
 import random
 import time
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -33,7 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError
 
 from trainkit.callbacks import BestCheckpoint, Evaluation, Progress, RunLog, TrainMetrics
-from trainkit.config import check_config
+from trainkit.config import check_config, choice
 from trainkit.errors import ConfigError
 from trainkit.mixed_precision import Float32EvalCell, build_loss_network
 from trainkit.parallel import setup_parallel
@@ -67,7 +66,7 @@ def train(cfg: DictConfig) -> TrainResult:
     run_dir = _run_dir(cfg)
     trainer = cfg.trainer
     _set_context(trainer)
-    rank, group_size = setup_parallel(_value(cfg.parallel.mode), cfg.parallel.gradients_mean)
+    rank, group_size = setup_parallel(choice(cfg.parallel.mode), cfg.parallel.gradients_mean)
     writer = rank == 0  # the rank that writes config, metrics, events, progress and checkpoints
     if writer:
         _check_run_dir_is_new(run_dir, cfg.logger.metrics_file)
@@ -85,7 +84,7 @@ def train(cfg: DictConfig) -> TrainResult:
     backbone = _instantiate("model", cfg.model, **_from_data(cfg.model, data))
     loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     with _inside(run_dir):  # MindSpore's O1 rewrite writes rewritten_network/ into the current directory
-        loss_network = build_loss_network(backbone, loss_fn, _value(cfg.amp.level))
+        loss_network = build_loss_network(backbone, loss_fn, choice(cfg.amp.level))
     accumulation_steps = cfg.wrapper.accumulation_steps
     learning_rates = _learning_rates(cfg, steps_per_epoch, accumulation_steps)
     optimizer = _optimizer(cfg, backbone, learning_rates)
@@ -107,7 +106,7 @@ def train(cfg: DictConfig) -> TrainResult:
     evaluation = Evaluation(model, eval_set, run_log, interval=eval_interval, ema=wrapper.ema,
                             dataset_sink_mode=False)
     callbacks: List[ms.train.Callback] = [metrics_cb]
-    progress = _value(cfg.logger.progress)
+    progress = choice(cfg.logger.progress)
     if writer and progress != "off":
         stream = None if progress == "auto" else _ForcedStream(progress == "bar")
         callbacks.append(Progress(model_epochs, sink_size if sink_size > 0 else steps_per_epoch, samples_per_step,
@@ -124,7 +123,7 @@ def train(cfg: DictConfig) -> TrainResult:
 
     log.info("%s: %s on %s, %d steps/epoch of %d samples (%d per rank x %d), %d epochs, %s mode, amp %s, run dir %s",
              _describe_target(cfg.model), _count(backbone), _describe(data), steps_per_epoch, samples_per_step,
-             samples_per_step // group_size, group_size, trainer.epochs, _value(trainer.mode), _value(cfg.amp.level),
+             samples_per_step // group_size, group_size, trainer.epochs, choice(trainer.mode), choice(cfg.amp.level),
              run_dir)
     start = time.perf_counter()
     try:
@@ -273,7 +272,7 @@ def _from_data(model: DictConfig, data: Any) -> Dict[str, int]:
 
 
 def _set_context(trainer: DictConfig) -> None:
-    mode = ms.GRAPH_MODE if _value(trainer.mode) == "graph" else ms.PYNATIVE_MODE
+    mode = ms.GRAPH_MODE if choice(trainer.mode) == "graph" else ms.PYNATIVE_MODE
     ms.set_context(mode=mode)
     if trainer.device_target != "auto":
         try:
@@ -338,10 +337,6 @@ def _describe_target(node: DictConfig) -> str:
 
 def _count(network: nn.Cell) -> str:
     return f"{sum(int(np.prod(p.shape)) for p in network.trainable_params()):,} parameters"
-
-
-def _value(value: Any) -> str:
-    return value.value if isinstance(value, Enum) else str(value)
 
 
 class _ForcedStream:

@@ -170,10 +170,10 @@ def check_config(cfg: DictConfig) -> None:
     if wrapper.ema_decay is not None:
         _check("wrapper.ema_decay", wrapper.ema_decay, "null (no EMA) or a number in [0, 1)",
                lambda v: 0 <= v < 1)
-    if _choice(wrapper.loss_scale) != "none":
+    if choice(wrapper.loss_scale) != "none":
         _check("wrapper.loss_scale_value", wrapper.loss_scale_value,
                "a number in [1, 2**32] (1/scale must stay a normal float32)", lambda v: 1 <= v <= 2.0 ** 32)
-    if _choice(wrapper.loss_scale) == "dynamic":
+    if choice(wrapper.loss_scale) == "dynamic":
         _check("wrapper.scale_factor", wrapper.scale_factor, "an integer >= 2", lambda v: v >= 2)
         _check("wrapper.scale_window", wrapper.scale_window, "an integer >= 1", lambda v: v >= 1)
     _check("trainer.epochs", trainer.epochs, "an integer >= 1", lambda v: v >= 1)
@@ -217,5 +217,6 @@ def _check(key: str, value: Any, valid: str, in_range) -> None:
         raise ConfigError(f"{key}={value} is not valid: it must be {valid}")
 
 
-def _choice(value: Any) -> str:
+def choice(value: Any) -> str:
+    """A config choice as its string: structured configs hold enum members (``ExecutionMode.graph``)."""
     return value.value if isinstance(value, Enum) else str(value)
