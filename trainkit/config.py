@@ -50,6 +50,11 @@ class LossScale(Enum):
     dynamic = "dynamic"
 
 
+class ResumeData(Enum):
+    exact = "exact"  # replay the data pipeline to the checkpoint: the same samples and the same augmentations
+    fast = "fast"  # jump there: the same samples in the same order, random augmentations drawn anew
+
+
 class ProgressStyle(Enum):
     auto = "auto"  # an updating line on a terminal, log lines otherwise
     bar = "bar"
@@ -102,6 +107,9 @@ class TrainerConfig:
     save_checkpoints: bool = True
     keep_checkpoints: int = 3
     best_metric: str = "accuracy"
+    checkpoint_every_n_steps: int = 0
+    resume: Optional[str] = None
+    resume_data: ResumeData = ResumeData.exact
 
 
 @dataclass
@@ -183,6 +191,11 @@ def check_config(cfg: DictConfig) -> None:
     _check("trainer.eval_interval", trainer.eval_interval, "an integer >= 0 (0: evaluate after the last epoch only)",
            lambda v: v >= 0)
     _check("trainer.keep_checkpoints", trainer.keep_checkpoints, "an integer >= 1", lambda v: v >= 1)
+    _check("trainer.checkpoint_every_n_steps", trainer.checkpoint_every_n_steps,
+           "an integer >= 0 (0: a checkpoint at each epoch end only)", lambda v: v >= 0)
+    if trainer.resume is not None and not str(trainer.resume).strip():
+        raise ConfigError("trainer.resume='' is not valid: use null (a new run), auto (the newest valid checkpoint "
+                          "of the run directory) or the path of a checkpoint or run directory")
     if trainer.best_metric not in EVAL_METRICS:
         raise ConfigError(f"trainer.best_metric={trainer.best_metric!r} is not valid: use one of "
                           f"{', '.join(EVAL_METRICS)}")
