@@ -105,6 +105,9 @@ def train(cfg: DictConfig) -> TrainResult:
         _save_config(cfg, run_dir)
     if done:
         train_set.set_init_step(done)  # Model.train then continues the data mid-epoch where the checkpoint left it
+        if choice(trainer.resume_data) == "exact":
+            log.info("replaying the data pipeline through %d micro-batches so augmentations match exactly "
+                     "(trainer.resume_data=fast skips the replay)", done)
     samples_per_step = cfg.data.get("batch_size", 1) * group_size
     # With sink_size, Model.train counts each sink as an "epoch"; callbacks see those units.
     sinks_per_epoch = steps_per_epoch // sink_size if sink_size > 0 else 1
