@@ -31,7 +31,7 @@ from mindspore.train import Accuracy, CheckpointConfig, Loss, Model, ModelCheckp
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError
 
-from trainkit.callbacks import BestCheckpoint, Evaluation, Progress, RunLog, TrainMetrics
+from trainkit.callbacks import BestCheckpoint, Evaluation, NonFiniteStop, Progress, RunLog, TrainMetrics
 from trainkit.config import check_config, choice
 from trainkit.errors import ConfigError
 from trainkit.mixed_precision import Float32EvalCell, build_loss_network
@@ -112,6 +112,10 @@ def train(cfg: DictConfig) -> TrainResult:
         callbacks.append(Progress(model_epochs, sink_size if sink_size > 0 else steps_per_epoch, samples_per_step,
                                   stream=stream, every_n_steps=cfg.logger.log_every_n_steps,
                                   train_metrics=metrics_cb))
+    nonfinite_limit = trainer.max_nonfinite_steps  # without loss scaling, skipped updates do not fix themselves
+    if nonfinite_limit and getattr(wrapper, "skip_nonfinite", False) and not wrapper.loss_scaling:
+        save_last_good = (lambda: _save_last_good_state(wrapper, run_dir / "checkpoints")) if writer else None
+        callbacks.append(NonFiniteStop(nonfinite_limit, save_checkpoint=save_last_good))
     callbacks.append(evaluation)
     if writer and trainer.save_checkpoints:
         checkpoints = run_dir / "checkpoints"
@@ -190,6 +194,15 @@ def _wrapper(cfg: DictConfig, loss_network: nn.Cell, optimizer: nn.Optimizer) ->
         return factory(loss_network, optimizer, loss_scale=loss_scale)
     except (TypeError, ValueError) as error:
         raise _group_error("wrapper", cfg.wrapper, error) from error
+
+
+def _save_last_good_state(wrapper: nn.Cell, directory: Path) -> Path:
+    """The wrapper's state (the last good one after skipped updates) in ``last_good.ckpt``, written atomically."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path, temporary = directory / "last_good.ckpt", directory / "last_good.tmp.ckpt"
+    ms.save_checkpoint(wrapper, str(temporary))
+    os.replace(temporary, path)
+    return path
 
 
 # ------------------------------------------------------------------- checks

@@ -86,6 +86,7 @@ class WrapperConfig:
     ema_decay: Optional[float] = None
     ema_warmup: bool = False
     compute_grad_norm: bool = True
+    skip_nonfinite: bool = True
 
 
 @dataclass
@@ -102,6 +103,7 @@ class TrainerConfig:
     save_checkpoints: bool = True
     keep_checkpoints: int = 3
     best_metric: str = "accuracy"
+    max_nonfinite_steps: Optional[int] = 10
 
 
 @dataclass
@@ -182,6 +184,9 @@ def check_config(cfg: DictConfig) -> None:
            lambda v: v == -1 or v >= 1)
     _check("trainer.eval_interval", trainer.eval_interval, "an integer >= 0 (0: evaluate after the last epoch only)",
            lambda v: v >= 0)
+    if trainer.max_nonfinite_steps is not None:
+        _check("trainer.max_nonfinite_steps", trainer.max_nonfinite_steps, "null or 0 (never stop) or an integer >= 1",
+               lambda v: v >= 0)
     _check("trainer.keep_checkpoints", trainer.keep_checkpoints, "an integer >= 1", lambda v: v >= 1)
     if trainer.best_metric not in EVAL_METRICS:
         raise ConfigError(f"trainer.best_metric={trainer.best_metric!r} is not valid: use one of "
