@@ -289,10 +289,7 @@ class TrainingWrapper(nn.Cell):
         """
         if not self.skip_nonfinite:
             return self._true
-        if self.compute_grad_norm:
-            finite = ops.isfinite(grad_norm)
-        else:
-            finite = amp.all_finite(grads)
+        finite = ops.isfinite(grad_norm) if self.compute_grad_norm else amp.all_finite(grads)
         if self.grad_reducer is not None:
             return finite
         finite = ops.logical_and(finite, ops.isfinite(loss))

@@ -6,5 +6,5 @@ from trainkit.callbacks.progress import Progress
 from trainkit.callbacks.run_log import RunLog
 from trainkit.callbacks.train_metrics import TrainMetrics, optimizer_learning_rate, step_outputs
 
-__all__ = ["BestCheckpoint", "Evaluation", "NonFiniteStop", "Progress", "RunLog", "TrainMetrics", "ema_weights", "swap_in_ema",
-           "optimizer_learning_rate", "step_outputs"]
+__all__ = ["BestCheckpoint", "Evaluation", "NonFiniteStop", "Progress", "RunLog", "TrainMetrics", "ema_weights",
+           "swap_in_ema", "optimizer_learning_rate", "step_outputs"]
