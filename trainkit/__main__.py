@@ -12,7 +12,7 @@ import hydra
 from omegaconf import DictConfig
 
 from trainkit.config import register_configs
-from trainkit.errors import ConfigError, DataError
+from trainkit.errors import ConfigError, DataError, TrainingError
 
 register_configs()
 log = logging.getLogger("trainkit")
@@ -20,7 +20,7 @@ log = logging.getLogger("trainkit")
 
 @hydra.main(version_base=None, config_path="pkg://trainkit.configs", config_name="config")
 def main(cfg: DictConfig) -> float:
-    """Train; bad input ends the run with exit status 2 and one message naming the key or file."""
+    """Train; bad input ends the run with exit status 2, a run that cannot go on with 1, each with one message."""
     from trainkit.app import train
 
     try:
@@ -29,6 +29,9 @@ def main(cfg: DictConfig) -> float:
         log.error("%s", error)
         print(f"trainkit: error: {error}", file=sys.stderr)
         sys.exit(2)
+    except TrainingError as error:  # logged where it was raised
+        print(f"trainkit: error: {error}", file=sys.stderr)
+        sys.exit(1)
     return result.metrics.get("accuracy", float("nan"))  # the objective for Hydra sweepers
 
 

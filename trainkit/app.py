@@ -31,7 +31,7 @@ from mindspore.train import Accuracy, Loss, Model
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError
 
-from trainkit.callbacks import BestCheckpoint, Evaluation, Progress, RunLog, TrainMetrics
+from trainkit.callbacks import BestCheckpoint, Evaluation, NonFiniteStop, Progress, RunLog, TrainMetrics
 from trainkit.callbacks.training_checkpoint import StartAt, TrainingCheckpoint
 from trainkit.checkpoint import TrainingCheckpoint as SavedCheckpoint
 from trainkit.checkpoint import check_resumable, checkpoint_files, find_resume_checkpoint, restore
@@ -128,13 +128,20 @@ def train(cfg: DictConfig) -> TrainResult:
         callbacks.append(Progress(model_epochs, sink_size if sink_size > 0 else steps_per_epoch, samples_per_step,
                                   stream=stream, every_n_steps=cfg.logger.log_every_n_steps,
                                   train_metrics=metrics_cb))
+    checkpoints = run_dir / "checkpoints"
+    checkpointer = None
+    if writer:  # with trainer.save_checkpoints=false it saves only when NonFiniteStop asks
+        checkpointer = TrainingCheckpoint(wrapper, checkpoints, steps_per_epoch, at_epoch_end=trainer.save_checkpoints,
+                                          every_n_steps=trainer.checkpoint_every_n_steps if trainer.save_checkpoints
+                                          else 0, keep=trainer.keep_checkpoints,
+                                          skipped_steps=lambda: metrics_cb.skipped_steps, group_size=group_size,
+                                          config=cfg)
+        callbacks.append(checkpointer)
+    nonfinite_limit = trainer.max_nonfinite_steps  # without loss scaling, skipped updates do not fix themselves
+    if nonfinite_limit and getattr(wrapper, "skip_nonfinite", False) and not wrapper.loss_scaling:
+        callbacks.append(NonFiniteStop(nonfinite_limit, save_checkpoint=checkpointer.save if checkpointer else None))
     callbacks.append(evaluation)
     if writer and trainer.save_checkpoints:
-        checkpoints = run_dir / "checkpoints"
-        callbacks.append(TrainingCheckpoint(wrapper, checkpoints, steps_per_epoch,
-                                            every_n_steps=trainer.checkpoint_every_n_steps,
-                                            keep=trainer.keep_checkpoints, skipped_steps=lambda: metrics_cb.skipped_steps,
-                                            group_size=group_size, config=cfg))
         best = trainer.best_metric
         callbacks.append(BestCheckpoint(evaluation, checkpoints, metric=_eval_tag(best),
                                         mode="min" if best.endswith("loss") else "max", network=wrapper))

@@ -213,7 +213,8 @@ def _check_parameters(checkpoint: TrainingCheckpoint, network: nn.Cell) -> None:
     if problems:
         raise ConfigError(f"checkpoint {checkpoint.path} does not fit this run's model and training state "
                           f"({'; '.join(problems)}): was it written by another model or with other wrapper "
-                          "features (wrapper.ema_decay, wrapper.accumulation_steps, wrapper.loss_scale)?")
+                          "features (wrapper.ema_decay, wrapper.accumulation_steps, wrapper.loss_scale, "
+                          "wrapper.skip_nonfinite)?")
 
 
 def _differences(before: DictConfig, after: DictConfig, prefix: str = "") -> Iterable[Tuple[str, object, object]]:

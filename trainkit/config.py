@@ -91,6 +91,7 @@ class WrapperConfig:
     ema_decay: Optional[float] = None
     ema_warmup: bool = False
     compute_grad_norm: bool = True
+    skip_nonfinite: bool = True
 
 
 @dataclass
@@ -110,6 +111,7 @@ class TrainerConfig:
     checkpoint_every_n_steps: int = 0
     resume: Optional[str] = None
     resume_data: ResumeData = ResumeData.exact
+    max_nonfinite_steps: Optional[int] = 10
 
 
 @dataclass
@@ -190,6 +192,9 @@ def check_config(cfg: DictConfig) -> None:
            lambda v: v == -1 or v >= 1)
     _check("trainer.eval_interval", trainer.eval_interval, "an integer >= 0 (0: evaluate after the last epoch only)",
            lambda v: v >= 0)
+    if trainer.max_nonfinite_steps is not None:
+        _check("trainer.max_nonfinite_steps", trainer.max_nonfinite_steps, "null or 0 (never stop) or an integer >= 1",
+               lambda v: v >= 0)
     _check("trainer.keep_checkpoints", trainer.keep_checkpoints, "an integer >= 1", lambda v: v >= 1)
     _check("trainer.checkpoint_every_n_steps", trainer.checkpoint_every_n_steps,
            "an integer >= 0 (0: a checkpoint at each epoch end only)", lambda v: v >= 0)

@@ -15,7 +15,7 @@ log = logging.getLogger("trainkit")
 
 
 class TrainingCheckpoint(Callback):
-    """Saves the TrainingWrapper and the run's position every `every_n_steps` micro-batches and at each epoch end.
+    """Saves the TrainingWrapper and the run's position at each epoch end and every `every_n_steps` micro-batches.
 
     Replaces MindSpore's ``ModelCheckpoint``, which deletes its oldest file *before* writing the new one (a crash
     in between leaves fewer checkpoints than promised, none with ``keep_checkpoint_max=1``): here the new file is
@@ -25,15 +25,16 @@ class TrainingCheckpoint(Callback):
         network: the Cell to save (the TrainingWrapper: weights, optimizer, loss scale, accumulation, EMA).
         directory: where ``trainkit-<epoch>_<step>.ckpt`` files go (created when the first is written).
         steps_per_epoch: micro-batches per epoch (per rank).
-        every_n_steps: also save every N micro-batches; 0: at epoch ends only.
+        at_epoch_end: save at each epoch end (False: only when :meth:`save` is called, e.g. by NonFiniteStop).
+        every_n_steps: also save every N micro-batches; 0: never within an epoch.
         keep: how many of the newest checkpoints to keep (>= 1).
         skipped_steps: returns the run's skipped-step count so far (restored on resume).
         group_size: processes in the data-parallel job (a resume must use as many).
         config: the run's config, stored in each checkpoint so a resume can check it is the same run.
     """
 
-    def __init__(self, network: nn.Cell, directory: Path, steps_per_epoch: int, *, every_n_steps: int = 0,
-                 keep: int = 3, skipped_steps: Callable[[], int] = lambda: 0, group_size: int = 1,
+    def __init__(self, network: nn.Cell, directory: Path, steps_per_epoch: int, *, at_epoch_end: bool = True,
+                 every_n_steps: int = 0, keep: int = 3, skipped_steps: Callable[[], int] = lambda: 0, group_size: int = 1,
                  config: Optional[DictConfig] = None):
         super().__init__()
         if keep < 1:
@@ -41,6 +42,7 @@ class TrainingCheckpoint(Callback):
         self.network = network
         self.directory = Path(directory)
         self.steps_per_epoch = int(steps_per_epoch)
+        self.at_epoch_end = bool(at_epoch_end)
         self.every_n_steps = int(every_n_steps)
         self.keep = int(keep)
         self.skipped_steps = skipped_steps
@@ -54,6 +56,9 @@ class TrainingCheckpoint(Callback):
         self._step = int(run_context.original_args().cur_step_num)
         self._last_saved_step = self._step  # the state a resume started from is already on disk
 
+    def on_train_step_begin(self, run_context) -> None:
+        self._step = int(run_context.original_args().cur_step_num)  # Model counts the step before this hook
+
     def on_train_step_end(self, run_context) -> None:
         self._step = int(run_context.original_args().cur_step_num)
         if self.every_n_steps and self._step % self.every_n_steps == 0:
@@ -61,10 +66,11 @@ class TrainingCheckpoint(Callback):
 
     def on_train_epoch_end(self, run_context) -> None:
         self._step = int(run_context.original_args().cur_step_num)
-        self.save()
+        if self.at_epoch_end:
+            self.save()
 
     def save(self) -> Path:
-        """Write a checkpoint of the current state (once per step), then delete the oldest beyond `keep`."""
+        """Write a checkpoint of the state after the current step (once per step), then prune beyond `keep`."""
         if self._last_saved_step == self._step and self.last_saved is not None:
             return self.last_saved
         self.directory.mkdir(parents=True, exist_ok=True)
