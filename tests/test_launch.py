@@ -3,6 +3,7 @@
 bad parallel values stop before anything starts."""
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -72,7 +73,10 @@ def test_two_workers_train_end_to_end_into_one_run_directory(cifar10, tmp_path):
     from trainkit.models.small_cnn import SmallCNN
 
     root, written = cifar10
-    result = trainkit(*tiny(root, "parallel.lr_scaling=linear"), cwd=tmp_path)
+    data_root = tmp_path / "data"  # its own copy: rank 0 leaves a marker there
+    shutil.copytree(root, data_root)
+    result = trainkit(*tiny(data_root, "parallel.lr_scaling=linear",
+                            "data._target_=tests.distributed.data_modules.PreparedByRankZeroFirst"), cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert not processes_mentioning(str(tmp_path))
 
@@ -85,6 +89,7 @@ def test_two_workers_train_end_to_end_into_one_run_directory(cifar10, tmp_path):
     assert log.count("finished:") == 1  # rank 0 writes it, rank 1 logs into msrun_logs/worker_1.log only
     assert "finished:" in (run_dir / "msrun_logs" / "worker_1.log").read_text()
     assert "finished:" in result.stdout  # rank 0's log on the launcher's console
+    assert (data_root / "prepared_by_rank_0").exists()  # rank 1 prepared only after rank 0 (else it raises)
 
     records = read_jsonl(run_dir / "metrics.jsonl")
     train_steps = [r["step"] for r in records if "train/loss" in r]
@@ -116,7 +121,7 @@ def test_a_failing_worker_ends_the_job_with_its_log_tail_and_leaves_no_process(c
     root, _ = cifar10
     run_dir, pid_dir = tmp_path / "run", tmp_path / "pids"
     pid_dir.mkdir()
-    result = trainkit(*tiny(root, "data._target_=tests.distributed.planted_failure.CrashOnRank", "+data.crash_rank=1",
+    result = trainkit(*tiny(root, "data._target_=tests.distributed.data_modules.CrashOnRank", "+data.crash_rank=1",
                             f"+data.pid_dir={pid_dir}", f"hydra.run.dir={run_dir}"), cwd=tmp_path)
     assert result.returncode == 1
     assert "trainkit: error: worker rank 1" in result.stderr
@@ -154,3 +159,22 @@ def test_bad_parallel_values_stop_the_command_before_msrun_starts(cifar10, tmp_p
     assert result.returncode == 2
     assert "trainkit: error: parallel.node_rank=2 is not valid" in result.stderr
     assert not (run_dir / "msrun_logs").exists() and not (run_dir / ".hydra").exists()
+
+
+def test_the_same_command_under_an_external_msrun_trains_as_one_job(cifar10, tmp_path):
+    root, _ = cifar10
+    run_dir, log_dir = tmp_path / "run", tmp_path / "msrun_logs"
+    interpreter_dir = os.path.dirname(sys.executable)
+    env = {**os.environ, "GLOG_v": "3", "PYTHONPATH": str(REPO),
+           "PATH": interpreter_dir + os.pathsep + os.environ["PATH"]}  # msrun starts the first `python` on PATH
+    command = [shutil.which("msrun", path=interpreter_dir), f"--worker_num={WORKERS}",
+               f"--local_worker_num={WORKERS}", f"--master_port={free_port()}", f"--log_dir={log_dir}", "--join=True",
+               "python", "-m", "trainkit", *tiny(root, f"hydra.run.dir={run_dir}")]
+    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert not processes_mentioning(str(run_dir))
+    assert (run_dir / "train.log").read_text().count("finished:") == 1
+    assert not (run_dir / "msrun_logs").exists()  # no second launch from inside msrun
+    train_steps = [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl") if "train/loss" in r]
+    assert train_steps == list(range(1, EPOCHS * STEPS_PER_EPOCH + 1))
+    assert "finished:" in (log_dir / "worker_1.log").read_text()

@@ -1,5 +1,6 @@
-"""A CIFAR-10 data module that crashes on one rank, for the launcher's failure test (tests/test_launch.py)."""
+"""CIFAR-10 data modules that observe or break a data-parallel run, for tests/test_launch.py."""
 import os
+import time
 
 from mindspore.communication import get_rank
 
@@ -22,3 +23,20 @@ class CrashOnRank(Cifar10Data):
         if rank == self.crash_rank:
             raise RuntimeError(f"planted failure on rank {rank}")
         return super().train_dataset(num_shards, shard_id)
+
+
+class PreparedByRankZeroFirst(Cifar10Data):
+    """Cifar10Data whose ``prepare`` stands for a download: rank 0's takes a while and leaves a marker file in
+    `root`; on any other rank it fails unless rank 0's has finished."""
+
+    MARKER = "prepared_by_rank_0"
+
+    def prepare(self) -> None:
+        marker = os.path.join(self.root, self.MARKER)
+        if get_rank() == 0:
+            time.sleep(2.0)
+            with open(marker, "w") as marker_file:
+                marker_file.write("done")
+        elif not os.path.exists(marker):
+            raise RuntimeError(f"rank {get_rank()} prepared the data before rank 0 finished")
+        super().prepare()
