@@ -9,6 +9,7 @@ status with the last lines of its log. Every process msrun started is gone when 
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -132,6 +133,7 @@ class _MsrunJob:
         reader = threading.Thread(target=self._read_msrun, args=(process,), daemon=True)
         reader.start()
         interrupted = False
+        previous_handler = signal.signal(signal.SIGTERM, _interrupt)  # a killed launcher still stops its job
         try:
             while process.poll() is None:
                 self._watch(process)
@@ -144,6 +146,7 @@ class _MsrunJob:
             _signal_group(process, signal.SIGINT)  # msrun's handler kills its workers and the scheduler
             self._stop(process)
         finally:
+            signal.signal(signal.SIGTERM, previous_handler)
             self._kill_leftovers(process)
             reader.join(timeout=_GRACE_SECONDS)
             self._show_new_log_lines()
@@ -213,10 +216,8 @@ class _MsrunJob:
             process.wait()
         leftovers = [p for p in self._seen.values() if _running(p)]
         for child in leftovers:
-            try:
+            with contextlib.suppress(psutil.Error):
                 child.kill()
-            except psutil.Error:
-                pass
         psutil.wait_procs(leftovers, timeout=_GRACE_SECONDS)
 
     def _alive(self, pid: int) -> bool:
@@ -306,8 +307,10 @@ def _running(process: psutil.Process) -> bool:
         return False
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def _signal_group(process: subprocess.Popen, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass

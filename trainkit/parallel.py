@@ -59,7 +59,8 @@ def check_parallel(parallel: Any, device_target: Optional[str] = None) -> None:
     """
     mode = choice(parallel.mode)
     if mode != "stand_alone" and mode not in _PARALLEL_MODES:
-        raise ConfigError(f"parallel.mode={mode!r} is not valid: use stand_alone or one of {', '.join(_PARALLEL_MODES)}")
+        raise ConfigError(f"parallel.mode={mode!r} is not valid: use stand_alone or one of "
+                          f"{', '.join(_PARALLEL_MODES)}")
     _check_int("parallel.workers", parallel.workers, 1, None, "an integer >= 1 (worker processes on this machine)")
     _check_int("parallel.nodes", parallel.nodes, 1, None, "an integer >= 1 (machines)")
     _check_int("parallel.node_rank", parallel.node_rank, 0, parallel.nodes - 1,
@@ -75,9 +76,9 @@ def check_parallel(parallel: Any, device_target: Optional[str] = None) -> None:
         raise ConfigError(f"parallel.master_port is not set: with parallel.nodes={parallel.nodes} every machine must "
                           "name the same free port of machine 0, e.g. parallel.master_port=8118")
     if mode == "stand_alone" and parallel.workers * parallel.nodes > 1:
-        key = "parallel.workers" if parallel.workers > 1 else "parallel.nodes"
-        raise ConfigError(f"{key}={getattr(parallel, key.split('.')[1])} needs a parallel mode: add parallel=data_parallel "
-                          "(or hybrid_parallel, semi_auto_parallel, auto_parallel)")
+        name = "workers" if parallel.workers > 1 else "nodes"
+        raise ConfigError(f"parallel.{name}={getattr(parallel, name)} needs a parallel mode: add "
+                          "parallel=data_parallel (or hybrid_parallel, semi_auto_parallel, auto_parallel)")
     if device_target == "CPU" and mode in _OPERATOR_SHARDING_MODES:
         raise ConfigError(f"parallel.mode={mode} runs on Ascend and GPU only (MindSpore's operator sharding); "
                           "on CPU use parallel=data_parallel or hybrid_parallel")
