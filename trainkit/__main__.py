@@ -43,7 +43,7 @@ def _hydra_main(cfg: DictConfig) -> float:
 
 def main() -> None:
     """The command line: msrun also runs the training command as its cluster's scheduler, which only serves."""
-    if os.environ.get("MS_ROLE") == "MS_SCHED":  # trainkit.parallel.is_msrun_scheduler, without importing MindSpore
+    if os.environ.get("MS_ROLE") == "MS_SCHED":
         from mindspore.communication import init
 
         init()  # returns when the workers are done

@@ -45,11 +45,6 @@ def launched_by_msrun() -> bool:
     return bool(os.environ.get("MS_ROLE"))
 
 
-def is_msrun_scheduler() -> bool:
-    """msrun starts the training command once more as the cluster's scheduler (MS_ROLE=MS_SCHED)."""
-    return os.environ.get("MS_ROLE") == "MS_SCHED"
-
-
 def check_parallel(parallel: Any, device_target: Optional[str] = None) -> None:
     """Raise ConfigError naming the first ``parallel.*`` key whose value cannot run, and what is valid.
 
@@ -170,6 +165,15 @@ def job_metrics(setup: ParallelSetup, batch_size: int, accumulation_steps: int) 
             "global_batch_size": float(batch_size * setup.group_size * accumulation_steps)}
 
 
+def close_log_files() -> None:
+    """Close the root logger's file handlers (Hydra's train.log): for processes that must not write it."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if isinstance(handler, logging.FileHandler):
+            root.removeHandler(handler)
+            handler.close()
+
+
 # --------------------------------------------------------------------------- helpers
 def _check_int(key: str, value: Any, low: int, high: Optional[int], valid: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
@@ -182,12 +186,3 @@ def _count_over_ranks(flag: bool) -> int:
 
     total = ops.AllReduce()(Tensor([1.0 if flag else 0.0], ms.float32))
     return int(total.asnumpy()[0]) - int(flag)
-
-
-def close_log_files() -> None:
-    """Close the root logger's file handlers (Hydra's train.log): for processes that must not write it."""
-    root = logging.getLogger()
-    for handler in list(root.handlers):
-        if isinstance(handler, logging.FileHandler):
-            root.removeHandler(handler)
-            handler.close()
