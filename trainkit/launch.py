@@ -199,6 +199,7 @@ class _MsrunJob:
     def _stop(self, process: subprocess.Popen) -> None:
         """After a failure msrun kills its workers at once, then waits for the scheduler to notice the dead one
         (tens of seconds): let the workers go, then end msrun and its scheduler."""
+        self._watch(process)  # every process msrun started, before any of them is signalled
         deadline = time.monotonic() + _GRACE_SECONDS
         while time.monotonic() < deadline and any(self._alive(pid) for pid in self._ranks):
             time.sleep(_POLL_SECONDS)
