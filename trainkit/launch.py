@@ -151,6 +151,7 @@ class _MsrunJob:
             reader.join(timeout=_GRACE_SECONDS)
             self._show_new_log_lines()
         if interrupted:
+            print("trainkit: interrupted: the job was stopped and its processes are gone", file=sys.stderr)
             return 130
         if self.failure is None and process.returncode == 0:
             return 0
