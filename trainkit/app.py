@@ -75,7 +75,7 @@ def train(cfg: DictConfig) -> TrainResult:
     data = _instantiate("data", cfg.data)
     prepare_data(data, parallel)  # rank 0 first: only one process per machine downloads
     train_set = data.train_dataset(num_shards=group_size, shard_id=rank)
-    eval_set = data.eval_dataset()  # the whole set on every rank: exact metrics, and the same on every rank
+    eval_set = data.eval_dataset()  # the whole set on every rank: a sharded one is padded with repeats
     steps_per_epoch = train_set.get_dataset_size()
     if steps_per_epoch < 1:
         raise ConfigError(f"data.batch_size={cfg.data.get('batch_size')} is larger than the training set "
