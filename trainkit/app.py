@@ -38,7 +38,7 @@ from trainkit.checkpoint import check_resumable, checkpoint_files, find_resume_c
 from trainkit.config import check_config, choice
 from trainkit.errors import ConfigError
 from trainkit.mixed_precision import Float32EvalCell, build_loss_network
-from trainkit.parallel import setup_parallel
+from trainkit.parallel import describe_job, job_metrics, prepare_data, scaled_learning_rate, setup_parallel
 from trainkit.wrapper import TrainingWrapper
 
 log = logging.getLogger("trainkit")
@@ -69,16 +69,17 @@ def train(cfg: DictConfig) -> TrainResult:
     run_dir = _run_dir(cfg)
     trainer = cfg.trainer
     _set_context(trainer)
-    rank, group_size = setup_parallel(choice(cfg.parallel.mode), cfg.parallel.gradients_mean)
-    writer = rank == 0  # the rank that writes config, metrics, events, progress and checkpoints
+    parallel = setup_parallel(cfg.parallel)
+    rank, group_size = parallel.rank, parallel.group_size
+    writer = parallel.writer  # the rank that writes config, metrics, events, progress and checkpoints
     continuing = _continues_run_dir(trainer.resume, run_dir)
     if writer and not continuing:
         _check_run_dir_is_new(run_dir, cfg.logger.metrics_file)
 
     data = _instantiate("data", cfg.data)
-    data.prepare()
+    prepare_data(data, parallel)  # rank 0 first: only one process per machine downloads
     train_set = data.train_dataset(num_shards=group_size, shard_id=rank)
-    eval_set = data.eval_dataset(num_shards=group_size, shard_id=rank)
+    eval_set = data.eval_dataset()  # the whole set on every rank: a sharded one is padded with repeats
     steps_per_epoch = train_set.get_dataset_size()
     if steps_per_epoch < 1:
         raise ConfigError(f"data.batch_size={cfg.data.get('batch_size')} is larger than the training set "
@@ -90,7 +91,8 @@ def train(cfg: DictConfig) -> TrainResult:
     with _inside(run_dir):  # MindSpore's O1 rewrite writes rewritten_network/ into the current directory
         loss_network = build_loss_network(backbone, loss_fn, choice(cfg.amp.level))
     accumulation_steps = cfg.wrapper.accumulation_steps
-    learning_rates = _learning_rates(cfg, steps_per_epoch, accumulation_steps)
+    lr = scaled_learning_rate(cfg.optimizer.lr, cfg.parallel, parallel)
+    learning_rates = _learning_rates(cfg, lr, steps_per_epoch, accumulation_steps)
     optimizer = _optimizer(cfg, backbone, learning_rates)
     wrapper = _wrapper(cfg, loss_network, optimizer)
     model = Model(wrapper, eval_network=Float32EvalCell(loss_network.backbone, loss_fn), eval_indexes=[0, 1, 2],
@@ -150,6 +152,9 @@ def train(cfg: DictConfig) -> TrainResult:
              _describe_target(cfg.model), _count(backbone), _describe(data), steps_per_epoch, samples_per_step,
              samples_per_step // group_size, group_size, trainer.epochs, choice(trainer.mode), choice(cfg.amp.level),
              run_dir)
+    if choice(cfg.parallel.mode) != "stand_alone":
+        log.info("%s", describe_job(cfg.parallel, parallel, samples_per_step // group_size, accumulation_steps,
+                                    cfg.optimizer.lr, lr))
     if resumed:
         log.info("resuming from %s: epoch %d, step %d of %d in it (%d micro-batches done, %d optimizer steps)",
                  resumed.path, done // steps_per_epoch + 1, done % steps_per_epoch, steps_per_epoch, done,
@@ -161,6 +166,8 @@ def train(cfg: DictConfig) -> TrainResult:
         elapsed = time.perf_counter() - start
         metrics = _final_metrics(evaluation, metrics_cb, optimizer, elapsed,
                                  trainer.epochs * steps_per_epoch - done, samples_per_step)
+        if choice(cfg.parallel.mode) != "stand_alone":
+            metrics.update(job_metrics(parallel, samples_per_step // group_size, accumulation_steps))
         run_log.hparams(_hyper_parameters(cfg), {f"final/{k}": v for k, v in metrics.items()})
     finally:
         run_log.close()
@@ -187,11 +194,11 @@ def _group_error(group: str, node: DictConfig, error: BaseException) -> ConfigEr
     return ConfigError(f"{group} ({node.get('_target_')}): {message}")
 
 
-def _learning_rates(cfg: DictConfig, steps_per_epoch: int, accumulation_steps: int) -> List[float]:
-    """One learning rate per optimizer update over the whole run (windows may straddle epochs)."""
+def _learning_rates(cfg: DictConfig, lr: float, steps_per_epoch: int, accumulation_steps: int) -> List[float]:
+    """One learning rate per optimizer update over the whole run (windows may straddle epochs), from base rate `lr`."""
     schedule = _instantiate("lr_schedule", cfg.lr_schedule)
     try:
-        return schedule(lr=cfg.optimizer.lr, epochs=cfg.trainer.epochs,
+        return schedule(lr=lr, epochs=cfg.trainer.epochs,
                         updates_per_epoch=steps_per_epoch / accumulation_steps)
     except (TypeError, ValueError) as error:
         raise _group_error("lr_schedule", cfg.lr_schedule, error) from error

@@ -44,6 +44,11 @@ class ParallelMode(Enum):
     hybrid_parallel = "hybrid_parallel"
 
 
+class LrScaling(Enum):
+    none = "none"      # optimizer.lr as given, whatever the number of workers
+    linear = "linear"  # optimizer.lr x the number of data-parallel workers (Goyal et al., 2017)
+
+
 class LossScale(Enum):
     none = "none"
     static = "static"
@@ -71,10 +76,21 @@ class AmpConfig:
 
 @dataclass
 class ParallelConfig:
-    """``mindspore.set_auto_parallel_context(parallel_mode=mode, gradients_mean=...)``."""
+    """``mindspore.set_auto_parallel_context(parallel_mode=mode, gradients_mean=...)`` and the ``msrun`` launch.
+
+    ``workers`` processes per machine on ``nodes`` machines; ``node_rank``, ``master_addr`` and ``master_port``
+    are msrun's ``--node_rank``, ``--master_addr`` and ``--master_port`` (null port: a free one, one machine only).
+    ``lr_scaling`` turns ``optimizer.lr`` into the rate of the whole job before the schedule.
+    """
 
     mode: ParallelMode = ParallelMode.stand_alone
     gradients_mean: bool = True
+    workers: int = 1
+    nodes: int = 1
+    node_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: Optional[int] = None
+    lr_scaling: LrScaling = LrScaling.none
 
 
 @dataclass
