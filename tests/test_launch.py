@@ -178,3 +178,32 @@ def test_the_same_command_under_an_external_msrun_trains_as_one_job(cifar10, tmp
     train_steps = [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl") if "train/loss" in r]
     assert train_steps == list(range(1, EPOCHS * STEPS_PER_EPOCH + 1))
     assert "finished:" in (log_dir / "worker_1.log").read_text()
+
+
+def test_a_data_parallel_run_resumes_in_place_and_ends_bitwise_equal(cifar10, tmp_path):
+    """Both runs on 2 workers: the whole run, and a copy cut back to its checkpoint after micro-batch 3 (inside an
+    epoch and an accumulation window), continued with trainer.resume=auto in its own directory."""
+    root, _ = cifar10
+    features = ["wrapper.accumulation_steps=2", "wrapper.ema_decay=0.9", "trainer.checkpoint_every_n_steps=1",
+                "trainer.keep_checkpoints=20", "trainer.eval_interval=0"]
+    whole = tmp_path / "whole"
+    result = trainkit(*tiny(root, *features), f"hydra.run.dir={whole}", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+    cut = tmp_path / "cut"
+    shutil.copytree(whole, cut)
+    for path in (cut / "checkpoints").glob("trainkit-*.ckpt"):
+        if path.name not in ("trainkit-1_1.ckpt", "trainkit-1_2.ckpt", "trainkit-1_3.ckpt"):
+            path.unlink()
+    result = trainkit(*tiny(root, *features), f"hydra.run.dir={cut}", "trainer.resume=auto", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "resuming from" in (cut / "msrun_logs" / "worker_1.log").read_text()  # every rank resumed
+    assert (cut / "msrun_logs-1" / "worker_0.log").exists()  # the first job's logs are kept
+
+    final = f"trainkit-{EPOCHS}_{STEPS_PER_EPOCH}.ckpt"
+    expected = ms.load_checkpoint(str(whole / "checkpoints" / final))
+    actual = ms.load_checkpoint(str(cut / "checkpoints" / final))
+    arrays = [name for name, value in expected.items() if not isinstance(value, str)]
+    assert sorted(arrays) == sorted(name for name, value in actual.items() if not isinstance(value, str))
+    differing = [name for name in arrays if not np.array_equal(expected[name].asnumpy(), actual[name].asnumpy())]
+    assert not differing, differing[:5]

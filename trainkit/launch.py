@@ -66,19 +66,26 @@ def launch_workers(cfg: DictConfig) -> int:
     run_dir = Path(hydra_cfg.runtime.output_dir).resolve()
     arguments = ["-m", "trainkit", *_config_flags(sys.argv[1:]), *hydra_cfg.overrides.task,
                  *_forwarded_hydra_overrides(hydra_cfg.overrides.hydra), f"hydra.run.dir={_quoted(str(run_dir))}"]
-    return run_msrun(cfg.parallel, arguments, run_dir)
+    return run_msrun(cfg.parallel, arguments, run_dir, resuming=cfg.trainer.resume is not None)
 
 
-def run_msrun(parallel, arguments: Sequence[str], run_dir: Path) -> int:
+def run_msrun(parallel, arguments: Sequence[str], run_dir: Path, resuming: bool = False) -> int:
     """``msrun ... python ARGUMENTS`` with msrun's logs in ``run_dir/msrun_logs``; rank 0's log is shown as it grows.
+
+    When `resuming`, the logs of the run's earlier jobs are moved to ``msrun_logs-<n>/`` (kept, not overwritten).
 
     Returns:
         The job's exit status (see :func:`launch_workers`).
     """
     log_dir = run_dir / LOG_DIR
     if log_dir.exists():
-        raise ConfigError(f"{run_dir} already holds a data-parallel run ({LOG_DIR}/): nothing was changed there; "
-                          "choose a new directory with hydra.run.dir=PATH")
+        if not resuming:
+            raise ConfigError(f"{run_dir} already holds a data-parallel run ({LOG_DIR}/): nothing was changed there; "
+                              "choose a new directory with hydra.run.dir=PATH, or continue it with trainer.resume=auto")
+        number = 1
+        while (run_dir / f"{LOG_DIR}-{number}").exists():
+            number += 1
+        log_dir.rename(run_dir / f"{LOG_DIR}-{number}")
     port = parallel.master_port if parallel.master_port is not None else free_port(parallel.master_addr)
     first_local_rank = parallel.node_rank * parallel.workers
     command = [_msrun_executable(), f"--worker_num={parallel.workers * parallel.nodes}",
