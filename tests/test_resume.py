@@ -59,7 +59,8 @@ def parameters(network):
 
 
 def checkpoint_arrays(path):
-    return {name: value.asnumpy() for name, value in ms.load_checkpoint(str(path)).items() if not isinstance(value, str)}
+    return {name: value.asnumpy() for name, value in ms.load_checkpoint(str(path)).items()
+            if not isinstance(value, str)}
 
 
 def assert_identical(actual, expected):

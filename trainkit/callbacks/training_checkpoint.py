@@ -34,8 +34,8 @@ class TrainingCheckpoint(Callback):
     """
 
     def __init__(self, network: nn.Cell, directory: Path, steps_per_epoch: int, *, at_epoch_end: bool = True,
-                 every_n_steps: int = 0, keep: int = 3, skipped_steps: Callable[[], int] = lambda: 0, group_size: int = 1,
-                 config: Optional[DictConfig] = None):
+                 every_n_steps: int = 0, keep: int = 3, skipped_steps: Callable[[], int] = lambda: 0,
+                 group_size: int = 1, config: Optional[DictConfig] = None):
         super().__init__()
         if keep < 1:
             raise ValueError(f"keep must be >= 1; got {keep}")
