@@ -112,41 +112,11 @@ def train(cfg: DictConfig) -> TrainResult:
                      "(trainer.resume_data=fast skips the replay)", done)
     samples_per_step = cfg.data.get("batch_size", 1) * group_size
     # With sink_size, Model.train counts each sink as an "epoch"; callbacks see those units.
-    sinks_per_epoch = steps_per_epoch // sink_size if sink_size > 0 else 1
-    model_epochs = trainer.epochs * sinks_per_epoch
+    model_epochs = trainer.epochs * (steps_per_epoch // sink_size if sink_size > 0 else 1)
     run_log = RunLog(run_dir, tensorboard=cfg.logger.tensorboard and writer,
                      metrics_file=cfg.logger.metrics_file if writer else None)
-    metrics_cb = TrainMetrics(run_log, samples_per_step=samples_per_step,
-                              log_every_n_steps=cfg.logger.log_every_n_steps)
-    eval_interval = trainer.eval_interval * sinks_per_epoch if trainer.eval_interval else model_epochs
-    evaluation = Evaluation(model, eval_set, run_log, interval=eval_interval, ema=wrapper.ema,
-                            dataset_sink_mode=False)
-    if resumed:
-        metrics_cb.skipped_steps = resumed.skipped_steps
-    callbacks: List[ms.train.Callback] = [StartAt(done), metrics_cb]
-    progress = choice(cfg.logger.progress)
-    if writer and progress != "off":
-        stream = None if progress == "auto" else _ForcedStream(progress == "bar")
-        callbacks.append(Progress(model_epochs, sink_size if sink_size > 0 else steps_per_epoch, samples_per_step,
-                                  stream=stream, every_n_steps=cfg.logger.log_every_n_steps,
-                                  train_metrics=metrics_cb))
-    checkpoints = run_dir / "checkpoints"
-    checkpointer = None
-    if writer:  # with trainer.save_checkpoints=false it saves only when NonFiniteStop asks
-        checkpointer = TrainingCheckpoint(wrapper, checkpoints, steps_per_epoch, at_epoch_end=trainer.save_checkpoints,
-                                          every_n_steps=trainer.checkpoint_every_n_steps if trainer.save_checkpoints
-                                          else 0, keep=trainer.keep_checkpoints,
-                                          skipped_steps=lambda: metrics_cb.skipped_steps, group_size=group_size,
-                                          config=cfg)
-        callbacks.append(checkpointer)
-    nonfinite_limit = trainer.max_nonfinite_steps  # without loss scaling, skipped updates do not fix themselves
-    if nonfinite_limit and getattr(wrapper, "skip_nonfinite", False) and not wrapper.loss_scaling:
-        callbacks.append(NonFiniteStop(nonfinite_limit, save_checkpoint=checkpointer.save if checkpointer else None))
-    callbacks.append(evaluation)
-    if writer and trainer.save_checkpoints:
-        best = trainer.best_metric
-        callbacks.append(BestCheckpoint(evaluation, checkpoints, metric=_eval_tag(best),
-                                        mode="min" if best.endswith("loss") else "max", network=wrapper))
+    callbacks, metrics_cb, evaluation = _callbacks(cfg, writer, run_dir, run_log, model, wrapper, eval_set, resumed,
+                                                   steps_per_epoch, sink_size, samples_per_step, group_size)
 
     log.info("%s: %s on %s, %d steps/epoch of %d samples (%d per rank x %d), %d epochs, %s mode, amp %s, run dir %s",
              _describe_target(cfg.model), _count(backbone), _describe(data), steps_per_epoch, samples_per_step,
@@ -226,6 +196,48 @@ def _wrapper(cfg: DictConfig, loss_network: nn.Cell, optimizer: nn.Optimizer) ->
         return factory(loss_network, optimizer, loss_scale=loss_scale)
     except (TypeError, ValueError) as error:
         raise _group_error("wrapper", cfg.wrapper, error) from error
+
+
+def _callbacks(cfg: DictConfig, writer: bool, run_dir: Path, run_log: RunLog, model: Model, wrapper: TrainingWrapper,
+               eval_set: ds.Dataset, resumed: Optional[SavedCheckpoint], steps_per_epoch: int, sink_size: int,
+               samples_per_step: int, group_size: int):
+    """The callbacks of a run, in the order they must run; returns them with TrainMetrics and Evaluation."""
+    trainer = cfg.trainer
+    # With sink_size, Model.train counts each sink as an "epoch"; callbacks see those units.
+    sinks_per_epoch = steps_per_epoch // sink_size if sink_size > 0 else 1
+    model_epochs = trainer.epochs * sinks_per_epoch
+    metrics_cb = TrainMetrics(run_log, samples_per_step=samples_per_step,
+                              log_every_n_steps=cfg.logger.log_every_n_steps)
+    if resumed:
+        metrics_cb.skipped_steps = resumed.skipped_steps
+    eval_interval = trainer.eval_interval * sinks_per_epoch if trainer.eval_interval else model_epochs
+    evaluation = Evaluation(model, eval_set, run_log, interval=eval_interval, ema=wrapper.ema,
+                            dataset_sink_mode=False)
+    callbacks: List[ms.train.Callback] = [StartAt(resumed.position.micro_steps if resumed else 0), metrics_cb]
+    progress = choice(cfg.logger.progress)
+    if writer and progress != "off":
+        stream = None if progress == "auto" else _ForcedStream(progress == "bar")
+        callbacks.append(Progress(model_epochs, sink_size if sink_size > 0 else steps_per_epoch, samples_per_step,
+                                  stream=stream, every_n_steps=cfg.logger.log_every_n_steps,
+                                  train_metrics=metrics_cb))
+    checkpoints = run_dir / "checkpoints"
+    checkpointer = None
+    if writer:  # with trainer.save_checkpoints=false it saves only when NonFiniteStop asks
+        checkpointer = TrainingCheckpoint(wrapper, checkpoints, steps_per_epoch, at_epoch_end=trainer.save_checkpoints,
+                                          every_n_steps=trainer.checkpoint_every_n_steps if trainer.save_checkpoints
+                                          else 0, keep=trainer.keep_checkpoints,
+                                          skipped_steps=lambda: metrics_cb.skipped_steps, group_size=group_size,
+                                          config=cfg)
+        callbacks.append(checkpointer)
+    nonfinite_limit = trainer.max_nonfinite_steps  # without loss scaling, skipped updates do not fix themselves
+    if nonfinite_limit and getattr(wrapper, "skip_nonfinite", False) and not wrapper.loss_scaling:
+        callbacks.append(NonFiniteStop(nonfinite_limit, save_checkpoint=checkpointer.save if checkpointer else None))
+    callbacks.append(evaluation)
+    if writer and trainer.save_checkpoints:
+        best = trainer.best_metric
+        callbacks.append(BestCheckpoint(evaluation, checkpoints, metric=_eval_tag(best),
+                                        mode="min" if best.endswith("loss") else "max", network=wrapper))
+    return callbacks, metrics_cb, evaluation
 
 
 # ------------------------------------------------------------------- resume
