@@ -33,7 +33,7 @@ class Settings:
 
     @classmethod
     def smoke_test(cls) -> "Settings":
-        return cls(reps=2, warmup=1, small_steps=2, large_steps=1, batch=4, image=8, native_steps=1, app_epochs=1,
+        return cls(reps=1, warmup=0, small_steps=1, large_steps=1, batch=4, image=8, native_steps=1, app_epochs=1,
                    smoke=True)
 
 

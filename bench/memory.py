@@ -33,8 +33,22 @@ def probe(features_on: bool, batch: int, image: int) -> None:
     for _ in range(3):
         wrapper(*inputs)[0].asnumpy()
     parameter_bytes = sum(p.data.nbytes for p in backbone.trainable_params())
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
-    print(json.dumps({"peak_bytes": peak, "parameter_bytes": parameter_bytes}))
+    print(json.dumps({"peak_bytes": peak_rss(), "parameter_bytes": parameter_bytes}))
+
+
+def peak_rss() -> int:
+    """This process's peak resident set in bytes.
+
+    VmHWM from /proc where there is one: `ru_maxrss` survives `execve`, so a child would report its parent's peak.
+    """
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _child(features_on: bool, batch: int, image: int) -> dict:

@@ -105,7 +105,9 @@ class UnfoldConv2d(nn.Conv2d):
         out_w = (width + 2 * self.pw - self.dw * (self.kw - 1) - 1) // self.sw + 1
         if self.pointwise:
             if self.sh > 1 or self.sw > 1:
-                x = x[:, :, ::self.sh, ::self.sw]
+                # ops.strided_slice, not x[:, :, ::s, ::s]: the latter's gradient fails in pynative mode on CPU
+                # ("StridedSliceGrad ... input memory out of bounds", MindSpore 2.10).
+                x = ops.strided_slice(x, (0, 0, 0, 0), x.shape, (1, 1, self.sh, self.sw))
             cols = x.transpose(1, 0, 2, 3)
         else:
             cols = ops.unfold(x, (self.kh, self.kw), (self.dh, self.dw), (self.ph, self.pw), (self.sh, self.sw))
