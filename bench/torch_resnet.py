@@ -64,4 +64,4 @@ class EagerStep:
         loss = self.loss(self.model(self.images), self.labels)
         loss.backward()
         self.optimizer.step()
-        return float(loss)
+        return loss.item()
