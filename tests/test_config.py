@@ -109,6 +109,9 @@ def test_typos_and_wrong_types_fail_in_hydra_naming_the_key(override, message):
     ("optimizer.lr=0", "optimizer.lr=0 is not valid: it must be a finite number > 0"),
     ("data.batch_size=0", "data.batch_size=0 is not valid: it must be an integer >= 1"),
     ("model.num_classes=0", "model.num_classes=0 is not valid"),
+    ("trainer.checkpoint_every_n_steps=-1",
+     "trainer.checkpoint_every_n_steps=-1 is not valid: it must be an integer >= 0"),
+    ("trainer.resume=''", "trainer.resume='' is not valid: use null (a new run), auto"),
 ])
 def test_impossible_values_name_the_key_and_what_is_valid(override, message):
     overrides = override.split() + ["run_dir=unused"]

@@ -64,3 +64,32 @@ def test_shadow_weights_load_into_the_bare_network(graph_mode):
     for name, value in weights_of(fresh).items():
         np.testing.assert_array_equal(value, wrapper.parameters_dict()["ema." + name].asnumpy())
         assert not np.array_equal(value, weights_of(net)[name]), name  # shadows, not the live weights
+
+
+def test_evaluating_with_ema_weights_between_steps_leaves_training_bitwise_unchanged(mode):
+    """Train 3 micro-steps, evaluate with the EMA swapped in (mid-window: _grad_sum and the guard's window copy are
+    live), train 3 more: every Parameter bit-identical to 6 steps without the evaluation."""
+    from trainkit.callbacks import swap_in_ema
+
+    data = batches(6, 4, seed=12)
+    eval_x = ms.Tensor(batches(1, 6, seed=13)[0][0])
+    final = []
+    for evaluate in (True, False):
+        net = TinyMLP(batch_norm=True)
+        opt = nn.Adam(net.trainable_params(), learning_rate=0.05)
+        wrapper = TrainingWrapper(loss_network(net), opt, ema_decay=0.6, accumulation_steps=2, skip_nonfinite=True)
+        run(wrapper, data[:3])
+        if evaluate:
+            live = weights_of(net)
+            with swap_in_ema(wrapper.ema):
+                net.set_train(False)
+                net(eval_x).asnumpy()
+                swapped = weights_of(net)
+            for name in live:  # the EMA really was in place (moving statistics included) during the evaluation
+                np.testing.assert_array_equal(swapped[name], wrapper.parameters_dict()["ema." + name].asnumpy())
+            assert not np.array_equal(swapped["bn.moving_mean"], live["bn.moving_mean"])
+        run(wrapper, data[3:])
+        final.append({p.name: p.asnumpy() for p in wrapper.get_parameters()})
+    assert final[0].keys() == final[1].keys()
+    for name in final[0]:
+        np.testing.assert_array_equal(final[0][name], final[1][name], err_msg=name)

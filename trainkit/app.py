@@ -27,15 +27,18 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from mindspore import amp, nn
-from mindspore.train import Accuracy, CheckpointConfig, Loss, Model, ModelCheckpoint
+from mindspore.train import Accuracy, Loss, Model
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError
 
-from trainkit.callbacks import BestCheckpoint, Evaluation, Progress, RunLog, TrainMetrics
+from trainkit.callbacks import BestCheckpoint, Evaluation, NonFiniteStop, Progress, RunLog, TrainMetrics
+from trainkit.callbacks.training_checkpoint import StartAt, TrainingCheckpoint
+from trainkit.checkpoint import TrainingCheckpoint as SavedCheckpoint
+from trainkit.checkpoint import check_resumable, checkpoint_files, find_resume_checkpoint, restore
 from trainkit.config import check_config, choice
 from trainkit.errors import ConfigError
 from trainkit.mixed_precision import Float32EvalCell, build_loss_network
-from trainkit.parallel import setup_parallel
+from trainkit.parallel import describe_job, job_metrics, prepare_data, scaled_learning_rate, setup_parallel
 from trainkit.wrapper import TrainingWrapper
 
 log = logging.getLogger("trainkit")
@@ -66,15 +69,17 @@ def train(cfg: DictConfig) -> TrainResult:
     run_dir = _run_dir(cfg)
     trainer = cfg.trainer
     _set_context(trainer)
-    rank, group_size = setup_parallel(choice(cfg.parallel.mode), cfg.parallel.gradients_mean)
-    writer = rank == 0  # the rank that writes config, metrics, events, progress and checkpoints
-    if writer:
+    parallel = setup_parallel(cfg.parallel)
+    rank, group_size = parallel.rank, parallel.group_size
+    writer = parallel.writer  # the rank that writes config, metrics, events, progress and checkpoints
+    continuing = _continues_run_dir(trainer.resume, run_dir)
+    if writer and not continuing:
         _check_run_dir_is_new(run_dir, cfg.logger.metrics_file)
 
     data = _instantiate("data", cfg.data)
-    data.prepare()
+    prepare_data(data, parallel)  # rank 0 first: only one process per machine downloads
     train_set = data.train_dataset(num_shards=group_size, shard_id=rank)
-    eval_set = data.eval_dataset(num_shards=group_size, shard_id=rank)
+    eval_set = data.eval_dataset()  # the whole set on every rank: a sharded one is padded with repeats
     steps_per_epoch = train_set.get_dataset_size()
     if steps_per_epoch < 1:
         raise ConfigError(f"data.batch_size={cfg.data.get('batch_size')} is larger than the training set "
@@ -86,14 +91,25 @@ def train(cfg: DictConfig) -> TrainResult:
     with _inside(run_dir):  # MindSpore's O1 rewrite writes rewritten_network/ into the current directory
         loss_network = build_loss_network(backbone, loss_fn, choice(cfg.amp.level))
     accumulation_steps = cfg.wrapper.accumulation_steps
-    learning_rates = _learning_rates(cfg, steps_per_epoch, accumulation_steps)
+    lr = scaled_learning_rate(cfg.optimizer.lr, cfg.parallel, parallel)
+    learning_rates = _learning_rates(cfg, lr, steps_per_epoch, accumulation_steps)
     optimizer = _optimizer(cfg, backbone, learning_rates)
     wrapper = _wrapper(cfg, loss_network, optimizer)
     model = Model(wrapper, eval_network=Float32EvalCell(loss_network.backbone, loss_fn), eval_indexes=[0, 1, 2],
                   metrics={"accuracy": Accuracy(), "loss": Loss()})
+    resumed = _resume(cfg, run_dir, wrapper, steps_per_epoch, group_size)
+    done = resumed.position.micro_steps if resumed else 0
+    initial_epoch = _initial_epoch(done, steps_per_epoch, sink_size, resumed)
 
-    if writer:
-        _save_config(cfg, run_dir)  # only now: a run stopped by bad input leaves no trace in the run directory
+    if writer:  # only now: a run stopped by bad input leaves no trace in the run directory
+        if resumed and resumed.path.parent == run_dir / "checkpoints":
+            _set_aside_later_checkpoints(resumed)
+        _save_config(cfg, run_dir)
+    if done:
+        train_set.set_init_step(done)  # Model.train then continues the data mid-epoch where the checkpoint left it
+        if choice(trainer.resume_data) == "exact":
+            log.info("replaying the data pipeline through %d micro-batches so augmentations match exactly "
+                     "(trainer.resume_data=fast skips the replay)", done)
     samples_per_step = cfg.data.get("batch_size", 1) * group_size
     # With sink_size, Model.train counts each sink as an "epoch"; callbacks see those units.
     sinks_per_epoch = steps_per_epoch // sink_size if sink_size > 0 else 1
@@ -105,18 +121,29 @@ def train(cfg: DictConfig) -> TrainResult:
     eval_interval = trainer.eval_interval * sinks_per_epoch if trainer.eval_interval else model_epochs
     evaluation = Evaluation(model, eval_set, run_log, interval=eval_interval, ema=wrapper.ema,
                             dataset_sink_mode=False)
-    callbacks: List[ms.train.Callback] = [metrics_cb]
+    if resumed:
+        metrics_cb.skipped_steps = resumed.skipped_steps
+    callbacks: List[ms.train.Callback] = [StartAt(done), metrics_cb]
     progress = choice(cfg.logger.progress)
     if writer and progress != "off":
         stream = None if progress == "auto" else _ForcedStream(progress == "bar")
         callbacks.append(Progress(model_epochs, sink_size if sink_size > 0 else steps_per_epoch, samples_per_step,
                                   stream=stream, every_n_steps=cfg.logger.log_every_n_steps,
                                   train_metrics=metrics_cb))
+    checkpoints = run_dir / "checkpoints"
+    checkpointer = None
+    if writer:  # with trainer.save_checkpoints=false it saves only when NonFiniteStop asks
+        checkpointer = TrainingCheckpoint(wrapper, checkpoints, steps_per_epoch, at_epoch_end=trainer.save_checkpoints,
+                                          every_n_steps=trainer.checkpoint_every_n_steps if trainer.save_checkpoints
+                                          else 0, keep=trainer.keep_checkpoints,
+                                          skipped_steps=lambda: metrics_cb.skipped_steps, group_size=group_size,
+                                          config=cfg)
+        callbacks.append(checkpointer)
+    nonfinite_limit = trainer.max_nonfinite_steps  # without loss scaling, skipped updates do not fix themselves
+    if nonfinite_limit and getattr(wrapper, "skip_nonfinite", False) and not wrapper.loss_scaling:
+        callbacks.append(NonFiniteStop(nonfinite_limit, save_checkpoint=checkpointer.save if checkpointer else None))
     callbacks.append(evaluation)
     if writer and trainer.save_checkpoints:
-        checkpoints = run_dir / "checkpoints"
-        callbacks.append(ModelCheckpoint(prefix="trainkit", directory=str(checkpoints), config=CheckpointConfig(
-            save_checkpoint_steps=steps_per_epoch, keep_checkpoint_max=trainer.keep_checkpoints)))
         best = trainer.best_metric
         callbacks.append(BestCheckpoint(evaluation, checkpoints, metric=_eval_tag(best),
                                         mode="min" if best.endswith("loss") else "max", network=wrapper))
@@ -125,13 +152,22 @@ def train(cfg: DictConfig) -> TrainResult:
              _describe_target(cfg.model), _count(backbone), _describe(data), steps_per_epoch, samples_per_step,
              samples_per_step // group_size, group_size, trainer.epochs, choice(trainer.mode), choice(cfg.amp.level),
              run_dir)
+    if choice(cfg.parallel.mode) != "stand_alone":
+        log.info("%s", describe_job(cfg.parallel, parallel, samples_per_step // group_size, accumulation_steps,
+                                    cfg.optimizer.lr, lr))
+    if resumed:
+        log.info("resuming from %s: epoch %d, step %d of %d in it (%d micro-batches done, %d optimizer steps)",
+                 resumed.path, done // steps_per_epoch + 1, done % steps_per_epoch, steps_per_epoch, done,
+                 int(optimizer.global_step.asnumpy().item()))
     start = time.perf_counter()
     try:
         model.train(model_epochs, train_set, callbacks=callbacks, dataset_sink_mode=trainer.dataset_sink_mode,
-                    sink_size=sink_size)
+                    sink_size=sink_size, initial_epoch=initial_epoch)
         elapsed = time.perf_counter() - start
-        metrics = _final_metrics(evaluation, metrics_cb, optimizer, elapsed, trainer.epochs * steps_per_epoch,
-                                 samples_per_step)
+        metrics = _final_metrics(evaluation, metrics_cb, optimizer, elapsed,
+                                 trainer.epochs * steps_per_epoch - done, samples_per_step)
+        if choice(cfg.parallel.mode) != "stand_alone":
+            metrics.update(job_metrics(parallel, samples_per_step // group_size, accumulation_steps))
         run_log.hparams(_hyper_parameters(cfg), {f"final/{k}": v for k, v in metrics.items()})
     finally:
         run_log.close()
@@ -158,11 +194,11 @@ def _group_error(group: str, node: DictConfig, error: BaseException) -> ConfigEr
     return ConfigError(f"{group} ({node.get('_target_')}): {message}")
 
 
-def _learning_rates(cfg: DictConfig, steps_per_epoch: int, accumulation_steps: int) -> List[float]:
-    """One learning rate per optimizer update over the whole run (windows may straddle epochs)."""
+def _learning_rates(cfg: DictConfig, lr: float, steps_per_epoch: int, accumulation_steps: int) -> List[float]:
+    """One learning rate per optimizer update over the whole run (windows may straddle epochs), from base rate `lr`."""
     schedule = _instantiate("lr_schedule", cfg.lr_schedule)
     try:
-        return schedule(lr=cfg.optimizer.lr, epochs=cfg.trainer.epochs,
+        return schedule(lr=lr, epochs=cfg.trainer.epochs,
                         updates_per_epoch=steps_per_epoch / accumulation_steps)
     except (TypeError, ValueError) as error:
         raise _group_error("lr_schedule", cfg.lr_schedule, error) from error
@@ -190,6 +226,61 @@ def _wrapper(cfg: DictConfig, loss_network: nn.Cell, optimizer: nn.Optimizer) ->
         return factory(loss_network, optimizer, loss_scale=loss_scale)
     except (TypeError, ValueError) as error:
         raise _group_error("wrapper", cfg.wrapper, error) from error
+
+
+# ------------------------------------------------------------------- resume
+def _continues_run_dir(resume: Optional[str], run_dir: Path) -> bool:
+    """Whether `trainer.resume` continues the run in `run_dir` (rather than starting one there)."""
+    if resume is None:
+        return False
+    if resume == "auto":
+        return True
+    path = Path(resume).expanduser().resolve()
+    return path == run_dir or run_dir in path.parents
+
+
+def _resume(cfg: DictConfig, run_dir: Path, wrapper: TrainingWrapper, steps_per_epoch: int,
+            group_size: int) -> Optional[SavedCheckpoint]:
+    """Find, check and load the checkpoint `trainer.resume` names; None for a new run."""
+    resume = cfg.trainer.resume
+    if resume is None:
+        return None
+    checkpoint = find_resume_checkpoint(str(resume), run_dir)
+    if checkpoint is None:
+        log.info("trainer.resume=auto: no checkpoint in %s; starting a new run", run_dir / "checkpoints")
+        return None
+    check_resumable(checkpoint, cfg, wrapper, steps_per_epoch, group_size)
+    total = cfg.trainer.epochs * steps_per_epoch
+    if checkpoint.position.micro_steps >= total:
+        raise ConfigError(f"checkpoint {checkpoint.path} is at the end of the run ({checkpoint.position.micro_steps} "
+                          f"of {total} micro-batches): nothing is left to train; its weights are ready to export "
+                          "(python -m trainkit.export)")
+    restore(checkpoint, wrapper)
+    return checkpoint
+
+
+def _initial_epoch(done: int, steps_per_epoch: int, sink_size: int, resumed: Optional[SavedCheckpoint]) -> int:
+    """``Model.train``'s ``initial_epoch`` for `done` micro-batches (in sinks when sinking: MindSpore's epochs)."""
+    if sink_size > 0:
+        if done % sink_size:
+            raise ConfigError(f"checkpoint {resumed.path} is at micro-batch {done}, inside a sink of "
+                              f"trainer.sink_size={sink_size}: resume it with trainer.dataset_sink_mode=false")
+        return done // sink_size
+    return done // steps_per_epoch
+
+
+def _set_aside_later_checkpoints(resumed: SavedCheckpoint) -> None:
+    """Resuming from an older checkpoint of this run: move the newer ones aside (never delete them)."""
+    files = checkpoint_files(resumed.path.parent)
+    later = files[files.index(resumed.path) + 1:] if resumed.path in files else []
+    if not later:
+        return
+    folder = resumed.path.parent / time.strftime("superseded-%Y%m%d-%H%M%S")
+    folder.mkdir()
+    for path in later:
+        path.rename(folder / path.name)
+    log.warning("resuming from %s: moved the %d later checkpoints of this run to %s", resumed.path.name, len(later),
+                folder)
 
 
 # ------------------------------------------------------------------- checks
@@ -234,18 +325,27 @@ def _check_accumulation(cfg: DictConfig, steps_per_epoch: int) -> None:
 
 
 def _check_run_dir_is_new(run_dir: Path, metrics_file: Optional[str]) -> None:
-    """Refuse to mix two runs in one directory (resume, which continues one, is a separate feature)."""
+    """Refuse to mix two runs in one directory (``trainer.resume=auto`` continues the one there)."""
     earlier = [name for name in (".hydra/config.yaml", metrics_file, "tensorboard", "checkpoints")
                if name and (run_dir / name).exists()]
     if earlier:
         raise ConfigError(f"{run_dir} already holds a run ({', '.join(earlier)}): nothing was changed there; "
-                          "choose a new directory with hydra.run.dir=PATH (run_dir=PATH in-process)")
+                          "choose a new directory with hydra.run.dir=PATH (run_dir=PATH in-process), or continue "
+                          "that run with trainer.resume=auto")
 
 
 def _save_config(cfg: DictConfig, run_dir: Path) -> None:
-    """The composed config (and, under Hydra, its own config and the overrides) in ``.hydra/``, as Hydra would."""
+    """The composed config (and, under Hydra, its own config and the overrides) in ``.hydra/``, as Hydra would.
+
+    A resumed run keeps the first run's files and writes its own into ``.hydra/resume-<n>/``.
+    """
     folder = run_dir / ".hydra"
-    folder.mkdir(exist_ok=True)
+    if (folder / "config.yaml").exists():
+        number = 1
+        while (folder / f"resume-{number}").exists():
+            number += 1
+        folder = folder / f"resume-{number}"
+    folder.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(cfg, folder / "config.yaml")
     if HydraConfig.initialized():
         hydra_cfg = HydraConfig.get()
@@ -282,6 +382,7 @@ def _set_context(trainer: DictConfig) -> None:
                               f"build: use auto or {ms.get_context('device_target')} ({error})") from error
     ms.set_seed(trainer.seed)
     ds.config.set_seed(trainer.seed)
+    ds.config.set_fast_recovery(choice(trainer.resume_data) == "fast")
     np.random.seed(trainer.seed)
     random.seed(trainer.seed)
 

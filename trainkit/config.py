@@ -44,10 +44,20 @@ class ParallelMode(Enum):
     hybrid_parallel = "hybrid_parallel"
 
 
+class LrScaling(Enum):
+    none = "none"      # optimizer.lr as given, whatever the number of workers
+    linear = "linear"  # optimizer.lr x the number of data-parallel workers (Goyal et al., 2017)
+
+
 class LossScale(Enum):
     none = "none"
     static = "static"
     dynamic = "dynamic"
+
+
+class ResumeData(Enum):
+    exact = "exact"  # replay the data pipeline to the checkpoint: the same samples and the same augmentations
+    fast = "fast"  # jump there: the same samples in the same order, random augmentations drawn anew
 
 
 class ProgressStyle(Enum):
@@ -66,10 +76,21 @@ class AmpConfig:
 
 @dataclass
 class ParallelConfig:
-    """``mindspore.set_auto_parallel_context(parallel_mode=mode, gradients_mean=...)``."""
+    """``mindspore.set_auto_parallel_context(parallel_mode=mode, gradients_mean=...)`` and the ``msrun`` launch.
+
+    ``workers`` processes per machine on ``nodes`` machines; ``node_rank``, ``master_addr`` and ``master_port``
+    are msrun's ``--node_rank``, ``--master_addr`` and ``--master_port`` (null port: a free one, one machine only).
+    ``lr_scaling`` turns ``optimizer.lr`` into the rate of the whole job before the schedule.
+    """
 
     mode: ParallelMode = ParallelMode.stand_alone
     gradients_mean: bool = True
+    workers: int = 1
+    nodes: int = 1
+    node_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: Optional[int] = None
+    lr_scaling: LrScaling = LrScaling.none
 
 
 @dataclass
@@ -86,6 +107,7 @@ class WrapperConfig:
     ema_decay: Optional[float] = None
     ema_warmup: bool = False
     compute_grad_norm: bool = True
+    skip_nonfinite: bool = True
 
 
 @dataclass
@@ -102,6 +124,10 @@ class TrainerConfig:
     save_checkpoints: bool = True
     keep_checkpoints: int = 3
     best_metric: str = "accuracy"
+    checkpoint_every_n_steps: int = 0
+    resume: Optional[str] = None
+    resume_data: ResumeData = ResumeData.exact
+    max_nonfinite_steps: Optional[int] = 10
 
 
 @dataclass
@@ -182,7 +208,15 @@ def check_config(cfg: DictConfig) -> None:
            lambda v: v == -1 or v >= 1)
     _check("trainer.eval_interval", trainer.eval_interval, "an integer >= 0 (0: evaluate after the last epoch only)",
            lambda v: v >= 0)
+    if trainer.max_nonfinite_steps is not None:
+        _check("trainer.max_nonfinite_steps", trainer.max_nonfinite_steps, "null or 0 (never stop) or an integer >= 1",
+               lambda v: v >= 0)
     _check("trainer.keep_checkpoints", trainer.keep_checkpoints, "an integer >= 1", lambda v: v >= 1)
+    _check("trainer.checkpoint_every_n_steps", trainer.checkpoint_every_n_steps,
+           "an integer >= 0 (0: a checkpoint at each epoch end only)", lambda v: v >= 0)
+    if trainer.resume is not None and not str(trainer.resume).strip():
+        raise ConfigError("trainer.resume='' is not valid: use null (a new run), auto (the newest valid checkpoint "
+                          "of the run directory) or the path of a checkpoint or run directory")
     if trainer.best_metric not in EVAL_METRICS:
         raise ConfigError(f"trainer.best_metric={trainer.best_metric!r} is not valid: use one of "
                           f"{', '.join(EVAL_METRICS)}")

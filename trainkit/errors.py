@@ -12,3 +12,11 @@ class DataError(ValueError):
 
 class ConfigTypeError(ConfigError, TypeError):
     """A configuration value has the wrong type (caught as a ConfigError or as a TypeError)."""
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file is missing, corrupt or does not hold what was asked for; the message names the file."""
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (e.g. too many consecutive non-finite steps); the message names the step."""

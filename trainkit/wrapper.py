@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from typing import Optional, Tuple
 
-from mindspore import Parameter, Tensor, amp, nn, ops
+from mindspore import Parameter, ParameterTuple, Tensor, amp, nn, ops
 from mindspore import dtype as mstype
 from mindspore.context import ParallelMode
 from mindspore.parallel._utils import _get_device_num, _get_gradients_mean, _get_parallel_mode
@@ -15,6 +15,8 @@ from trainkit.loss_scale import LossScaleArg, make_loss_scaler, next_dynamic_sca
 
 _accumulate = ops.MultitypeFuncGraph("accumulate")
 _clear = ops.MultitypeFuncGraph("clear")
+_copy = ops.MultitypeFuncGraph("copy")
+_restore = ops.MultitypeFuncGraph("restore")
 _scale = ops.MultitypeFuncGraph("scale")
 _square_sum = ops.MultitypeFuncGraph("square_sum")
 
@@ -29,6 +31,17 @@ def _accumulate_into(buffer, grad):
 @_clear.register("Tensor")
 def _clear_buffer(buffer):
     return ops.assign(buffer, ops.zeros_like(buffer))
+
+
+@_copy.register("Tensor")
+def _copy_value(value):
+    # A new tensor, not a view: the forward pass writes the Parameter it was read from.
+    return ops.depend(value * 1, value)
+
+
+@_restore.register("Tensor", "Tensor")
+def _restore_value(target, value):
+    return ops.assign(target, value)
 
 
 @_scale.register("Tensor", "Tensor")
@@ -62,8 +75,12 @@ class TrainingWrapper(nn.Cell):
     Features, each turned on by one argument and free when off (decided here in Python,
     never by a branch in the compiled graph):
 
-    * loss scaling -- ``loss_scale``: static or dynamic; overflow found with
-      ``mindspore.amp.all_finite`` on the unscaled gradients skips the update.
+    * loss scaling -- ``loss_scale``: static or dynamic; a window whose unscaled gradients
+      are not finite is skipped (the non-finite guard below is always on with scaling).
+    * non-finite guard -- ``skip_nonfinite``: without loss scaling too, a window whose loss or
+      gradients (standalone also: batch-norm moving statistics) are not finite is skipped:
+      the weights, the optimizer state and the EMA stay as they were, and the moving
+      statistics are restored to their values at the window's start.
     * gradient accumulation -- ``accumulation_steps``: micro-batch gradients summed in
       ``_grad_sum``; the optimizer (and so the learning-rate schedule) steps once a window.
     * global-norm clipping -- ``max_grad_norm``: on the accumulated, unscaled, reduced
@@ -75,25 +92,28 @@ class TrainingWrapper(nn.Cell):
     One call reads as (each phase a method a subclass may override)::
 
         scale = loss scale now (1 when off)
+        statistics = save_moving_statistics()   # guard only: moving statistics at the window's start
         loss, grads = compute_grads(scale / accumulation_steps, *inputs)
         grads = reduce_grads(grads)              # data parallel only
         grads = unscale_grads(grads, scale)      # loss scaling only
         if accumulation_steps > 1:
             grads = accumulate_grads(grads)      # sum so far in _grad_sum
+            loss = accumulate_loss(loss)         # guard only: sum so far in _loss_sum
             if the window is not complete: return
-        optimizer_step(grads):
-            finite = all_finite(grads)           # loss scaling only
+        optimizer_step(grads, loss, statistics):
+            clipped, grad_norm = transform_grads(grads)      # clipping; the norm before clipping
+            finite = step_finite(grads, grad_norm, loss)     # guard only
             update_loss_scale(finite)            # dynamic scaling only
-            grads, grad_norm = transform_grads(grads)   # clipping
-            if finite: apply_grads(grads)        # optimizer, then EMA
-        clear _grad_sum                          # accumulation only
+            if finite: apply_grads(clipped)      # optimizer, then EMA
+            else: restore_moving_statistics(statistics)
+        clear _grad_sum (and _loss_sum)          # accumulation only
 
     Outputs ``(loss, overflow, loss_scale, grad_norm)``:
 
     * ``loss``: the unscaled mean loss of this micro-batch (not divided by k);
     * ``overflow``: True when this call ended a window whose update was skipped because
-      its gradients were not finite (always False on micro-steps that do not end a window,
-      and when loss scaling is off);
+      it was not finite (always False on micro-steps that do not end a window, and when
+      neither loss scaling nor ``skip_nonfinite`` is on);
     * ``loss_scale``: the scale this micro-batch was computed with (1.0 when off);
     * ``grad_norm``: the global norm of the accumulated unscaled gradient before
       clipping, on calls that end a window, when ``max_grad_norm`` is set or
@@ -111,6 +131,8 @@ class TrainingWrapper(nn.Cell):
         ema_decay: decay in [0, 1) of the shadow weights, or None.
         ema_warmup: use ``min(ema_decay, (1 + n) / (10 + n))`` for the n-th EMA update.
         compute_grad_norm: report the gradient norm even when not clipping.
+        skip_nonfinite: skip windows that are not finite also without loss scaling (on
+            with loss scaling whatever this says).
 
     Raises:
         TypeError: `network`, `optimizer` or an argument has the wrong type.
@@ -123,7 +145,8 @@ class TrainingWrapper(nn.Cell):
                  accumulation_steps: int = 1,
                  ema_decay: Optional[float] = None,
                  ema_warmup: bool = False,
-                 compute_grad_norm: bool = False):
+                 compute_grad_norm: bool = False,
+                 skip_nonfinite: bool = False):
         super().__init__(auto_prefix=False)
         _check_arguments(network, optimizer, max_grad_norm, accumulation_steps, ema_decay)
         self.network = network
@@ -153,6 +176,19 @@ class TrainingWrapper(nn.Cell):
             self._grad_sum = self.weights.clone(prefix="_grad_sum", init="zeros")
             self.micro_step = Parameter(Tensor(0, mstype.int32), name="micro_step", requires_grad=False)
 
+        # The guard: a window that is not finite is skipped and leaves no trace (see step_finite).
+        self.skip_nonfinite = bool(skip_nonfinite) or self.loss_scaling
+        self.moving_statistics = ()
+        if self.skip_nonfinite:
+            statistics = moving_statistics_parameters(network, self.weights)
+            if statistics:
+                self.moving_statistics = ParameterTuple(statistics)
+            if statistics and self.accumulation_steps > 1:
+                self._window_start = self.moving_statistics.clone(prefix="_window_start", init="same")
+            if self.accumulation_steps > 1:
+                self._loss_sum = Parameter(Tensor(0.0, mstype.float32), name="_loss_sum", requires_grad=False)
+        self.guard_moving_statistics = bool(self.moving_statistics)
+
         self.ema = None
         if ema_decay is not None:
             self.ema = ExponentialMovingAverage(ema_source_parameters(network), ema_decay, ema_warmup)
@@ -169,24 +205,28 @@ class TrainingWrapper(nn.Cell):
     # ----------------------------------------------------------------- the step
     def construct(self, *inputs):
         scale = self.current_loss_scale()
+        statistics = self.save_moving_statistics()
         loss, grads = self.compute_grads(scale / self.accumulation_steps, *inputs)
         grads = self.reduce_grads(grads)
         grads = self.unscale_grads(grads, scale)
         if self.accumulation_steps == 1:
-            overflow, grad_norm = self.optimizer_step(grads)
+            overflow, grad_norm = self.optimizer_step(grads, loss, statistics)
         else:
-            overflow, grad_norm = self._accumulation_step(grads)
+            overflow, grad_norm = self._accumulation_step(grads, loss, statistics)
         return loss, overflow, scale, grad_norm
 
-    def _accumulation_step(self, grads):
+    def _accumulation_step(self, grads, loss, statistics):
         grads = self.accumulate_grads(grads)
+        window_loss = self.accumulate_loss(loss)
         micro_step = (self.micro_step + 1) % self.accumulation_steps
         ops.assign(self.micro_step, micro_step)
         overflow = self._false
         grad_norm = self._zero
         if micro_step == 0:
-            overflow, grad_norm = self.optimizer_step(grads)
+            overflow, grad_norm = self.optimizer_step(grads, window_loss, statistics)
             self.hyper_map(_clear, self._grad_sum)
+            if self.skip_nonfinite:
+                ops.assign(self._loss_sum, self._zero)
         return overflow, grad_norm
 
     # ------------------------------------------------------- override points
@@ -195,6 +235,21 @@ class TrainingWrapper(nn.Cell):
         if not self.loss_scaling:
             return self._one
         return self.loss_scale_value * 1
+
+    def save_moving_statistics(self) -> tuple:
+        """What a skipped window restores the moving statistics to: their values at the window's start.
+
+        Guard only. One window is one call: a copy taken before the forward pass. A window of
+        several calls: ``_window_start.<name>``, written on the window's first call (a Parameter,
+        so a checkpoint taken inside the window holds it).
+        """
+        if not self.guard_moving_statistics:
+            return ()
+        if self.accumulation_steps == 1:
+            return self.hyper_map(_copy, self.moving_statistics)
+        if self.micro_step == 0:
+            self.hyper_map(_restore, self._window_start, self.moving_statistics)
+        return self._window_start
 
     def compute_grads(self, sens: Tensor, *inputs) -> Tuple[Tensor, tuple]:
         """Forward and backward once: returns the plain loss and the gradients of ``loss * sens``."""
@@ -217,16 +272,35 @@ class TrainingWrapper(nn.Cell):
         """Add a micro-batch's gradients into ``_grad_sum``; returns the sum so far."""
         return self.hyper_map(_accumulate, self._grad_sum, grads)
 
-    def grads_finite(self, grads: tuple) -> Tensor:
-        """Whether every gradient is finite (checked only when loss scaling is on)."""
-        if not self.loss_scaling:
-            return self._true
-        return amp.all_finite(grads)
+    def accumulate_loss(self, loss: Tensor) -> Tensor:
+        """Add a micro-batch's loss into ``_loss_sum`` (guard only): finite only if every loss of the window is."""
+        if not self.skip_nonfinite:
+            return loss
+        return _accumulate_into(self._loss_sum, loss)
 
-    def update_loss_scale(self, grads_finite: Tensor) -> None:
+    def step_finite(self, grads: tuple, grad_norm: Tensor, loss: Tensor) -> Tensor:
+        """Whether a window may be applied (guard only; True otherwise).
+
+        Its gradients must be finite: ``isfinite(grad_norm)`` when the norm is computed anyway
+        (one scalar; the norm of non-finite gradients is not finite -- nor is one that overflows
+        float32), else ``mindspore.amp.all_finite(grads)``. Standalone, also its loss and the
+        moving statistics; in data parallel only the reduced gradients decide, the same on every
+        rank (a rank's non-finite loss reaches them through the reduction).
+        """
+        if not self.skip_nonfinite:
+            return self._true
+        finite = ops.isfinite(grad_norm) if self.compute_grad_norm else amp.all_finite(grads)
+        if self.grad_reducer is not None:
+            return finite
+        finite = ops.logical_and(finite, ops.isfinite(loss))
+        if self.guard_moving_statistics:
+            finite = ops.logical_and(finite, amp.all_finite(self.hyper_map(_copy, self.moving_statistics)))
+        return finite
+
+    def update_loss_scale(self, finite: Tensor) -> None:
         """Back off on overflow, grow after ``scale_window`` good steps (dynamic scaling only)."""
         if self.dynamic_loss_scale:
-            scale, counter = next_dynamic_scale(self.loss_scale_value, self.loss_scale_counter, grads_finite,
+            scale, counter = next_dynamic_scale(self.loss_scale_value, self.loss_scale_counter, finite,
                                                 self.scale_factor, self.scale_window)
             ops.assign(self.loss_scale_value, scale)
             ops.assign(self.loss_scale_counter, counter)
@@ -248,17 +322,38 @@ class TrainingWrapper(nn.Cell):
             applied = ops.depend(self.ema(), applied)
         return applied
 
-    def optimizer_step(self, grads: tuple) -> Tuple[Tensor, Tensor]:
-        """Check, clip and apply one window's gradients; returns (overflow, grad_norm)."""
-        grads_finite = self.grads_finite(grads)
-        self.update_loss_scale(grads_finite)
-        grads, grad_norm = self.transform_grads(grads)
-        # Two branches on purpose: without loss scaling the graph holds no condition at all.
-        if not self.loss_scaling:  # noqa: SIM114
-            self.apply_grads(grads)
-        elif grads_finite:
-            self.apply_grads(grads)
-        return ops.logical_not(grads_finite), grad_norm
+    def restore_moving_statistics(self, statistics: tuple) -> None:
+        """Put back the moving statistics `save_moving_statistics` kept (after a skipped window)."""
+        if self.guard_moving_statistics:
+            self.hyper_map(_restore, self.moving_statistics, statistics)
+
+    def optimizer_step(self, grads: tuple, loss: Tensor, statistics: tuple) -> Tuple[Tensor, Tensor]:
+        """Clip, check and apply one window's gradients; returns (overflow, grad_norm).
+
+        `loss` is the window's loss (summed over its micro-batches when the guard is on),
+        `statistics` what ``save_moving_statistics`` returned.
+        """
+        clipped, grad_norm = self.transform_grads(grads)
+        finite = self.step_finite(grads, grad_norm, loss)
+        self.update_loss_scale(finite)
+        # Two branches on purpose: without the guard the graph holds no condition at all.
+        if not self.skip_nonfinite:
+            self.apply_grads(clipped)
+            return self._false, grad_norm
+        if finite:
+            self.apply_grads(clipped)
+        else:
+            self.restore_moving_statistics(statistics)
+        return ops.logical_not(finite), grad_norm
+
+
+def moving_statistics_parameters(network: nn.Cell, weights) -> list:
+    """The floating-point parameters of `network` that its forward pass writes, e.g. batch-norm
+    ``moving_mean``/``moving_variance``: those that take no gradient and are not in `weights`."""
+    trained = {id(w) for w in weights}
+    return [p for p in network.get_parameters()
+            if not p.requires_grad and id(p) not in trained and p.dtype in (mstype.float16, mstype.float32,
+                                                                            mstype.float64, mstype.bfloat16)]
 
 
 def _check_arguments(network, optimizer, max_grad_norm, accumulation_steps, ema_decay) -> None:

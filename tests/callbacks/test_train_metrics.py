@@ -41,12 +41,14 @@ def read_records(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_records_under_model_train(mode, tmp_path):
+@pytest.mark.parametrize("guard", [dict(loss_scale=256.0), dict(skip_nonfinite=True)], ids=["loss_scale", "guard"])
+def test_records_under_model_train(mode, guard, tmp_path):
+    """Skipped steps are counted with loss scaling and with the non-finite guard alone (scale 1)."""
     steps, epochs, every, nan_at = 8, 2, 3, 4  # the 5th batch of each epoch is NaN
     lrs = [0.1 - 0.005 * i for i in range(steps * epochs)]
     net = TinyMLP()
     optimizer = nn.Momentum(net.trainable_params(), learning_rate=lrs, momentum=0.9)
-    wrapper = TrainingWrapper(loss_network(net), optimizer, loss_scale=256.0, compute_grad_norm=True)
+    wrapper = TrainingWrapper(loss_network(net), optimizer, compute_grad_norm=True, **guard)
     spy = LossSpy()
     with RunLog(tmp_path) as log:
         metrics = TrainMetrics(log, samples_per_step=BATCH, log_every_n_steps=every)
@@ -72,7 +74,7 @@ def test_records_under_model_train(mode, tmp_path):
             assert math.isnan(record["train/loss"])
         else:
             assert record["train/loss"] == pytest.approx(np.mean(window), rel=1e-6)
-        assert record["train/loss_scale"] == 256.0
+        assert record["train/loss_scale"] == guard.get("loss_scale", 1.0)
         last_norm = [g for g in spy.grad_norms[previous:step] if g != 0.0][-1]
         assert record["train/grad_norm"] == pytest.approx(last_norm, rel=1e-6, nan_ok=True)
         if step > 1:

@@ -34,7 +34,8 @@ def main(out_dir: str) -> None:
         local.append((x, y))
     outputs = run(wrapper, local)
     state = {p.name: p.asnumpy() for p in wrapper.get_parameters()}
-    state.update({"overflow": np.array([o[1] for o in outputs]), "weights": np.array(sorted(weights_of(net)))})
+    state.update({"overflow": np.array([o[1] for o in outputs]), "scale_used": np.array([o[2] for o in outputs]),
+                  "grad_norm": np.array([o[3] for o in outputs]), "weights": np.array(sorted(weights_of(net)))})
     np.savez(f"{out_dir}/rank_{rank}.npz", **state)
 
 

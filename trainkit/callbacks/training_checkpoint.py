@@ -1,0 +1,106 @@
+"""TrainingCheckpoint: periodic training checkpoints, written safely, the last K kept; and the resume position."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Callable, Optional
+
+from mindspore import nn
+from mindspore.train import Callback
+from omegaconf import DictConfig
+
+from trainkit.checkpoint import Position, checkpoint_files, save_training_checkpoint
+
+log = logging.getLogger("trainkit")
+
+
+class TrainingCheckpoint(Callback):
+    """Saves the TrainingWrapper and the run's position at each epoch end and every `every_n_steps` micro-batches.
+
+    Replaces MindSpore's ``ModelCheckpoint``, which deletes its oldest file *before* writing the new one (a crash
+    in between leaves fewer checkpoints than promised, none with ``keep_checkpoint_max=1``): here the new file is
+    complete on disk before the oldest beyond `keep` is deleted, so the newest good checkpoint always survives.
+
+    Args:
+        network: the Cell to save (the TrainingWrapper: weights, optimizer, loss scale, accumulation, EMA).
+        directory: where ``trainkit-<epoch>_<step>.ckpt`` files go (created when the first is written).
+        steps_per_epoch: micro-batches per epoch (per rank).
+        at_epoch_end: save at each epoch end (False: only when :meth:`save` is called, e.g. by NonFiniteStop).
+        every_n_steps: also save every N micro-batches; 0: never within an epoch.
+        keep: how many of the newest checkpoints to keep (>= 1).
+        skipped_steps: returns the run's skipped-step count so far (restored on resume).
+        group_size: processes in the data-parallel job (a resume must use as many).
+        config: the run's config, stored in each checkpoint so a resume can check it is the same run.
+    """
+
+    def __init__(self, network: nn.Cell, directory: Path, steps_per_epoch: int, *, at_epoch_end: bool = True,
+                 every_n_steps: int = 0, keep: int = 3, skipped_steps: Callable[[], int] = lambda: 0,
+                 group_size: int = 1, config: Optional[DictConfig] = None):
+        super().__init__()
+        if keep < 1:
+            raise ValueError(f"keep must be >= 1; got {keep}")
+        self.network = network
+        self.directory = Path(directory)
+        self.steps_per_epoch = int(steps_per_epoch)
+        self.at_epoch_end = bool(at_epoch_end)
+        self.every_n_steps = int(every_n_steps)
+        self.keep = int(keep)
+        self.skipped_steps = skipped_steps
+        self.group_size = group_size
+        self.config = config
+        self.last_saved: Optional[Path] = None
+        self._last_saved_step: Optional[int] = None
+        self._step = 0
+
+    def on_train_begin(self, run_context) -> None:
+        self._step = int(run_context.original_args().cur_step_num)
+        self._last_saved_step = self._step  # the state a resume started from is already on disk
+
+    def on_train_step_begin(self, run_context) -> None:
+        self._step = int(run_context.original_args().cur_step_num)  # Model counts the step before this hook
+
+    def on_train_step_end(self, run_context) -> None:
+        self._step = int(run_context.original_args().cur_step_num)
+        if self.every_n_steps and self._step % self.every_n_steps == 0:
+            self.save()
+
+    def on_train_epoch_end(self, run_context) -> None:
+        self._step = int(run_context.original_args().cur_step_num)
+        if self.at_epoch_end:
+            self.save()
+
+    def save(self) -> Path:
+        """Write a checkpoint of the state after the current step (once per step), then prune beyond `keep`."""
+        if self._last_saved_step == self._step and self.last_saved is not None:
+            return self.last_saved
+        self.directory.mkdir(parents=True, exist_ok=True)
+        position = Position(self._step, self.steps_per_epoch)
+        path = save_training_checkpoint(self.network, self.directory / position.file_name(), position,
+                                        skipped_steps=self.skipped_steps(), group_size=self.group_size,
+                                        config=self.config)
+        self.last_saved, self._last_saved_step = path, self._step
+        self._remove_old(keep_also=path)
+        return path
+
+    def _remove_old(self, keep_also: Path) -> None:
+        files = checkpoint_files(self.directory)
+        for path in files[:-self.keep]:
+            if path != keep_also:
+                try:
+                    path.unlink()
+                except OSError as error:  # a file another process removed, a read-only folder: not fatal
+                    log.warning("could not remove old checkpoint %s: %s", path, error)
+
+
+class StartAt(Callback):
+    """Continues Model's step count from a resumed position (``Model.train`` restarts ``cur_step_num`` at 0).
+
+    Must come first in the callback list, so every other callback sees the run's global step.
+    """
+
+    def __init__(self, micro_steps: int):
+        super().__init__()
+        self.micro_steps = int(micro_steps)
+
+    def on_train_begin(self, run_context) -> None:
+        run_context.original_args().cur_step_num = self.micro_steps

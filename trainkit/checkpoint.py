@@ -1,0 +1,281 @@
+"""Training checkpoints that lose nothing: what one holds, how it is written, how a resume finds and checks it.
+
+A training checkpoint is ``mindspore.save_checkpoint`` of the TrainingWrapper -- so every Parameter the next
+step reads is in it: weights and batch-norm statistics, optimizer moments and ``global_step`` (which indexes the
+learning-rate schedule), the loss scale and its counter, ``_grad_sum`` and ``micro_step`` of an open
+accumulation window, the EMA shadows and ``ema_num_updates`` -- plus, in MindSpore's ``append_dict``, the
+position in the data (micro-batches done), the skipped-step count, the seed and the config it was written with.
+
+Files are ``<directory>/trainkit-<epoch>_<step>.ckpt`` (MindSpore's naming: the epoch in progress, counted from
+1, and the step within it). MindSpore writes each to a temporary file and renames it into place; trainkit then
+flushes it to disk before deleting older ones, so the newest complete checkpoint always survives a crash.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Tuple
+
+import mindspore as ms
+from mindspore import nn
+from omegaconf import DictConfig, OmegaConf
+
+from trainkit.errors import ConfigError, DataError
+
+log = logging.getLogger("trainkit")
+
+PREFIX = "trainkit"
+_NAME = re.compile(rf"^{PREFIX}-(\d+)_(\d+)\.ckpt$")
+
+# The config keys an exact resume depends on: a different value changes the parameters' shapes, the data
+# order or the step sequence. Differences elsewhere (clipping, logging, evaluation...) are allowed and logged.
+RESUME_KEYS = ("model", "data._target_", "data.batch_size", "data.image_size", "optimizer", "lr_schedule",
+               "wrapper._target_", "wrapper.accumulation_steps", "trainer.epochs", "trainer.seed",
+               "parallel.lr_scaling")
+
+
+@dataclass
+class Position:
+    """Where a checkpoint was written: ``micro_steps`` micro-batches done, ``steps_per_epoch`` per epoch."""
+
+    micro_steps: int
+    steps_per_epoch: int
+
+    @property
+    def epoch(self) -> int:
+        """Whole epochs done."""
+        return self.micro_steps // self.steps_per_epoch
+
+    @property
+    def step_in_epoch(self) -> int:
+        """Micro-batches done in the epoch in progress (0 at an epoch boundary)."""
+        return self.micro_steps % self.steps_per_epoch
+
+    def file_name(self) -> str:
+        """``trainkit-<epoch in progress>_<step in it>.ckpt``; an epoch's end is ``trainkit-<epoch>_<steps>``."""
+        epoch, step = divmod(self.micro_steps, self.steps_per_epoch)
+        if step == 0 and epoch > 0:
+            epoch, step = epoch - 1, self.steps_per_epoch
+        return f"{PREFIX}-{epoch + 1}_{step}.ckpt"
+
+
+@dataclass
+class TrainingCheckpoint:
+    """A checkpoint read back: its file, its Parameters and what trainkit appended."""
+
+    path: Path
+    parameters: Dict[str, ms.Parameter]
+    position: Position
+    skipped_steps: int
+    group_size: int
+    config: Optional[DictConfig]
+
+
+def save_training_checkpoint(wrapper: nn.Cell, path: Path, position: Position, *, skipped_steps: int,
+                             group_size: int, config: Optional[DictConfig]) -> Path:
+    """Write `wrapper` and the run's position to `path`, durably (renamed into place, then fsync'ed)."""
+    append = {
+        "micro_steps": int(position.micro_steps),
+        "steps_per_epoch": int(position.steps_per_epoch),
+        "skipped_steps": int(skipped_steps),
+        "group_size": int(group_size),
+    }
+    if config is not None:
+        append["trainkit_config"] = OmegaConf.to_yaml(config, resolve=True)
+    path = Path(path)
+    ms.save_checkpoint(wrapper, str(path), append_dict=append)  # written as <name>.tmp, then renamed
+    _fsync(path)
+    _fsync(path.parent)
+    return path
+
+
+def checkpoint_files(directory: Path) -> List[Path]:
+    """The training checkpoints in `directory`, oldest first (by the epoch and step in their names)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = []
+    for path in directory.iterdir():
+        match = _NAME.match(path.name)
+        if match and path.is_file():
+            found.append(((int(match.group(1)), int(match.group(2))), path))
+    return [path for _, path in sorted(found)]
+
+
+def read_training_checkpoint(path: Path) -> TrainingCheckpoint:
+    """Load a training checkpoint; DataError naming the file when it is missing, corrupt or not trainkit's."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"checkpoint {path} does not exist")
+    try:
+        parameters = ms.load_checkpoint(str(path))
+    except (ValueError, RuntimeError, OSError, TypeError) as error:
+        raise DataError(f"checkpoint {path} is corrupt or not a MindSpore checkpoint: "
+                        f"{str(error).splitlines()[0] if str(error) else type(error).__name__}") from error
+    missing = [key for key in ("micro_steps", "steps_per_epoch") if key not in parameters]
+    if missing:
+        raise DataError(f"checkpoint {path} is not a trainkit training checkpoint (no {', '.join(missing)}): "
+                        "resume needs a file written by a trainkit run (checkpoints/trainkit-<epoch>_<step>.ckpt)")
+    extra = {key: parameters.pop(key) for key in ("micro_steps", "steps_per_epoch", "skipped_steps", "group_size",
+                                                   "trainkit_config") if key in parameters}
+    config_text = extra.get("trainkit_config")
+    config = OmegaConf.create(_scalar(config_text)) if config_text is not None else None
+    return TrainingCheckpoint(
+        path=path, parameters=parameters,
+        position=Position(int(_scalar(extra["micro_steps"])), int(_scalar(extra["steps_per_epoch"]))),
+        skipped_steps=int(_scalar(extra.get("skipped_steps", 0))),
+        group_size=int(_scalar(extra.get("group_size", 1))), config=config)
+
+
+def newest_valid_checkpoint(directory: Path) -> Optional[TrainingCheckpoint]:
+    """The newest checkpoint in `directory` that loads; broken ones are skipped with a warning naming them."""
+    for path in reversed(checkpoint_files(directory)):
+        try:
+            return read_training_checkpoint(path)
+        except DataError as error:
+            log.warning("trainer.resume=auto: skipping %s", error)
+    return None
+
+
+def find_resume_checkpoint(resume: str, run_dir: Path) -> Optional[TrainingCheckpoint]:
+    """``trainer.resume``: ``auto`` (the newest valid checkpoint of the run directory, or None) or a path.
+
+    A path may name a checkpoint file, a ``checkpoints`` folder or a run directory (its ``checkpoints``).
+    """
+    if resume == "auto":
+        return newest_valid_checkpoint(run_dir / "checkpoints")
+    path = Path(resume).expanduser()
+    if path.is_dir():
+        folder = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+        if not checkpoint_files(folder):
+            raise DataError(f"trainer.resume={resume}: {folder} holds no trainkit-<epoch>_<step>.ckpt checkpoint")
+        found = newest_valid_checkpoint(folder)
+        if found is None:
+            raise DataError(f"trainer.resume={resume}: no checkpoint in {folder} loads (see the warnings above)")
+        return found
+    return read_training_checkpoint(path)
+
+
+def check_resumable(checkpoint: TrainingCheckpoint, cfg: DictConfig, network: nn.Cell, steps_per_epoch: int,
+                    group_size: int) -> None:
+    """Raise ConfigError naming what differs between `checkpoint` and this run; log harmless differences."""
+    where = f"checkpoint {checkpoint.path}"
+    if checkpoint.config is not None:
+        now = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
+        differences = [(key, before, after) for key, before, after in _differences(checkpoint.config, now)
+                       if key != "run_dir" and not key.startswith("trainer.resume")]
+        decisive = [d for d in differences if _is_resume_key(d[0])]
+        if decisive:
+            shown = "; ".join(f"{key}: {_show(before)} in the checkpoint, {_show(after)} now"
+                              for key, before, after in decisive[:6])
+            raise ConfigError(f"{where} was written by a run configured differently, and an exact resume needs the "
+                              f"same {', '.join(sorted({_resume_key(d[0]) for d in decisive}))}: {shown}. "
+                              "Resume with the checkpoint's values (its run's .hydra/config.yaml) or start a new run")
+        for key, before, after in differences:
+            log.info("resume: %s was %s in the checkpoint, now %s", key, _show(before), _show(after))
+    if checkpoint.group_size != group_size:
+        raise ConfigError(f"{where} was written by a data-parallel job of {checkpoint.group_size} processes and this "
+                          f"one has {group_size}: the data shards and steps differ; resume with "
+                          f"{checkpoint.group_size} processes")
+    if checkpoint.position.steps_per_epoch != steps_per_epoch:
+        raise ConfigError(f"{where} has {checkpoint.position.steps_per_epoch} steps per epoch and this run "
+                          f"{steps_per_epoch}: the training data differs (data.root, its files, data.batch_size)")
+    _check_parameters(checkpoint, network)
+
+
+def restore(checkpoint: TrainingCheckpoint, network: nn.Cell) -> None:
+    """Load every Parameter of `network` from `checkpoint` (checked first by :func:`check_resumable`)."""
+    not_loaded, _ = ms.load_param_into_net(network, dict(checkpoint.parameters), strict_load=True)
+    if not_loaded:
+        raise ConfigError(f"checkpoint {checkpoint.path}: {_listing(not_loaded)} could not be loaded")
+
+
+# ------------------------------------------------------------------- helpers
+def _check_parameters(checkpoint: TrainingCheckpoint, network: nn.Cell) -> None:
+    saved = checkpoint.parameters
+    own = {p.name: p for p in network.get_parameters()}
+    missing = [name for name in own if name not in saved]
+    unknown = [name for name in saved if name not in own]
+    mismatched = [f"{name} {tuple(saved[name].shape)} in the checkpoint, {tuple(p.shape)} here"
+                  for name, p in own.items() if name in saved and tuple(saved[name].shape) != tuple(p.shape)]
+    mismatched += [f"{name} {saved[name].dtype} in the checkpoint, {p.dtype} here"
+                   for name, p in own.items() if name in saved and tuple(saved[name].shape) == tuple(p.shape)
+                   and saved[name].dtype != p.dtype]
+    problems = []
+    if missing:
+        problems.append(f"missing from the checkpoint: {_listing(missing)}")
+    if unknown:
+        problems.append(f"not in this run's network: {_listing(unknown)}")
+    if mismatched:
+        problems.append(f"different shape or type: {_listing(mismatched)}")
+    if problems:
+        raise ConfigError(f"checkpoint {checkpoint.path} does not fit this run's model and training state "
+                          f"({'; '.join(problems)}): was it written by another model or with other wrapper "
+                          "features (wrapper.ema_decay, wrapper.accumulation_steps, wrapper.loss_scale, "
+                          "wrapper.skip_nonfinite)?")
+
+
+def _differences(before: DictConfig, after: DictConfig, prefix: str = "") -> Iterable[Tuple[str, object, object]]:
+    keys = list(dict.fromkeys([*before.keys(), *after.keys()]))
+    for key in keys:
+        name = f"{prefix}{key}"
+        old = before.get(key) if key in before else _ABSENT
+        new = after.get(key) if key in after else _ABSENT
+        if isinstance(old, DictConfig) and isinstance(new, DictConfig):
+            yield from _differences(old, new, f"{name}.")
+        elif _plain(old) != _plain(new):
+            yield name, old, new
+
+
+def _is_resume_key(key: str) -> bool:
+    return any(key == k or key.startswith(k + ".") for k in RESUME_KEYS)
+
+
+def _resume_key(key: str) -> str:
+    return next(k for k in RESUME_KEYS if key == k or key.startswith(k + "."))
+
+
+class _Absent:
+    def __repr__(self) -> str:
+        return "absent"
+
+
+_ABSENT = _Absent()
+
+
+def _plain(value):
+    return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+
+
+def _show(value) -> str:
+    return "absent" if value is _ABSENT else repr(_plain(value))
+
+
+def _listing(names: List[str], shown: int = 5) -> str:
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
+def _scalar(value):
+    """append_dict values come back as Parameters (numbers) or str."""
+    if isinstance(value, (str, int, float)):
+        return value
+    array = value.asnumpy() if hasattr(value, "asnumpy") else value
+    return array.item() if hasattr(array, "item") else array
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file or folder to disk (best effort where the platform has no folder fsync)."""
+    try:
+        descriptor = os.open(str(path), os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)

@@ -1,0 +1,140 @@
+"""``python -m trainkit.export``: an inference checkpoint of the network alone, from a training checkpoint.
+
+A training checkpoint (``mindspore.save_checkpoint`` of the TrainingWrapper, as the app's epoch and best
+checkpoints are) holds the network's parameters next to the training state: optimizer state
+(``moment1.*``, ``moments.*``, ``beta1_power``, ``global_step``, ``learning_rate``, ...), the loss
+scale (``loss_scale.*``), accumulation (``micro_step``, ``_grad_sum.*``), the non-finite guard
+(``_window_start.*``, ``_loss_sum``) and the EMA (``ema.<name>``, ``ema_num_updates``). The export keeps
+the network's parameters only, with the live values or the EMA's, so that ``mindspore.load_checkpoint``
++ ``load_param_into_net(model, ..., strict_load=True)`` fills the bare model and leaves nothing over::
+
+    python -m trainkit.export outputs/run/checkpoints/best.ckpt model_ema.ckpt --weights ema
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Union
+
+import mindspore as ms
+
+from trainkit.errors import CheckpointError
+
+WEIGHTS = ("live", "ema")
+EMA_PREFIX = "ema."
+# Training state the TrainingWrapper adds under a prefix of its own or as a bare name.
+_WRAPPER_PREFIXES = (EMA_PREFIX, "_grad_sum.", "_window_start.", "loss_scale.")
+
+
+def network_parameter_names(names: Sequence[str]) -> List[str]:
+    """The names in a TrainingWrapper checkpoint that are the network's own parameters.
+
+    A network's parameters are named ``<cell>.<parameter>``. Everything else is training state:
+    the wrapper's prefixed entries (``ema.``, ``_grad_sum.``, ``_window_start.``, ``loss_scale.``),
+    bare names (``global_step``, ``learning_rate``, ``beta1_power``, ``momentum``, ``micro_step``,
+    ``ema_num_updates``, ...), and an optimizer's per-parameter state, which MindSpore's optimizers
+    clone from the weights as ``<prefix>.<weight name>`` (``moment1.``, ``moments.``, ``adam_m.``, ...):
+    a prefix all of whose entries name another entry of the file. A bare name with an ``ema.`` shadow
+    is a parameter of the network's root cell.
+    """
+    present = set(names)
+    by_prefix: Dict[str, List[str]] = {}
+    for name in names:
+        if "." in name and not name.startswith(_WRAPPER_PREFIXES):
+            by_prefix.setdefault(name.split(".", 1)[0], []).append(name)
+    cloned = {prefix for prefix, group in by_prefix.items()
+              if all(name.split(".", 1)[1] in present for name in group)}
+    return [name for name in names
+            if (name in present and EMA_PREFIX + name in present and "." not in name)
+            or ("." in name and not name.startswith(_WRAPPER_PREFIXES) and name.split(".", 1)[0] not in cloned)]
+
+
+def export_checkpoint(checkpoint: Union[str, Path], output: Union[str, Path], weights: str = "live",
+                      force: bool = False) -> Path:
+    """Write the network's parameters from a training `checkpoint` to `output`.
+
+    Args:
+        checkpoint: a checkpoint of the TrainingWrapper (``mindspore.save_checkpoint(wrapper, ...)``).
+        output: the inference checkpoint to write; written to a temporary file beside it and renamed
+            into place, so it is never left half-written.
+        weights: ``"live"`` (the trained weights) or ``"ema"`` (the EMA shadows ``ema.<name>``;
+            parameters without a shadow, e.g. integer ones, keep their live value).
+        force: replace an existing `output`.
+
+    Returns:
+        The path written.
+
+    Raises:
+        CheckpointError: `checkpoint` is missing, unreadable or holds no network parameters, `weights`
+            is ``"ema"`` and it has no EMA, or `output` exists and `force` is False; each names the file.
+        ValueError: `weights` is not ``"live"`` or ``"ema"``.
+    """
+    if weights not in WEIGHTS:
+        raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}; got {weights!r}")
+    source, target = Path(checkpoint), Path(output)
+    if target.exists() and not force:
+        raise CheckpointError(f"{target} already exists: nothing was written; choose another output or pass --force "
+                              "to replace it")
+    saved = load_training_checkpoint(source)
+    names = network_parameter_names(list(saved))
+    if not names:
+        raise CheckpointError(f"{source} holds no network parameters (entries: {', '.join(list(saved)[:8])}, ...)")
+    if weights == "ema" and not any(EMA_PREFIX + name in saved for name in names):
+        raise CheckpointError(f"{source} holds no EMA weights (no ema.* entries): it was trained without "
+                              "wrapper.ema_decay; export --weights live")
+    entries = []
+    for name in names:
+        value = saved.get(EMA_PREFIX + name, saved[name]) if weights == "ema" else saved[name]
+        entries.append({"name": name, "data": ms.Tensor(value.asnumpy())})
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp.ckpt")  # save_checkpoint insists on .ckpt
+    try:
+        ms.save_checkpoint(entries, str(temporary))
+        os.replace(temporary, target)
+    finally:
+        if temporary.exists():
+            temporary.unlink()
+    return target
+
+
+def load_training_checkpoint(path: Path) -> Dict[str, ms.Parameter]:
+    """``mindspore.load_checkpoint`` with errors that name the file."""
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist" if not path.exists()
+                              else f"checkpoint {path} is not a file")
+    try:
+        saved = ms.load_checkpoint(str(path))
+    except (ValueError, RuntimeError, TypeError, OSError) as error:
+        raise CheckpointError(f"checkpoint {path} cannot be read (corrupt or not a MindSpore checkpoint): "
+                              f"{str(error).splitlines()[0] if str(error) else type(error).__name__}") from error
+    if not saved:
+        raise CheckpointError(f"checkpoint {path} holds no parameters")
+    return saved
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Command line: ``python -m trainkit.export CHECKPOINT OUTPUT [--weights live|ema] [--force]``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m trainkit.export",
+        description="Write an inference checkpoint of the network alone (no optimizer, EMA or wrapper state) "
+                    "from a trainkit training checkpoint.")
+    parser.add_argument("checkpoint", help="a training checkpoint, e.g. outputs/<recipe>/<run>/checkpoints/best.ckpt")
+    parser.add_argument("output", help="the inference checkpoint to write")
+    parser.add_argument("--weights", choices=WEIGHTS, default="live",
+                        help="live: the trained weights (default); ema: the EMA shadow weights")
+    parser.add_argument("--force", action="store_true", help="replace OUTPUT if it exists")
+    args = parser.parse_args(argv)
+    try:
+        path = export_checkpoint(args.checkpoint, args.output, weights=args.weights, force=args.force)
+    except CheckpointError as error:
+        print(f"trainkit: error: {error}", file=sys.stderr)
+        return 2
+    count = len(ms.load_checkpoint(str(path)))
+    print(f"wrote {path}: {count} parameters of the network, {args.weights} weights, from {args.checkpoint}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
