@@ -10,11 +10,6 @@ from bench.common import Row, Settings, Stepper, alternate, batch_tensors, loss_
 from trainkit import TrainingWrapper
 from trainkit.models import SmallCNN, resnet50
 
-#: TrainingWrapper arguments of the "everything on" configuration (row 2).
-EVERYTHING_ON = {"loss_scale": ms.amp.DynamicLossScaler(2.0 ** 10, 2, 1000), "max_grad_norm": 1.0,
-                 "ema_decay": 0.999}
-
-
 def models(settings: Settings) -> List[Tuple[str, Callable[[], nn.Cell], tuple]]:
     """(name, builder, input shape): the small CNN on digit-sized images (loop overhead shows most) and ResNet-50."""
     small = ("small_cnn", lambda: SmallCNN(num_classes=10, in_channels=1), (settings.batch, 1, 8, 8))
@@ -39,31 +34,47 @@ def _build(kind: str, builder, **wrapper_args) -> nn.Cell:
     return TrainingWrapper(loss_network(backbone), optimizer, **wrapper_args)
 
 
-def _fresh_everything_on() -> Dict[str, object]:
-    return {**EVERYTHING_ON, "loss_scale": ms.amp.DynamicLossScaler(2.0 ** 10, 2, 1000)}
+def _dynamic() -> ms.amp.DynamicLossScaler:
+    return ms.amp.DynamicLossScaler(2.0 ** 10, 2, 1000)
+
+
+#: The wrapper configurations timed against TrainOneStepCell: the two of the bars, then each feature alone, so the
+#: table says what each one costs. A scaler holds Parameters, so each configuration gets a new one.
+CONFIGS = {
+    "off": lambda: {"skip_nonfinite": False},
+    "on": lambda: {"loss_scale": _dynamic(), "max_grad_norm": 1.0, "ema_decay": 0.999},
+    "dynamic loss scale": lambda: {"loss_scale": _dynamic()},
+    "clipping": lambda: {"max_grad_norm": 1.0},
+    "EMA": lambda: {"ema_decay": 0.999},
+    "non-finite guard": lambda: {"skip_nonfinite": True},
+    "guard + grad norm (app default)": lambda: {"skip_nonfinite": True, "compute_grad_norm": True},
+}
 
 
 def run(settings: Settings) -> List[Row]:
     rows: List[Row] = []
     compile_rows: List[Row] = []
+    feature_rows: List[Row] = []
     for name, builder, shape in models(settings):
         steps = settings.small_steps if name == "small_cnn" else settings.large_steps
         inputs = batch_tensors(shape[0], shape[1], shape[2])
         where = setup(name, shape[0], shape[2], steps_per_rep=steps, reps=settings.reps)
-        sides = {
-            "baseline": Stepper(_build("baseline", builder), inputs, settings.warmup),
-            "off": Stepper(_build("wrapper", builder), inputs, settings.warmup),
-            "on": Stepper(_build("wrapper", builder, **_fresh_everything_on()), inputs, settings.warmup),
-        }
+        sides = {"baseline": Stepper(_build("baseline", builder), inputs, settings.warmup)}
+        for config, arguments in CONFIGS.items():
+            sides[config] = Stepper(_build("wrapper", builder, **arguments()), inputs, settings.warmup)
         seconds = alternate({key: stepper.run(steps) for key, stepper in sides.items()}, settings.reps)
-        times = ", ".join(f"{key} {median_ms(seconds[key], steps)}/step" for key in sides)
+        times = ", ".join(f"{key} {median_ms(seconds[key], steps)}/step" for key in ("baseline", "off", "on"))
         value, spread = ratio(seconds, "off", "baseline")
         rows.append(Row("1", f"wrapper, features off / TrainOneStepCell ({name})", value, "x", "<= 1.02",
                         value <= 1.02, spread, times, where))
         value, spread = ratio(seconds, "on", "baseline")
         rows.append(Row("2", f"wrapper, everything on / TrainOneStepCell ({name})", value, "x", "<= 1.08",
-                        value <= 1.08, spread, times + "; on = dynamic loss scale + clipping + EMA, accumulation 1",
-                        where))
+                        value <= 1.08, spread, times + "; on = dynamic loss scale (with its non-finite guard) + "
+                        "clipping + EMA, accumulation 1", where))
+        for config in list(CONFIGS)[2:]:
+            value, spread = ratio(seconds, config, "baseline")
+            feature_rows.append(Row("2", f"wrapper, {config} only / TrainOneStepCell ({name})", value, "x",
+                                    "reported", None, spread, f"{median_ms(seconds[config], steps)}/step", where))
         compile_ratio = sides["off"].compile_seconds / sides["baseline"].compile_seconds
         compile_rows.append(Row(
             "8", f"first-step compile, wrapper / TrainOneStepCell ({name})", compile_ratio, "x", "<= 1.3",
@@ -72,6 +83,7 @@ def run(settings: Settings) -> List[Row]:
             f"TrainOneStepCell {sides['baseline'].compile_seconds:.2f} s", where))
         del sides
     rows.append(_loss_scale_cell(settings))
+    rows.extend(feature_rows)
     rows.extend(_accumulation(settings))
     return rows + compile_rows
 
@@ -88,7 +100,7 @@ def _loss_scale_cell(settings: Settings) -> Row:
         return Row("2", f"wrapper, everything on / TrainOneStepWithLossScaleCell ({name})", None, "x", "<= 1.0",
                    None, "", f"not measurable here: TrainOneStepWithLossScaleCell fails on "
                    f"{ms.get_context('device_target')} ({reason})", where)
-    ours = Stepper(_build("wrapper", builder, **_fresh_everything_on()), inputs, settings.warmup)
+    ours = Stepper(_build("wrapper", builder, **CONFIGS["on"]()), inputs, settings.warmup)
     seconds = alternate({"on": ours.run(settings.small_steps), "cell": cell.run(settings.small_steps)},
                         settings.reps)
     value, spread = ratio(seconds, "on", "cell")
@@ -102,10 +114,11 @@ def _accumulation(settings: Settings) -> List[Row]:
     builder = models(settings)[1][1]  # ResNet-50: the accumulation use case (a batch that does not fit)
     image = settings.image
     where = setup("resnet50", f"{micro} x 4 vs {micro * 4}", image, reps=settings.reps)
-    big = Stepper(_build("wrapper", builder), batch_tensors(micro * 4, 3, image), settings.warmup)
-    window = Stepper(_build("wrapper", builder, accumulation_steps=4), batch_tensors(micro, 3, image),
+    off = CONFIGS["off"]
+    big = Stepper(_build("wrapper", builder, **off()), batch_tensors(micro * 4, 3, image), settings.warmup)
+    window = Stepper(_build("wrapper", builder, accumulation_steps=4, **off()), batch_tensors(micro, 3, image),
                      settings.warmup)
-    single = Stepper(_build("wrapper", builder), batch_tensors(micro, 3, image), settings.warmup)
+    single = Stepper(_build("wrapper", builder, **off()), batch_tensors(micro, 3, image), settings.warmup)
     steps = settings.large_steps
     seconds = alternate({"big": big.run(steps), "window": window.run(4 * steps), "single": single.run(4 * steps)},
                         settings.reps)
