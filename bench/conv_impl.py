@@ -7,8 +7,18 @@ from typing import List
 import mindspore as ms
 from mindspore import nn
 
-from bench.common import Row, Settings, Stepper, alternate, batch_tensors, loss_network, median_ms, ratio, setup, \
-    threads
+from bench.common import (
+    Row,
+    Settings,
+    Stepper,
+    alternate,
+    batch_tensors,
+    loss_network,
+    median_ms,
+    ratio,
+    setup,
+    threads,
+)
 from trainkit import TrainingWrapper
 from trainkit.models import resnet50
 from trainkit.models.conv import resolve_conv_impl

@@ -71,8 +71,9 @@ def run(settings: Settings) -> List[Row]:
     median_extra = extra[len(extra) // 2]
     expected = 2 * parameter_bytes  # the EMA shadows and the _grad_sum buffer
     mib = 1024 ** 2
-    return [Row("7", "peak RSS, EMA + accumulation on - off, in copies of the parameters", median_extra / parameter_bytes,
-                "copies", "expected 2", None, f"{min(extra) / mib:.0f}-{max(extra) / mib:.0f} MiB over {reps} pairs",
+    name = "peak RSS, EMA + accumulation on - off, in copies of the parameters"
+    spread = f"{min(extra) / mib:.0f}-{max(extra) / mib:.0f} MiB over {reps} pairs"
+    return [Row("7", name, median_extra / parameter_bytes, "copies", "expected 2", None, spread,
                 f"on {sorted(peaks[True])[reps // 2] / mib:.0f} MiB, off {sorted(peaks[False])[reps // 2] / mib:.0f} "
                 f"MiB, difference {median_extra / mib:.0f} MiB, expected {expected / mib:.0f} MiB "
                 f"(2 x {parameter_bytes / mib:.1f} MiB of parameters)",

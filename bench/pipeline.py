@@ -13,7 +13,7 @@ from mindspore import Tensor, nn
 from bench.common import Row, Settings, Stepper, alternate, batch_tensors, loss_network, ratio, setup
 from trainkit import TrainingWrapper
 from trainkit.data.cifar10 import Cifar10Data
-from trainkit.models import resnet50
+from trainkit.models import resnet18, resnet50
 
 #: num_parallel_workers tried; MindSpore refuses more than the machine's cores.
 WORKERS = tuple(sorted({1, 2, 4} & set(range(1, (os.cpu_count() or 1) + 1))))
@@ -52,7 +52,7 @@ def run(settings: Settings) -> List[Row]:
         best_workers = max(rates, key=rates.get)
 
         ms.set_seed(0)
-        backbone = resnet50(num_classes=10)
+        backbone = {"resnet50": resnet50, "resnet18": resnet18}[settings.large_model](num_classes=10)
         optimizer = nn.Momentum(backbone.trainable_params(), learning_rate=0.01, momentum=0.9)
         compute = Stepper(TrainingWrapper(loss_network(backbone), optimizer), batch_tensors(batch, 3, image),
                           settings.warmup)
@@ -69,14 +69,14 @@ def run(settings: Settings) -> List[Row]:
         seconds = alternate({"fed": fed, "compute": compute.run(settings.large_steps)}, settings.reps)
     consumption = batch * settings.large_steps / float(np.median(seconds["compute"]))
     value, spread = ratio(seconds, "compute", "fed")  # throughput fed from data / compute only
-    where = setup("resnet50", batch, image, pipeline="resnet50_cifar10 train (crop+flip, resize, normalise)",
+    where = setup(settings.large_model, batch, image, pipeline="resnet50_cifar10 train (crop+flip, resize, normalise)",
                   num_parallel_workers=best_workers, records=5 * per_file)
     rate_text = ", ".join(f"{w} workers {r:.0f}" for w, r in rates.items())
     starves = "starves" if rates[best_workers] < consumption else "does not starve"
     return [
         Row("5", "pipeline alone / model consumption (samples/s)", rates[best_workers] / consumption, "x",
-            "reported", None, "", f"pipeline {rate_text} samples/s; ResNet-50 consumes {consumption:.1f} samples/s: "
-            f"the pipeline {starves} the model", where),
+            "reported", None, "", f"pipeline {rate_text} samples/s; {settings.large_model} consumes "
+            f"{consumption:.1f} samples/s: the pipeline {starves} the model", where),
         Row("5", "end to end (fed by the pipeline) / compute only", value, "x", ">= 0.9", value >= 0.9, spread,
             f"num_parallel_workers={best_workers}", where),
     ]

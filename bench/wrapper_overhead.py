@@ -1,20 +1,21 @@
 """Rows 1, 2, 3 and 8: what TrainingWrapper costs over MindSpore's own training cells, in step and compile time."""
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, List, Tuple
 
 import mindspore as ms
 from mindspore import nn
 
 from bench.common import Row, Settings, Stepper, alternate, batch_tensors, loss_network, median_ms, ratio, setup
 from trainkit import TrainingWrapper
-from trainkit.models import SmallCNN, resnet50
+from trainkit.models import SmallCNN, resnet18, resnet50
+
 
 def models(settings: Settings) -> List[Tuple[str, Callable[[], nn.Cell], tuple]]:
     """(name, builder, input shape): the small CNN on digit-sized images (loop overhead shows most) and ResNet-50."""
     small = ("small_cnn", lambda: SmallCNN(num_classes=10, in_channels=1), (settings.batch, 1, 8, 8))
-    large = ("resnet50", lambda: resnet50(num_classes=10),
-             (settings.batch, 3, settings.image, settings.image))
+    build = {"resnet50": resnet50, "resnet18": resnet18}[settings.large_model]
+    large = (settings.large_model, lambda: build(num_classes=10), (settings.batch, 3, settings.image, settings.image))
     return [small, large]
 
 
@@ -111,9 +112,9 @@ def _loss_scale_cell(settings: Settings) -> Row:
 def _accumulation(settings: Settings) -> List[Row]:
     """Row 3: 4 micro-batches of 8 against one batch of 32, and the `_grad_sum` window's own cost."""
     micro = max(settings.batch // 4, 1)
-    builder = models(settings)[1][1]  # ResNet-50: the accumulation use case (a batch that does not fit)
+    builder = models(settings)[1][1]  # ResNet: the accumulation use case (a batch that does not fit)
     image = settings.image
-    where = setup("resnet50", f"{micro} x 4 vs {micro * 4}", image, reps=settings.reps)
+    where = setup(settings.large_model, f"{micro} x 4 vs {micro * 4}", image, reps=settings.reps)
     off = CONFIGS["off"]
     big = Stepper(_build("wrapper", builder, **off()), batch_tensors(micro * 4, 3, image), settings.warmup)
     window = Stepper(_build("wrapper", builder, accumulation_steps=4, **off()), batch_tensors(micro, 3, image),
