@@ -97,7 +97,8 @@ def _loss_scale_cell(settings: Settings) -> Row:
     try:
         cell = Stepper(_build("loss_scale_cell", builder), inputs, settings.warmup)
     except Exception as error:  # noqa: BLE001 -- the message is the result
-        reason = next((line for line in str(error).splitlines() if line.strip(" -")), "")[:160]
+        lines = [line.strip(" -") for line in str(error).splitlines() if line.strip(" -")]
+        reason = " ".join(lines[:2])[:200]
         return Row("2", f"wrapper, everything on / TrainOneStepWithLossScaleCell ({name})", None, "x", "<= 1.0",
                    None, "", f"not measurable here: TrainOneStepWithLossScaleCell fails on "
                    f"{ms.get_context('device_target')} ({reason})", where)
