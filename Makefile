@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 export GLOG_v := 3
 
-.PHONY: help train test lint clean
+.PHONY: help train test bench lint clean
 
 help:  ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -25,9 +25,13 @@ train: $(STAMP)  ## train the quick-start recipe: a small CNN on the handwritten
 test: $(STAMP)  ## run the test suite
 	$(BIN)/python -m pytest
 
+bench: $(STAMP)  ## run the benchmarks (about 15 min on 2 cores), print the table, write results/bench.{json,md}
+	$(BIN)/python -m pip install --quiet -e '.[bench]' || echo "PyTorch not installed: rows 6 and 9 skip their PyTorch part"
+	$(BIN)/python -m bench $(BENCH_ARGS)
+
 lint: $(STAMP)  ## check the code with ruff
 	$(BIN)/python -m pip install --quiet ruff
-	$(BIN)/python -m ruff check trainkit tests
+	$(BIN)/python -m ruff check trainkit tests bench
 
 clean:  ## remove the virtual environment and caches
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -13,6 +13,7 @@ from mindspore import nn, ops
 from mindspore.common.initializer import HeNormal, HeUniform, initializer
 
 from trainkit.checks import check_bool, check_int
+from trainkit.models.conv import conv2d, resolve_conv_impl
 
 __all__ = [
     "BasicBlock",
@@ -27,18 +28,18 @@ __all__ = [
 ]
 
 
-def conv3x3(in_channels: int, out_channels: int, stride: int = 1) -> nn.Conv2d:
+def conv3x3(in_channels: int, out_channels: int, stride: int = 1, conv_impl: str = "native") -> nn.Conv2d:
     """3x3 conv with torch's explicit padding of 1 (MindSpore's default "same" padding differs at stride 2)."""
-    return nn.Conv2d(in_channels, out_channels, 3, stride=stride, pad_mode="pad", padding=1, has_bias=False)
+    return conv2d(in_channels, out_channels, 3, stride=stride, padding=1, conv_impl=conv_impl)
 
 
-def conv1x1(in_channels: int, out_channels: int, stride: int = 1) -> nn.Conv2d:
-    return nn.Conv2d(in_channels, out_channels, 1, stride=stride, pad_mode="pad", padding=0, has_bias=False)
+def conv1x1(in_channels: int, out_channels: int, stride: int = 1, conv_impl: str = "native") -> nn.Conv2d:
+    return conv2d(in_channels, out_channels, 1, stride=stride, padding=0, conv_impl=conv_impl)
 
 
-def _downsample(in_channels: int, out_channels: int, stride: int) -> nn.SequentialCell:
+def _downsample(in_channels: int, out_channels: int, stride: int, conv_impl: str) -> nn.SequentialCell:
     """Projection shortcut; a SequentialCell so the names are torchvision's `downsample.0` (conv) / `.1` (BN)."""
-    return nn.SequentialCell([conv1x1(in_channels, out_channels, stride), nn.BatchNorm2d(out_channels)])
+    return nn.SequentialCell([conv1x1(in_channels, out_channels, stride, conv_impl), nn.BatchNorm2d(out_channels)])
 
 
 class BasicBlock(nn.Cell):
@@ -46,12 +47,13 @@ class BasicBlock(nn.Cell):
 
     expansion = 1
 
-    def __init__(self, in_channels: int, channels: int, stride: int = 1, downsample: Optional[nn.Cell] = None):
+    def __init__(self, in_channels: int, channels: int, stride: int = 1, downsample: Optional[nn.Cell] = None,
+                 conv_impl: str = "native"):
         super().__init__()
-        self.conv1 = conv3x3(in_channels, channels, stride)
+        self.conv1 = conv3x3(in_channels, channels, stride, conv_impl)
         self.bn1 = nn.BatchNorm2d(channels)
         self.relu = nn.ReLU()
-        self.conv2 = conv3x3(channels, channels)
+        self.conv2 = conv3x3(channels, channels, conv_impl=conv_impl)
         self.bn2 = nn.BatchNorm2d(channels)
         self.downsample = downsample
 
@@ -73,13 +75,14 @@ class Bottleneck(nn.Cell):
 
     expansion = 4
 
-    def __init__(self, in_channels: int, channels: int, stride: int = 1, downsample: Optional[nn.Cell] = None):
+    def __init__(self, in_channels: int, channels: int, stride: int = 1, downsample: Optional[nn.Cell] = None,
+                 conv_impl: str = "native"):
         super().__init__()
-        self.conv1 = conv1x1(in_channels, channels)
+        self.conv1 = conv1x1(in_channels, channels, conv_impl=conv_impl)
         self.bn1 = nn.BatchNorm2d(channels)
-        self.conv2 = conv3x3(channels, channels, stride)
+        self.conv2 = conv3x3(channels, channels, stride, conv_impl)
         self.bn2 = nn.BatchNorm2d(channels)
-        self.conv3 = conv1x1(channels, channels * self.expansion)
+        self.conv3 = conv1x1(channels, channels * self.expansion, conv_impl=conv_impl)
         self.bn3 = nn.BatchNorm2d(channels * self.expansion)
         self.relu = nn.ReLU()
         self.downsample = downsample
@@ -140,6 +143,8 @@ class ResNet(nn.Cell):
         num_classes: size of the `fc` output.
         zero_init_residual: start each residual block as the identity by zeroing its last BN gamma.
         in_channels: channels of the input image (3 for RGB, 1 for grayscale).
+        conv_impl: how convolutions run (`trainkit.models.conv.CONV_IMPLS`): `auto` is the fastest measured for
+            the device target (im2col + MatMul on CPU, MindSpore's kernel elsewhere); parameters are the same.
     """
 
     def __init__(
@@ -149,6 +154,7 @@ class ResNet(nn.Cell):
         num_classes: int = 1000,
         zero_init_residual: bool = False,
         in_channels: int = 3,
+        conv_impl: str = "auto",
     ):
         super().__init__()
         if not (isinstance(block, type) and issubclass(block, (BasicBlock, Bottleneck))):
@@ -160,9 +166,10 @@ class ResNet(nn.Cell):
         check_int("num_classes", num_classes, 1)
         check_bool("zero_init_residual", zero_init_residual)
         check_int("in_channels", in_channels, 1)
+        self._conv_impl = resolve_conv_impl(conv_impl)
 
         self._in_channels = 64
-        self.conv1 = nn.Conv2d(in_channels, 64, 7, stride=2, pad_mode="pad", padding=3, has_bias=False)
+        self.conv1 = conv2d(in_channels, 64, 7, stride=2, padding=3, conv_impl=self._conv_impl)
         self.bn1 = nn.BatchNorm2d(64)
         self.relu = nn.ReLU()
         # pad_mode="pad" pads with -inf, as torch's MaxPool2d(3, 2, padding=1); nn.Pad would pad with zeros.
@@ -178,10 +185,10 @@ class ResNet(nn.Cell):
     def _make_layer(self, block: Block, channels: int, blocks: int, stride: int = 1) -> nn.SequentialCell:
         downsample = None
         if stride != 1 or self._in_channels != channels * block.expansion:
-            downsample = _downsample(self._in_channels, channels * block.expansion, stride)
-        cells = [block(self._in_channels, channels, stride, downsample)]
+            downsample = _downsample(self._in_channels, channels * block.expansion, stride, self._conv_impl)
+        cells = [block(self._in_channels, channels, stride, downsample, self._conv_impl)]
         self._in_channels = channels * block.expansion
-        cells.extend(block(self._in_channels, channels) for _ in range(1, blocks))
+        cells.extend(block(self._in_channels, channels, conv_impl=self._conv_impl) for _ in range(1, blocks))
         return nn.SequentialCell(cells)
 
     def construct(self, x):
@@ -190,26 +197,31 @@ class ResNet(nn.Cell):
         return self.fc(self.mean(x, (2, 3)))
 
 
-def resnet18(*, num_classes: int = 1000, zero_init_residual: bool = False, in_channels: int = 3) -> ResNet:
+def resnet18(*, num_classes: int = 1000, zero_init_residual: bool = False, in_channels: int = 3,
+             conv_impl: str = "auto") -> ResNet:
     """ResNet-18: BasicBlock x (2, 2, 2, 2); keyword-only so Hydra configs name every argument."""
-    return ResNet(BasicBlock, (2, 2, 2, 2), num_classes, zero_init_residual, in_channels)
+    return ResNet(BasicBlock, (2, 2, 2, 2), num_classes, zero_init_residual, in_channels, conv_impl)
 
 
-def resnet34(*, num_classes: int = 1000, zero_init_residual: bool = False, in_channels: int = 3) -> ResNet:
+def resnet34(*, num_classes: int = 1000, zero_init_residual: bool = False, in_channels: int = 3,
+             conv_impl: str = "auto") -> ResNet:
     """ResNet-34: BasicBlock x (3, 4, 6, 3); keyword-only so Hydra configs name every argument."""
-    return ResNet(BasicBlock, (3, 4, 6, 3), num_classes, zero_init_residual, in_channels)
+    return ResNet(BasicBlock, (3, 4, 6, 3), num_classes, zero_init_residual, in_channels, conv_impl)
 
 
-def resnet50(*, num_classes: int = 1000, zero_init_residual: bool = False, in_channels: int = 3) -> ResNet:
+def resnet50(*, num_classes: int = 1000, zero_init_residual: bool = False, in_channels: int = 3,
+             conv_impl: str = "auto") -> ResNet:
     """ResNet-50: Bottleneck x (3, 4, 6, 3); keyword-only so Hydra configs name every argument."""
-    return ResNet(Bottleneck, (3, 4, 6, 3), num_classes, zero_init_residual, in_channels)
+    return ResNet(Bottleneck, (3, 4, 6, 3), num_classes, zero_init_residual, in_channels, conv_impl)
 
 
-def resnet101(*, num_classes: int = 1000, zero_init_residual: bool = False, in_channels: int = 3) -> ResNet:
+def resnet101(*, num_classes: int = 1000, zero_init_residual: bool = False, in_channels: int = 3,
+             conv_impl: str = "auto") -> ResNet:
     """ResNet-101: Bottleneck x (3, 4, 23, 3); keyword-only so Hydra configs name every argument."""
-    return ResNet(Bottleneck, (3, 4, 23, 3), num_classes, zero_init_residual, in_channels)
+    return ResNet(Bottleneck, (3, 4, 23, 3), num_classes, zero_init_residual, in_channels, conv_impl)
 
 
-def resnet152(*, num_classes: int = 1000, zero_init_residual: bool = False, in_channels: int = 3) -> ResNet:
+def resnet152(*, num_classes: int = 1000, zero_init_residual: bool = False, in_channels: int = 3,
+             conv_impl: str = "auto") -> ResNet:
     """ResNet-152: Bottleneck x (3, 8, 36, 3); keyword-only so Hydra configs name every argument."""
-    return ResNet(Bottleneck, (3, 8, 36, 3), num_classes, zero_init_residual, in_channels)
+    return ResNet(Bottleneck, (3, 8, 36, 3), num_classes, zero_init_residual, in_channels, conv_impl)

@@ -1,0 +1,124 @@
+"""Convolution chosen by config (`model.conv_impl`): MindSpore's own kernel, or the same arithmetic as a MatMul.
+
+MindSpore 2.10's CPU kernel for a 3x3 `nn.Conv2d` runs at about 1.5 GFLOP/s, while its MatMul runs at about 160.
+Writing the convolution as im2col (`ops.unfold`) followed by one MatMul gives the same numbers (to float32
+rounding) and trains ResNet-50 on CPU many times faster; the README's performance notes hold the measurements of
+every variant tried. Each implementation is an `nn.Conv2d` subclass that only replaces `construct`, so parameter
+names and shapes (`weight` as (out, in / groups, kh, kw), `bias`), initialisation, checkpoints, weight import and
+EMA are the same whichever is chosen.
+"""
+from __future__ import annotations
+
+from typing import Tuple, Union
+
+import mindspore as ms
+from mindspore import nn, ops
+
+__all__ = ["CONV_IMPLS", "UnfoldConv2d", "conv2d", "resolve_conv_impl"]
+
+#: Accepted values of `conv_impl`: `auto` picks the fastest measured one for the device target.
+CONV_IMPLS = ("auto", "native", "unfold")
+
+
+def resolve_conv_impl(conv_impl: str, device_target: str = None) -> str:
+    """The implementation `conv_impl` stands for: `auto` is `unfold` on CPU and `native` on GPU/Ascend.
+
+    Args:
+        conv_impl: one of `CONV_IMPLS`.
+        device_target: "CPU", "GPU" or "Ascend"; None reads MindSpore's context.
+
+    Raises:
+        ValueError: `conv_impl` is not one of `CONV_IMPLS`.
+    """
+    if conv_impl not in CONV_IMPLS:
+        raise ValueError(f"conv_impl must be one of {', '.join(CONV_IMPLS)}; got {conv_impl!r}")
+    if conv_impl != "auto":
+        return conv_impl
+    if device_target is None:
+        device_target = ms.get_context("device_target")
+    return "unfold" if device_target == "CPU" else "native"
+
+
+def conv2d(in_channels: int, out_channels: int, kernel_size: int, stride: int = 1, padding: int = 0,
+           has_bias: bool = False, group: int = 1, conv_impl: str = "native") -> nn.Conv2d:
+    """A torch-style convolution (explicit symmetric `padding`, NCHW) built by the chosen implementation.
+
+    Args:
+        in_channels, out_channels, kernel_size, stride, padding, has_bias, group: as `nn.Conv2d` with
+            `pad_mode="pad"`.
+        conv_impl: one of `CONV_IMPLS` (see `resolve_conv_impl`).
+
+    Returns:
+        An `nn.Conv2d` (or subclass): the same Parameters whichever implementation runs.
+    """
+    cell = UnfoldConv2d if resolve_conv_impl(conv_impl) == "unfold" else nn.Conv2d
+    return cell(in_channels, out_channels, kernel_size, stride=stride, pad_mode="pad", padding=padding,
+                has_bias=has_bias, group=group)
+
+
+def _pair(value: Union[int, Tuple[int, ...]]) -> Tuple[int, int]:
+    return (value, value) if isinstance(value, int) else tuple(value)
+
+
+def _symmetric_padding(padding) -> Tuple[int, int]:
+    """(pad_h, pad_w) from nn.Conv2d's `padding` (an int or top, bottom, left, right) when top == bottom etc."""
+    if isinstance(padding, int):
+        return padding, padding
+    top, bottom, left, right = padding
+    if top != bottom or left != right:
+        raise ValueError(f"padding must be symmetric (top == bottom, left == right) for this conv_impl; "
+                         f"got {padding!r}; use conv_impl=native")
+    return top, left
+
+
+class UnfoldConv2d(nn.Conv2d):
+    """A convolution as one MatMul: the weight, viewed as (out, in / groups * kh * kw), times the input's columns.
+
+    The columns come from MindSpore's im2col (`ops.unfold`), transposed to (in * kh * kw, batch * out_h * out_w),
+    channel-major then kernel offset: the order of the weight's own layout. The MatMul is then a single 2-D
+    product (a 2-D weight against per-sample columns would make MindSpore broadcast the weight to every sample
+    first, which cost more than the convolution); groups are a batched product over the groups. 1x1 convolutions
+    skip im2col: a transpose (after a strided slice for stride > 1) gives the columns, and the MatMul is faster
+    than MindSpore's 1x1 kernel too. Supports pad_mode `pad` (symmetric) or `valid`, NCHW, any stride, dilation
+    and groups.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.pad_mode not in ("pad", "valid"):
+            raise ValueError(f"pad_mode must be 'pad' or 'valid' for this conv_impl; got {self.pad_mode!r}; "
+                             "use conv_impl=native")
+        if self.data_format != "NCHW":
+            raise ValueError(f"data_format must be NCHW for this conv_impl; got {self.data_format!r}")
+        self.kh, self.kw = _pair(self.kernel_size)
+        self.sh, self.sw = _pair(self.stride)
+        self.dh, self.dw = _pair(self.dilation)
+        self.ph, self.pw = _symmetric_padding(self.padding) if self.pad_mode == "pad" else (0, 0)
+        self.groups = self.group
+        self.out_per_group = self.out_channels // self.group
+        self.depth = self.in_channels // self.group * self.kh * self.kw  # columns per output channel
+        self.pointwise = self.kh == 1 and self.kw == 1 and self.ph == 0 and self.pw == 0
+
+    def construct(self, x):
+        n, _, height, width = x.shape
+        out_h = (height + 2 * self.ph - self.dh * (self.kh - 1) - 1) // self.sh + 1
+        out_w = (width + 2 * self.pw - self.dw * (self.kw - 1) - 1) // self.sw + 1
+        if self.pointwise:
+            if self.sh > 1 or self.sw > 1:
+                # ops.strided_slice, not x[:, :, ::s, ::s]: the latter's gradient fails in pynative mode on CPU
+                # ("StridedSliceGrad ... input memory out of bounds", MindSpore 2.10).
+                x = ops.strided_slice(x, (0, 0, 0, 0), x.shape, (1, 1, self.sh, self.sw))
+            cols = x.transpose(1, 0, 2, 3)
+        else:
+            cols = ops.unfold(x, (self.kh, self.kw), (self.dh, self.dw), (self.ph, self.pw), (self.sh, self.sw))
+            cols = cols.transpose(1, 0, 2)
+        weight = self.weight.astype(x.dtype)
+        if self.groups == 1:
+            y = ops.matmul(weight.reshape((self.out_channels, self.depth)), cols.reshape((self.depth, -1)))
+        else:
+            y = ops.matmul(weight.reshape((self.groups, self.out_per_group, self.depth)),
+                           cols.reshape((self.groups, self.depth, -1)))
+        y = y.reshape((self.out_channels, n, out_h, out_w)).transpose(1, 0, 2, 3)
+        if self.has_bias:
+            y = y + self.bias.reshape((1, -1, 1, 1)).astype(y.dtype)
+        return y
