@@ -26,6 +26,7 @@ class Settings:
     native_steps: int  # steps per repetition for ResNet-50 with MindSpore's own (slow on CPU) convolution
     app_epochs: int    # epochs of the digits run in row 4
     large_model: str = "resnet50"  # rows 1-3 and 5; the smoke test's resnet18 compiles faster
+    feature_rows: bool = True  # rows 2': each wrapper feature alone (the smoke test skips their compiles)
     smoke: bool = False
 
     @classmethod
@@ -35,7 +36,7 @@ class Settings:
     @classmethod
     def smoke_test(cls) -> "Settings":
         return cls(reps=1, warmup=0, small_steps=1, large_steps=1, batch=4, image=8, native_steps=1, app_epochs=1,
-                   large_model="resnet18", smoke=True)
+                   large_model="resnet18", feature_rows=False, smoke=True)
 
 
 @dataclasses.dataclass

@@ -61,8 +61,9 @@ def run(settings: Settings) -> List[Row]:
         inputs = batch_tensors(shape[0], shape[1], shape[2])
         where = setup(name, shape[0], shape[2], steps_per_rep=steps, reps=settings.reps)
         sides = {"baseline": Stepper(_build("baseline", builder), inputs, settings.warmup)}
-        for config, arguments in CONFIGS.items():
-            sides[config] = Stepper(_build("wrapper", builder, **arguments()), inputs, settings.warmup)
+        configs = list(CONFIGS) if settings.feature_rows else ["off", "on"]
+        for config in configs:
+            sides[config] = Stepper(_build("wrapper", builder, **CONFIGS[config]()), inputs, settings.warmup)
         seconds = alternate({key: stepper.run(steps) for key, stepper in sides.items()}, settings.reps)
         times = ", ".join(f"{key} {median_ms(seconds[key], steps)}/step" for key in ("baseline", "off", "on"))
         value, spread = ratio(seconds, "off", "baseline")
@@ -72,7 +73,7 @@ def run(settings: Settings) -> List[Row]:
         rows.append(Row("2", f"wrapper, everything on / TrainOneStepCell ({name})", value, "x", "<= 1.08",
                         value <= 1.08, spread, times + "; on = dynamic loss scale (with its non-finite guard) + "
                         "clipping + EMA, accumulation 1", where))
-        for config in list(CONFIGS)[2:]:
+        for config in configs[2:]:
             value, spread = ratio(seconds, config, "baseline")
             feature_rows.append(Row("2", f"wrapper, {config} only / TrainOneStepCell ({name})", value, "x",
                                     "reported", None, spread, f"{median_ms(seconds[config], steps)}/step", where))
