@@ -22,6 +22,8 @@ class StepOutputs(NamedTuple):
 
 
 def _scalar(value: Any) -> float:
+    if isinstance(value, Tensor) and value.size == 1:
+        return float(value.item())  # about half the cost of asnumpy() for a one-element Tensor
     if hasattr(value, "asnumpy"):
         value = value.asnumpy()
     return float(np.asarray(value).reshape(-1)[0])
@@ -154,8 +156,8 @@ class TrainMetrics(Callback):
 
     def _reset_interval(self) -> None:
         self._losses = []
-        self._scale: Optional[float] = None
-        self._grad_norm: Optional[float] = None
+        self._scale: Any = None  # the latest loss-scale output, read when recorded
+        self._grad_norms: list = []  # this interval's grad-norm outputs, read when recorded (the last non-zero)
         self._has_overflow_output = False
 
     # ------------------------------------------------------------------ hooks
@@ -179,16 +181,21 @@ class TrainMetrics(Callback):
         step = self._global_step(params)
         if self._last_record_step is None:
             self._last_record_step = step - 1
-        out = step_outputs(params.net_outputs)
-        self.current_loss = out.loss
-        self._losses.append(out.loss)
-        if out.overflow is not None:
+        # Loss and overflow are read every step (the interval's mean, the skip count); the loss scale and the
+        # gradient norm only when recorded: each read of a Tensor costs tens of microseconds.
+        outputs = params.net_outputs
+        values = list(outputs) + [None] * (4 - len(outputs)) if isinstance(outputs, (tuple, list)) else [outputs]
+        values += [None] * (4 - len(values))
+        loss, overflow, scale, grad_norm = values[:4]
+        self.current_loss = _scalar(loss)
+        self._losses.append(self.current_loss)
+        if overflow is not None:
             self._has_overflow_output = True
-            self.skipped_steps += int(out.overflow)
-        if out.loss_scale is not None:
-            self._scale = out.loss_scale
-        if out.grad_norm is not None and out.grad_norm != 0.0:
-            self._grad_norm = out.grad_norm
+            self.skipped_steps += int(bool(_scalar(overflow)))
+        if scale is not None:
+            self._scale = scale
+        if grad_norm is not None:
+            self._grad_norms.append(grad_norm)
         if not self._timing_started:  # the first step (or sink) includes compilation: time from its end
             self._timing_started = True
             self._base_time, self._base_step = time.perf_counter(), step
@@ -213,9 +220,10 @@ class TrainMetrics(Callback):
         if lr is not None:
             values["train/learning_rate"] = lr
         if self._scale is not None:
-            values["train/loss_scale"] = self._scale
-        if self._grad_norm is not None:
-            values["train/grad_norm"] = self._grad_norm
+            values["train/loss_scale"] = _scalar(self._scale)
+        grad_norm = next((norm for norm in map(_scalar, reversed(self._grad_norms)) if norm != 0.0), None)
+        if grad_norm is not None:  # 0.0 on micro-steps that end no window, and when no norm is computed
+            values["train/grad_norm"] = grad_norm
         if self._has_overflow_output:
             values["train/skipped_steps"] = self.skipped_steps
         if self._timing_started and step > self._base_step and now > self._base_time:
