@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from mindspore import Tensor, nn
 from mindspore import dtype as mstype
-from mindspore.train import Callback, RunContext
+from mindspore.train import RunContext
 
-from tests.common.callbacks import Params
+from tests.common.callbacks import Params, Snapshots
 from tests.common.cifar10_files import write_cifar10
 from tests.common.models import TinyMLP, batches, loss_network
 from trainkit import TrainingWrapper
@@ -20,19 +20,6 @@ from trainkit.errors import TrainingError
 
 REPO = Path(__file__).resolve().parents[2]
 BATCH = 3
-
-
-class StateAfterEachStep(Callback):
-    """The wrapper's Parameters after every step (1-based global step -> {name: array})."""
-
-    def __init__(self):
-        super().__init__()
-        self.by_step = {}
-
-    def on_train_step_end(self, run_context):
-        params = run_context.original_args()
-        self.by_step[int(params.cur_step_num)] = {p.name: p.asnumpy().copy()
-                                                  for p in params.train_network.get_parameters()}
 
 
 def dataset(bad_steps, count):
@@ -60,7 +47,7 @@ def test_stops_after_consecutive_skipped_updates_and_saves_the_last_good_state(m
         saved.append(path)
         return path
 
-    states = StateAfterEachStep()
+    states = Snapshots(every_step=True)
     stop = NonFiniteStop(limit, save_checkpoint=save_checkpoint)
     data = dataset([w * k for w in bad_windows], windows * k)
     with pytest.raises(TrainingError) as error:

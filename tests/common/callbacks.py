@@ -18,16 +18,27 @@ class Params(dict):
 
 
 class Snapshots(Callback):
-    """Every parameter of the train network at each epoch end, as NumPy copies."""
+    """Every parameter of the train network at each epoch end (``by_epoch``) and, with ``every_step=True``,
+    after every step (``by_step``: 1-based global step), as NumPy copies."""
 
-    def __init__(self):
+    def __init__(self, every_step: bool = False):
         super().__init__()
+        self.every_step = every_step
         self.by_epoch = {}
+        self.by_step = {}
+
+    def on_train_step_end(self, run_context):
+        if self.every_step:
+            params = run_context.original_args()
+            self.by_step[int(params.cur_step_num)] = _parameters(params.train_network)
 
     def on_train_epoch_end(self, run_context):
         params = run_context.original_args()
-        self.by_epoch[params.cur_epoch_num] = {p.name: p.asnumpy().copy()
-                                               for p in params.train_network.get_parameters()}
+        self.by_epoch[params.cur_epoch_num] = _parameters(params.train_network)
+
+
+def _parameters(network) -> dict:
+    return {p.name: p.asnumpy().copy() for p in network.get_parameters()}
 
 
 def read_jsonl(path: Path) -> List[dict]:
