@@ -23,7 +23,7 @@ import mindspore as ms
 from mindspore import nn
 from omegaconf import DictConfig, OmegaConf
 
-from trainkit.errors import ConfigError, DataError
+from trainkit.errors import CheckpointError, ConfigError, DataError
 
 log = logging.getLogger("trainkit")
 
@@ -105,19 +105,29 @@ def checkpoint_files(directory: Path) -> List[Path]:
     return [path for _, path in sorted(found)]
 
 
-def read_training_checkpoint(path: Path) -> TrainingCheckpoint:
-    """Load a training checkpoint; DataError naming the file when it is missing, corrupt or not trainkit's."""
+def load_checkpoint_file(path: Path) -> Dict[str, ms.Parameter]:
+    """``mindspore.load_checkpoint`` with a CheckpointError naming the file when it is missing or corrupt."""
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"checkpoint {path} does not exist")
+        raise CheckpointError(f"checkpoint {path} does not exist" if not path.exists()
+                              else f"checkpoint {path} is not a file")
     try:
-        parameters = ms.load_checkpoint(str(path))
+        saved = ms.load_checkpoint(str(path))
     except (ValueError, RuntimeError, OSError, TypeError) as error:
-        raise DataError(f"checkpoint {path} is corrupt or not a MindSpore checkpoint: "
-                        f"{str(error).splitlines()[0] if str(error) else type(error).__name__}") from error
+        raise CheckpointError(f"checkpoint {path} cannot be read: it is corrupt or not a MindSpore checkpoint: "
+                              f"{str(error).splitlines()[0] if str(error) else type(error).__name__}") from error
+    if not saved:
+        raise CheckpointError(f"checkpoint {path} holds no parameters")
+    return saved
+
+
+def read_training_checkpoint(path: Path) -> TrainingCheckpoint:
+    """Load a training checkpoint; CheckpointError naming the file when it is missing, corrupt or not trainkit's."""
+    path = Path(path)
+    parameters = load_checkpoint_file(path)
     missing = [key for key in ("micro_steps", "steps_per_epoch") if key not in parameters]
     if missing:
-        raise DataError(f"checkpoint {path} is not a trainkit training checkpoint (no {', '.join(missing)}): "
+        raise CheckpointError(f"checkpoint {path} is not a trainkit training checkpoint (no {', '.join(missing)}): "
                         "resume needs a file written by a trainkit run (checkpoints/trainkit-<epoch>_<step>.ckpt)")
     extra = {key: parameters.pop(key) for key in ("micro_steps", "steps_per_epoch", "skipped_steps", "group_size",
                                                    "trainkit_config") if key in parameters}

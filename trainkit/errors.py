@@ -14,7 +14,7 @@ class ConfigTypeError(ConfigError, TypeError):
     """A configuration value has the wrong type (caught as a ConfigError or as a TypeError)."""
 
 
-class CheckpointError(ValueError):
+class CheckpointError(DataError):
     """A checkpoint file is missing, corrupt or does not hold what was asked for; the message names the file."""
 
 

@@ -20,6 +20,7 @@ from typing import Dict, List, Optional, Sequence, Union
 
 import mindspore as ms
 
+from trainkit.checkpoint import load_checkpoint_file
 from trainkit.errors import CheckpointError
 
 WEIGHTS = ("live", "ema")
@@ -77,7 +78,7 @@ def export_checkpoint(checkpoint: Union[str, Path], output: Union[str, Path], we
     if target.exists() and not force:
         raise CheckpointError(f"{target} already exists: nothing was written; choose another output or pass --force "
                               "to replace it")
-    saved = load_training_checkpoint(source)
+    saved = load_checkpoint_file(source)
     names = network_parameter_names(list(saved))
     if not names:
         raise CheckpointError(f"{source} holds no network parameters (entries: {', '.join(list(saved)[:8])}, ...)")
@@ -97,21 +98,6 @@ def export_checkpoint(checkpoint: Union[str, Path], output: Union[str, Path], we
         if temporary.exists():
             temporary.unlink()
     return target
-
-
-def load_training_checkpoint(path: Path) -> Dict[str, ms.Parameter]:
-    """``mindspore.load_checkpoint`` with errors that name the file."""
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint {path} does not exist" if not path.exists()
-                              else f"checkpoint {path} is not a file")
-    try:
-        saved = ms.load_checkpoint(str(path))
-    except (ValueError, RuntimeError, TypeError, OSError) as error:
-        raise CheckpointError(f"checkpoint {path} cannot be read (corrupt or not a MindSpore checkpoint): "
-                              f"{str(error).splitlines()[0] if str(error) else type(error).__name__}") from error
-    if not saved:
-        raise CheckpointError(f"checkpoint {path} holds no parameters")
-    return saved
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
