@@ -14,7 +14,7 @@ import hydra
 from omegaconf import DictConfig
 
 from trainkit.config import register_configs
-from trainkit.errors import ConfigError, DataError, TrainingError
+from trainkit.errors import ConfigError, DataError, RunInterrupted, TrainingError
 
 register_configs()
 log = logging.getLogger("trainkit")
@@ -42,6 +42,8 @@ def _hydra_main(cfg: DictConfig) -> float:
     except TrainingError as error:  # logged where it was raised
         print(f"trainkit: error: {error}", file=sys.stderr)
         sys.exit(1)
+    except RunInterrupted as stop:  # logged where it was raised; 128 + signal, as a shell reports a signal's end
+        sys.exit(stop.status)
     return result.metrics.get("accuracy", float("nan"))  # the objective for Hydra sweepers
 
 

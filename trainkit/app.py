@@ -39,6 +39,7 @@ from trainkit.config import check_config, choice
 from trainkit.errors import ConfigError
 from trainkit.mixed_precision import Float32EvalCell, build_loss_network
 from trainkit.parallel import describe_job, job_metrics, prepare_data, scaled_learning_rate, setup_parallel
+from trainkit.stopping import check_not_finished_early, continues_at, raise_if_interrupted, stop_callbacks, stop_metrics
 from trainkit.wrapper import TrainingWrapper
 
 log = logging.getLogger("trainkit")
@@ -68,7 +69,7 @@ def train(cfg: DictConfig) -> TrainResult:
     check_config(cfg)
     run_dir = _run_dir(cfg)
     trainer = cfg.trainer
-    _set_context(trainer)
+    _set_context(trainer, run_dir)
     parallel = setup_parallel(cfg.parallel)
     rank, group_size = parallel.rank, parallel.group_size
     writer = parallel.writer  # the rank that writes config, metrics, events, progress and checkpoints
@@ -97,7 +98,9 @@ def train(cfg: DictConfig) -> TrainResult:
     wrapper = _wrapper(cfg, loss_network, optimizer)
     model = Model(wrapper, eval_network=Float32EvalCell(loss_network.backbone, loss_fn), eval_indexes=[0, 1, 2],
                   metrics={"accuracy": Accuracy(), "loss": Loss()})
-    resumed = _resume(cfg, run_dir, wrapper, steps_per_epoch, group_size)
+    resumed = _resume(cfg, run_dir, wrapper, steps_per_epoch, group_size,
+                      lambda c: _learning_rates(c, scaled_learning_rate(c.optimizer.lr, c.parallel, parallel),
+                                                steps_per_epoch, c.wrapper.accumulation_steps))
     done = resumed.position.micro_steps if resumed else 0
     initial_epoch = _initial_epoch(done, steps_per_epoch, sink_size, resumed)
 
@@ -114,7 +117,8 @@ def train(cfg: DictConfig) -> TrainResult:
     # With sink_size, Model.train counts each sink as an "epoch"; callbacks see those units.
     model_epochs = trainer.epochs * (steps_per_epoch // sink_size if sink_size > 0 else 1)
     run_log = RunLog(run_dir, tensorboard=cfg.logger.tensorboard and writer,
-                     metrics_file=cfg.logger.metrics_file if writer else None)
+                     metrics_file=cfg.logger.metrics_file if writer else None,
+                     continues_at=continues_at(resumed, run_dir) if writer else None)
     callbacks, metrics_cb, evaluation = _callbacks(cfg, writer, run_dir, run_log, model, wrapper, eval_set, resumed,
                                                    steps_per_epoch, sink_size, samples_per_step, group_size)
 
@@ -133,9 +137,11 @@ def train(cfg: DictConfig) -> TrainResult:
     try:
         model.train(model_epochs, train_set, callbacks=callbacks, dataset_sink_mode=trainer.dataset_sink_mode,
                     sink_size=sink_size, initial_epoch=initial_epoch)
+        raise_if_interrupted(callbacks, run_dir, steps_per_epoch)
         elapsed = time.perf_counter() - start
         metrics = _final_metrics(evaluation, metrics_cb, optimizer, elapsed,
                                  trainer.epochs * steps_per_epoch - done, samples_per_step)
+        metrics.update(stop_metrics(callbacks))
         if choice(cfg.parallel.mode) != "stand_alone":
             metrics.update(job_metrics(parallel, samples_per_step // group_size, accumulation_steps))
         run_log.hparams(_hyper_parameters(cfg), {f"final/{k}": v for k, v in metrics.items()})
@@ -237,6 +243,7 @@ def _callbacks(cfg: DictConfig, writer: bool, run_dir: Path, run_log: RunLog, mo
         best = trainer.best_metric
         callbacks.append(BestCheckpoint(evaluation, checkpoints, metric=_eval_tag(best),
                                         mode="min" if best.endswith("loss") else "max", network=wrapper))
+    callbacks += stop_callbacks(cfg, evaluation, checkpointer, checkpoints, group_size, writer)
     return callbacks, metrics_cb, evaluation
 
 
@@ -252,7 +259,7 @@ def _continues_run_dir(resume: Optional[str], run_dir: Path) -> bool:
 
 
 def _resume(cfg: DictConfig, run_dir: Path, wrapper: TrainingWrapper, steps_per_epoch: int,
-            group_size: int) -> Optional[SavedCheckpoint]:
+            group_size: int, learning_rates) -> Optional[SavedCheckpoint]:
     """Find, check and load the checkpoint `trainer.resume` names; None for a new run."""
     resume = cfg.trainer.resume
     if resume is None:
@@ -261,12 +268,14 @@ def _resume(cfg: DictConfig, run_dir: Path, wrapper: TrainingWrapper, steps_per_
     if checkpoint is None:
         log.info("trainer.resume=auto: no checkpoint in %s; starting a new run", run_dir / "checkpoints")
         return None
-    check_resumable(checkpoint, cfg, wrapper, steps_per_epoch, group_size)
+    check_resumable(checkpoint, cfg, wrapper, steps_per_epoch, group_size, learning_rates)
+    check_not_finished_early(checkpoint, run_dir)
     total = cfg.trainer.epochs * steps_per_epoch
     if checkpoint.position.micro_steps >= total:
         raise ConfigError(f"checkpoint {checkpoint.path} is at the end of the run ({checkpoint.position.micro_steps} "
                           f"of {total} micro-batches): nothing is left to train; its weights are ready to export "
-                          "(python -m trainkit.export)")
+                          "(python -m trainkit.export), or train it longer with a larger trainer.epochs (allowed when "
+                          "the updates taken keep their learning rates)")
     restore(checkpoint, wrapper)
     return checkpoint
 
@@ -383,9 +392,10 @@ def _from_data(model: DictConfig, data: Any) -> Dict[str, int]:
     return filled
 
 
-def _set_context(trainer: DictConfig) -> None:
+def _set_context(trainer: DictConfig, run_dir: Path) -> None:
     mode = ms.GRAPH_MODE if choice(trainer.mode) == "graph" else ms.PYNATIVE_MODE
     ms.set_context(mode=mode)
+    os.environ["MS_DEV_SAVE_GRAPHS_PATH"] = str(run_dir)  # compiler dumps (rank_0/om/analyze_fail.ir) go there
     if trainer.device_target != "auto":
         try:
             ms.set_context(device_target=trainer.device_target)

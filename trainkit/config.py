@@ -111,6 +111,20 @@ class WrapperConfig:
 
 
 @dataclass
+class EarlyStoppingConfig:
+    """``trainer.early_stopping``: stop after `patience` evaluations that did not improve `metric` by > `min_delta`.
+
+    ``metric`` null: off; else one of accuracy, loss, ema_accuracy, ema_loss. ``mode``: auto (min for a loss, max
+    for an accuracy), min or max.
+    """
+
+    metric: Optional[str] = None
+    mode: str = "auto"
+    patience: int = 3
+    min_delta: float = 0.0
+
+
+@dataclass
 class TrainerConfig:
     """How the loop runs: ``mindspore.train.Model.train`` and the callbacks around it."""
 
@@ -128,6 +142,7 @@ class TrainerConfig:
     resume: Optional[str] = None
     resume_data: ResumeData = ResumeData.exact
     max_nonfinite_steps: Optional[int] = 10
+    early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
 
 
 @dataclass
@@ -223,6 +238,7 @@ def check_config(cfg: DictConfig) -> None:
     if trainer.best_metric.startswith("ema_") and wrapper.ema_decay is None:
         raise ConfigError(f"trainer.best_metric={trainer.best_metric} needs EMA weights: set wrapper.ema_decay "
                           "(e.g. 0.999) or pick accuracy/loss")
+    _check_early_stopping(trainer.early_stopping, wrapper)
     valid_targets = ("CPU", "GPU", "Ascend", "auto")
     if trainer.device_target not in valid_targets:
         raise ConfigError(f"trainer.device_target={trainer.device_target!r} is not valid: use one of "
@@ -244,6 +260,24 @@ def check_config(cfg: DictConfig) -> None:
     _check("optimizer.lr", lr, "a finite number > 0", lambda v: math.isfinite(v) and v > 0)
     if cfg.optimizer.get("weight_decay") is not None:
         _check("optimizer.weight_decay", cfg.optimizer.weight_decay, "a number >= 0", lambda v: v >= 0)
+
+
+def _check_early_stopping(early: Any, wrapper: Any) -> None:
+    if early.metric is None:
+        return
+    if early.metric not in EVAL_METRICS:
+        raise ConfigError(f"trainer.early_stopping.metric={early.metric!r} is not valid: use null (off) or one of "
+                          f"{', '.join(EVAL_METRICS)}")
+    if early.metric.startswith("ema_") and wrapper.ema_decay is None:
+        raise ConfigError(f"trainer.early_stopping.metric={early.metric} needs EMA weights: set wrapper.ema_decay "
+                          "(e.g. 0.999) or pick accuracy/loss")
+    if early.mode not in ("auto", "min", "max"):
+        raise ConfigError(f"trainer.early_stopping.mode={early.mode!r} is not valid: use auto (min for a loss, max "
+                          "for an accuracy), min or max")
+    _check("trainer.early_stopping.patience", early.patience, "an integer >= 1 (evaluations without improvement)",
+           lambda v: isinstance(v, int) and v >= 1)
+    _check("trainer.early_stopping.min_delta", early.min_delta, "a finite number >= 0",
+           lambda v: math.isfinite(v) and v >= 0)
 
 
 def _check(key: str, value: Any, valid: str, in_range) -> None:

@@ -64,8 +64,8 @@ def launch_workers(cfg: DictConfig) -> int:
     check_parallel(cfg.parallel, _device_target(choice(cfg.trainer.device_target)))
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir).resolve()
-    arguments = ["-m", "trainkit", *_config_flags(sys.argv[1:]), *hydra_cfg.overrides.task,
-                 *_forwarded_hydra_overrides(hydra_cfg.overrides.hydra), f"hydra.run.dir={_quoted(str(run_dir))}"]
+    arguments = ["-m", "trainkit", *command_flags(sys.argv[1:]), *hydra_cfg.overrides.task,
+                 *forwarded_hydra_overrides(hydra_cfg.overrides.hydra), f"hydra.run.dir={_quoted(str(run_dir))}"]
     return run_msrun(cfg.parallel, arguments, run_dir, resuming=cfg.trainer.resume is not None)
 
 
@@ -271,7 +271,7 @@ def _device_target(configured: str) -> str:
     return ms.get_context("device_target")
 
 
-def _config_flags(argv: Sequence[str]) -> List[str]:
+def command_flags(argv: Sequence[str]) -> List[str]:
     """Hydra's --config-path/--config-name/--config-dir flags of this command, for the workers' command."""
     flags = []
     for index, argument in enumerate(argv):
@@ -283,7 +283,7 @@ def _config_flags(argv: Sequence[str]) -> List[str]:
     return flags
 
 
-def _forwarded_hydra_overrides(overrides: Sequence[str]) -> List[str]:
+def forwarded_hydra_overrides(overrides: Sequence[str]) -> List[str]:
     """The user's ``hydra.*`` overrides (``hydra.searchpath``, logging...), without those that place this run."""
     placed = ("hydra.run.", "hydra.sweep.", "hydra.mode", "hydra.job.num", "hydra.job.id", "hydra.runtime.")
     return [o for o in overrides if not o.lstrip("+~").startswith(placed)]

@@ -106,6 +106,8 @@ class Evaluation(Callback):
             self._last_epoch = int(params.cur_epoch_num) - 1 + int(params.epoch_num)
 
     def on_train_epoch_end(self, run_context) -> None:
+        if run_context.get_stop_requested():  # stopped after a step (a signal): the epoch did not run to its end
+            return
         params = run_context.original_args()
         epoch = int(params.cur_epoch_num)
         self._completed_epoch = epoch
@@ -113,6 +115,8 @@ class Evaluation(Callback):
             self.evaluate(epoch, self._global_step(params))
 
     def on_train_end(self, run_context) -> None:
+        if run_context.get_stop_requested() and self._completed_epoch != self._last_epoch:
+            return  # a signal stopped the run: the evaluation belongs to the run that continues it
         if self._completed_epoch is not None and self._evaluated_epoch != self._completed_epoch:
             self.evaluate(self._completed_epoch, self._global_step(run_context.original_args()))
 
