@@ -180,16 +180,35 @@ def test_the_same_command_under_an_external_msrun_trains_as_one_job(cifar10, tmp
     assert "finished:" in (log_dir / "worker_1.log").read_text()
 
 
-def test_a_data_parallel_run_resumes_in_place_and_ends_bitwise_equal(cifar10, tmp_path):
+RESUME_FEATURES = ["wrapper.accumulation_steps=2", "wrapper.ema_decay=0.9", "trainer.checkpoint_every_n_steps=1",
+                   "trainer.keep_checkpoints=20", "trainer.eval_interval=0"]
+
+
+@pytest.fixture(scope="module")
+def whole(cifar10, tmp_path_factory):
+    """A 2-worker run that nothing interrupts, the reference of the resumed ones."""
+    root, _ = cifar10
+    run_dir = tmp_path_factory.mktemp("whole")
+    result = trainkit(*tiny(root, *RESUME_FEATURES), f"hydra.run.dir={run_dir}", cwd=run_dir.parent)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return run_dir
+
+
+def assert_same_final_checkpoint(run_dir, reference):
+    final = f"trainkit-{EPOCHS}_{STEPS_PER_EPOCH}.ckpt"
+    expected = ms.load_checkpoint(str(reference / "checkpoints" / final))
+    actual = ms.load_checkpoint(str(run_dir / "checkpoints" / final))
+    arrays = [name for name, value in expected.items() if not isinstance(value, str)]
+    assert sorted(arrays) == sorted(name for name, value in actual.items() if not isinstance(value, str))
+    differing = [name for name in arrays if not np.array_equal(expected[name].asnumpy(), actual[name].asnumpy())]
+    assert not differing, differing[:5]
+
+
+def test_a_data_parallel_run_resumes_in_place_and_ends_bitwise_equal(cifar10, whole, tmp_path):
     """Both runs on 2 workers: the whole run, and a copy cut back to its checkpoint after micro-batch 3 (inside an
     epoch and an accumulation window), continued with trainer.resume=auto in its own directory."""
     root, _ = cifar10
-    features = ["wrapper.accumulation_steps=2", "wrapper.ema_decay=0.9", "trainer.checkpoint_every_n_steps=1",
-                "trainer.keep_checkpoints=20", "trainer.eval_interval=0"]
-    whole = tmp_path / "whole"
-    result = trainkit(*tiny(root, *features), f"hydra.run.dir={whole}", cwd=tmp_path)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-
+    features = RESUME_FEATURES
     cut = tmp_path / "cut"
     shutil.copytree(whole, cut)
     for path in (cut / "checkpoints").glob("trainkit-*.ckpt"):
@@ -199,11 +218,46 @@ def test_a_data_parallel_run_resumes_in_place_and_ends_bitwise_equal(cifar10, tm
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "resuming from" in (cut / "msrun_logs" / "worker_1.log").read_text()  # every rank resumed
     assert (cut / "msrun_logs-1" / "worker_0.log").exists()  # the first job's logs are kept
+    assert_same_final_checkpoint(cut, whole)
 
-    final = f"trainkit-{EPOCHS}_{STEPS_PER_EPOCH}.ckpt"
-    expected = ms.load_checkpoint(str(whole / "checkpoints" / final))
-    actual = ms.load_checkpoint(str(cut / "checkpoints" / final))
-    arrays = [name for name, value in expected.items() if not isinstance(value, str)]
-    assert sorted(arrays) == sorted(name for name, value in actual.items() if not isinstance(value, str))
-    differing = [name for name in arrays if not np.array_equal(expected[name].asnumpy(), actual[name].asnumpy())]
-    assert not differing, differing[:5]
+
+def test_sigterm_to_the_launcher_stops_every_rank_after_one_step_and_resume_ends_identical(cifar10, whole, tmp_path):
+    """SIGTERM reaches the launcher only (as a scheduler sends it); it forwards it to both workers, which agree on the
+    step to stop after; rank 0 writes one checkpoint there; no process is left; resume=auto ends as `whole`."""
+    import signal
+    import time
+
+    root, _ = cifar10
+    run_dir = tmp_path / "run"
+    slow = ["data._target_=tests.common.slow_data.SlowCifar10", "+data.batch_seconds=0.2"]
+    args = [sys.executable, "-m", "trainkit", *tiny(root, *RESUME_FEATURES, *slow), f"hydra.run.dir={run_dir}"]
+    env = {**os.environ, "GLOG_v": "3", "PYTHONPATH": str(REPO)}
+    launcher = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    second = run_dir / "checkpoints" / "trainkit-1_2.ckpt"
+    while time.time() < deadline and launcher.poll() is None and not second.exists():
+        time.sleep(0.02)
+    launcher.send_signal(signal.SIGTERM)
+    stdout, stderr = launcher.communicate(timeout=240)
+    assert launcher.returncode == 128 + signal.SIGTERM, stdout[-3000:] + stderr[-3000:]
+    assert "SIGTERM forwarded to the workers" in stderr
+    assert not processes_mentioning(str(run_dir))
+    stopped = {}
+    for rank in range(WORKERS):
+        line = [x for x in (run_dir / "msrun_logs" / f"worker_{rank}.log").read_text().splitlines()
+                if "stopped by SIGTERM after step" in x]
+        assert len(line) == 1, rank
+        stopped[rank] = int(line[0].split(" after step ")[1].split(" ")[0])
+    assert stopped[0] == stopped[1] < EPOCHS * STEPS_PER_EPOCH  # the same step on every rank
+    step = stopped[0]
+    epoch, in_epoch = divmod(step - 1, STEPS_PER_EPOCH)
+    names = sorted(p.name for p in (run_dir / "checkpoints").glob("trainkit-*.ckpt"))
+    assert names[-1] == f"trainkit-{epoch + 1}_{in_epoch + 1}.ckpt" and len(names) == step  # one per step, rank 0's
+    assert "stopped by SIGTERM" in stdout  # rank 0's log line, shown by the launcher
+
+    result = trainkit(*tiny(root, *RESUME_FEATURES, *slow), f"hydra.run.dir={run_dir}", "trainer.resume=auto",
+                      cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert_same_final_checkpoint(run_dir, whole)
+    train_steps = [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl") if "train/loss" in r]
+    assert train_steps == list(range(1, EPOCHS * STEPS_PER_EPOCH + 1))

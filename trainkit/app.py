@@ -395,7 +395,7 @@ def _from_data(model: DictConfig, data: Any) -> Dict[str, int]:
 def _set_context(trainer: DictConfig, run_dir: Path) -> None:
     mode = ms.GRAPH_MODE if choice(trainer.mode) == "graph" else ms.PYNATIVE_MODE
     ms.set_context(mode=mode)
-    os.environ["MS_DEV_SAVE_GRAPHS_PATH"] = str(run_dir)  # compiler dumps (rank_0/om/analyze_fail.ir) go there
+    os.environ["MS_OM_PATH"] = str(run_dir)  # compiler dumps (rank_0/om/analyze_fail.ir) go there, not into the cwd
     if trainer.device_target != "auto":
         try:
             ms.set_context(device_target=trainer.device_target)

@@ -40,6 +40,7 @@ _NATIVE_LOG_LINE = re.compile(r"\[(DEBUG|INFO|WARNING)\] [A-Z_]+\(")  # MindSpor
 _CONFIG_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd")
 _POLL_SECONDS = 0.2
 _GRACE_SECONDS = 10.0  # for msrun to stop its workers itself, and for processes to exit after SIGTERM
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 def needs_launch(parallel) -> bool:
@@ -133,6 +134,16 @@ class _MsrunJob:
     _ranks: Dict[int, str] = field(default_factory=dict)  # worker pid -> RANK_ID
     _seen: Dict[int, psutil.Process] = field(default_factory=dict)
     _shown_bytes: int = 0
+    signals: List[int] = field(default_factory=list)  # the stop signals the launcher received, in order
+
+    def _on_signal(self, signum, frame) -> None:
+        self.signals.append(signum)
+        workers = [self._seen[pid] for pid in self._ranks if self._alive(pid)]
+        if len(self.signals) > 1 or not workers:
+            raise KeyboardInterrupt
+        for worker in workers:  # in sessions of their own: a terminal's Ctrl-C reaches only the launcher
+            with contextlib.suppress(psutil.Error):
+                worker.send_signal(signum)
 
     def run(self) -> int:
         process = subprocess.Popen(self.command, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -140,7 +151,9 @@ class _MsrunJob:
         reader = threading.Thread(target=self._read_msrun, args=(process,), daemon=True)
         reader.start()
         interrupted = False
-        previous_handler = signal.signal(signal.SIGTERM, _interrupt)  # a killed launcher still stops its job
+        # The first SIGTERM/SIGINT goes to every worker (they stop after the same step, rank 0 writes a checkpoint);
+        # a second one, or one before any worker runs, stops the whole job at once.
+        previous_handlers = {signum: signal.signal(signum, self._on_signal) for signum in _STOP_SIGNALS}
         try:
             while process.poll() is None:
                 self._watch(process)
@@ -153,13 +166,21 @@ class _MsrunJob:
             _signal_group(process, signal.SIGINT)  # msrun's handler kills its workers and the scheduler
             self._stop(process)
         finally:
-            signal.signal(signal.SIGTERM, previous_handler)
+            for signum, handler in previous_handlers.items():
+                signal.signal(signum, handler)
             self._kill_leftovers(process)
             reader.join(timeout=_GRACE_SECONDS)
             self._show_new_log_lines()
+        status = 128 + (self.signals[0] if self.signals else signal.SIGINT)
         if interrupted:
-            print("trainkit: interrupted: the job was stopped and its processes are gone", file=sys.stderr)
-            return 130
+            print(f"trainkit: interrupted: the job was stopped at once and its processes are gone (exit status "
+                  f"{status})", file=sys.stderr)
+            return status
+        if self.signals:
+            print(f"trainkit: {signal.Signals(self.signals[0]).name} forwarded to the workers: they stopped after the "
+                  f"same step (rank 0's log above says where, with the command that continues the run); exit status "
+                  f"{status}", file=sys.stderr)
+            return status
         if self.failure is None and process.returncode == 0:
             return 0
         self._report_failure(process.returncode)
@@ -314,10 +335,6 @@ def _running(process: psutil.Process) -> bool:
         return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
-
-
-def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
 
 
 def _signal_group(process: subprocess.Popen, sig: int) -> None:

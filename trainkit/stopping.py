@@ -110,5 +110,7 @@ def raise_if_interrupted(callbacks: List[Callback], run_dir: Path, steps_per_epo
     message = (f"stopped by {name} after step {where['step']} (epoch {epoch + 1}, step {in_epoch} of "
                f"{steps_per_epoch} in it): {saved}; continue with: {continue_command(run_dir)}")
     log.warning("%s", message)
+    if stop.agree is not None:  # every rank waits here until rank 0 has written all of the above, since msrun
+        stop.agree(True)        # kills the other workers as soon as one of them exits (128 + signal is not 0)
     raise RunInterrupted(message, where["signal"])
 

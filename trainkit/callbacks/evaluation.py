@@ -106,7 +106,7 @@ class Evaluation(Callback):
             self._last_epoch = int(params.cur_epoch_num) - 1 + int(params.epoch_num)
 
     def on_train_epoch_end(self, run_context) -> None:
-        if run_context.get_stop_requested():  # stopped after a step (a signal): the epoch did not run to its end
+        if _stopped_mid_epoch(run_context):  # a signal stopped the run after a step: the epoch did not end
             return
         params = run_context.original_args()
         epoch = int(params.cur_epoch_num)
@@ -116,7 +116,7 @@ class Evaluation(Callback):
 
     def on_train_end(self, run_context) -> None:
         if run_context.get_stop_requested() and self._completed_epoch != self._last_epoch:
-            return  # a signal stopped the run: the evaluation belongs to the run that continues it
+            return  # stopped before its last epoch (a signal, early stopping): no evaluation beyond the schedule
         if self._completed_epoch is not None and self._evaluated_epoch != self._completed_epoch:
             self.evaluate(self._completed_epoch, self._global_step(run_context.original_args()))
 
@@ -139,6 +139,12 @@ class Evaluation(Callback):
         logger.info("epoch %s evaluation (%.1f s): %s", epoch, seconds,
                     ", ".join(f"{k} {v:.4f}" for k, v in result.items() if k not in ("epoch", "step")))
         return result
+
+
+def _stopped_mid_epoch(run_context) -> bool:
+    """Whether Model is ending an epoch early because a callback asked it to stop after a step."""
+    params = run_context.original_args()
+    return run_context.get_stop_requested() and int(params.cur_step_num) % int(params.batch_num) != 0
 
 
 def _prefixed(prefix: str, metrics: Dict[str, Any]) -> Dict[str, float]:
