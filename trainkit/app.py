@@ -36,7 +36,7 @@ from trainkit.callbacks.training_checkpoint import StartAt, TrainingCheckpoint
 from trainkit.checkpoint import TrainingCheckpoint as SavedCheckpoint
 from trainkit.checkpoint import check_resumable, checkpoint_files, find_resume_checkpoint, restore
 from trainkit.config import check_config, choice
-from trainkit.errors import ConfigError
+from trainkit.errors import ConfigError, RunDirectoryInUse
 from trainkit.mixed_precision import Float32EvalCell, build_loss_network
 from trainkit.parallel import describe_job, job_metrics, prepare_data, scaled_learning_rate, setup_parallel
 from trainkit.stopping import check_not_finished_early, continues_at, raise_if_interrupted, stop_callbacks, stop_metrics
@@ -350,7 +350,7 @@ def _check_run_dir_is_new(run_dir: Path, metrics_file: Optional[str]) -> None:
     earlier = [name for name in (".hydra/config.yaml", metrics_file, "tensorboard", "checkpoints")
                if name and (run_dir / name).exists()]
     if earlier:
-        raise ConfigError(f"{run_dir} already holds a run ({', '.join(earlier)}): nothing was changed there; "
+        raise RunDirectoryInUse(f"{run_dir} already holds a run ({', '.join(earlier)}): nothing was changed there; "
                           "choose a new directory with hydra.run.dir=PATH (run_dir=PATH in-process), or continue "
                           "that run with trainer.resume=auto")
 

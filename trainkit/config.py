@@ -153,6 +153,7 @@ class LoggerConfig:
     metrics_file: Optional[str] = "metrics.jsonl"
     progress: ProgressStyle = ProgressStyle.auto
     log_every_n_steps: int = 10
+    mindspore_warnings: bool = False  # MindSpore's own warnings (GLOG_v=2); read on the command line only
 
 
 @dataclass

@@ -32,3 +32,7 @@ class RunInterrupted(Exception):
     @property
     def status(self) -> int:
         return 128 + self.signal_number
+
+
+class RunDirectoryInUse(ConfigError):
+    """The run directory holds another run: it is refused without a byte written there (not even to its train.log)."""

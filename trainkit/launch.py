@@ -28,7 +28,7 @@ import psutil
 from omegaconf import DictConfig
 
 from trainkit.config import check_config, choice
-from trainkit.errors import ConfigError
+from trainkit.errors import ConfigError, RunDirectoryInUse
 from trainkit.parallel import check_parallel, close_log_files, launched_by_msrun
 
 log = logging.getLogger("trainkit")
@@ -81,7 +81,7 @@ def run_msrun(parallel, arguments: Sequence[str], run_dir: Path, resuming: bool 
     log_dir = run_dir / LOG_DIR
     if log_dir.exists():
         if not resuming:
-            raise ConfigError(f"{run_dir} already holds a data-parallel run ({LOG_DIR}/): nothing was changed there; "
+            raise RunDirectoryInUse(f"{run_dir} already holds a data-parallel run ({LOG_DIR}/): nothing was changed there; "
                               "choose a new directory with hydra.run.dir=PATH, or continue it with trainer.resume=auto")
         number = 1
         while (run_dir / f"{LOG_DIR}-{number}").exists():

@@ -43,8 +43,9 @@ class Progress(Callback):
         samples_per_step: samples per step (the global batch size).
         stream: where the terminal line goes (default ``sys.stderr``); only used when it is a TTY.
         every_n_steps: log-line interval when not on a terminal.
-        train_metrics: when given, its latest loss and skipped-step count are shown instead of reading
-            the network's outputs again.
+        train_metrics: when given, the loss shown is its latest record's ``train/loss`` -- the mean since the
+            record before, the value ``metrics.jsonl`` and TensorBoard hold for that step -- and its skipped-step
+            count is shown; without it, the last step's loss read from the network's outputs.
         refresh_seconds: the least time between two terminal redraws.
         smoothing: weight of the newest step time in the moving average, in (0, 1].
     """
@@ -152,8 +153,9 @@ class Progress(Callback):
         return remaining * self.step_time
 
     def _current_loss(self, params) -> Optional[float]:
-        if self.train_metrics is not None and self.train_metrics.current_loss is not None:
-            return self.train_metrics.current_loss
+        if self.train_metrics is not None:  # runs before this callback: its record of this step is written
+            recorded = self.train_metrics.last.get("train/loss")
+            return None if recorded is None else float(recorded)
         try:
             return step_outputs(params.net_outputs).loss
         except (AttributeError, IndexError, TypeError, ValueError, KeyError):
