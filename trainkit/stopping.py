@@ -50,6 +50,8 @@ def stop_callbacks(cfg: DictConfig, evaluation: Any, checkpointer: Any, checkpoi
                                             agree_every_n_steps=AGREE_EVERY_N_STEPS)]
     early = cfg.trainer.early_stopping
     if early.metric is not None:
+        from trainkit.build import eval_tag
+
         callbacks.append(EarlyStopping(evaluation, eval_tag(early.metric), mode=early_stopping_mode(early),
                                        patience=early.patience, min_delta=early.min_delta,
                                        marker_directory=checkpoints if writer else None))
@@ -61,11 +63,6 @@ def early_stopping_mode(early: DictConfig) -> str:
     if early.mode != "auto":
         return early.mode
     return "min" if str(early.metric).endswith("loss") else "max"
-
-
-def eval_tag(metric: str) -> str:
-    """``ema_accuracy`` -> ``eval_ema/accuracy``, ``loss`` -> ``eval/loss``."""
-    return f"eval_ema/{metric[4:]}" if metric.startswith("ema_") else f"eval/{metric}"
 
 
 def check_not_finished_early(checkpoint: Any, run_dir: Path) -> None:
