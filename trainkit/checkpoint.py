@@ -38,6 +38,7 @@ RESUME_KEYS = ("model", "data._target_", "data.batch_size", "data.image_size", "
 # already taken keeps its rate (more epochs of a constant schedule, or of a step schedule whose milestones lie
 # ahead), and refused otherwise (a cosine stretched over more epochs changes every rate).
 SCHEDULE_KEYS = ("trainer.epochs", "lr_schedule", "optimizer.lr", "parallel.lr_scaling")
+_RATE_TABLE = "learning_rate"  # the Parameter a MindSpore optimizer keeps a list of rates in
 
 
 @dataclass
@@ -193,6 +194,7 @@ def check_resumable(checkpoint: TrainingCheckpoint, cfg: DictConfig, network: nn
         scheduled = [d for d in differences if _is_schedule_key(d[0])]
         if scheduled and not decisive:
             _check_past_rates(checkpoint, now, scheduled, learning_rates)
+            _use_this_runs_rate_table(checkpoint, network)
         if decisive:
             shown = "; ".join(f"{key}: {_show(before)} in the checkpoint, {_show(after)} now"
                               for key, before, after in decisive[:6])
@@ -283,6 +285,14 @@ def _check_past_rates(checkpoint: TrainingCheckpoint, now: DictConfig, scheduled
     for key, old, new in scheduled:
         log.info("resume: %s was %s in the checkpoint, now %s (the %d updates taken keep their learning rates)",
                  key, _show(old), _show(new), done)
+
+
+def _use_this_runs_rate_table(checkpoint: TrainingCheckpoint, network: nn.Cell) -> None:
+    """The optimizer's table of rates (``learning_rate``, one per update of the run) is the new config's: its past
+    entries were just found equal to the checkpoint's, its length and future entries are what changed."""
+    for parameter in network.get_parameters():
+        if parameter.name == _RATE_TABLE and _RATE_TABLE in checkpoint.parameters:
+            checkpoint.parameters[_RATE_TABLE] = ms.Parameter(ms.Tensor(parameter.asnumpy()), name=_RATE_TABLE)
 
 
 def _is_resume_key(key: str) -> bool:
