@@ -194,10 +194,9 @@ def whole(cifar10, tmp_path_factory):
     return run_dir
 
 
-def assert_same_final_checkpoint(run_dir, reference):
-    final = f"trainkit-{EPOCHS}_{STEPS_PER_EPOCH}.ckpt"
-    expected = ms.load_checkpoint(str(reference / "checkpoints" / final))
-    actual = ms.load_checkpoint(str(run_dir / "checkpoints" / final))
+def assert_same_checkpoint(run_dir, reference, name=f"trainkit-{EPOCHS}_{STEPS_PER_EPOCH}.ckpt"):
+    expected = ms.load_checkpoint(str(reference / "checkpoints" / name))
+    actual = ms.load_checkpoint(str(run_dir / "checkpoints" / name))
     arrays = [name for name, value in expected.items() if not isinstance(value, str)]
     assert sorted(arrays) == sorted(name for name, value in actual.items() if not isinstance(value, str))
     differing = [name for name in arrays if not np.array_equal(expected[name].asnumpy(), actual[name].asnumpy())]
@@ -218,12 +217,14 @@ def test_a_data_parallel_run_resumes_in_place_and_ends_bitwise_equal(cifar10, wh
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "resuming from" in (cut / "msrun_logs" / "worker_1.log").read_text()  # every rank resumed
     assert (cut / "msrun_logs-1" / "worker_0.log").exists()  # the first job's logs are kept
-    assert_same_final_checkpoint(cut, whole)
+    assert_same_checkpoint(cut, whole)
 
 
-def test_sigterm_to_the_launcher_stops_every_rank_after_one_step_and_resume_ends_identical(cifar10, whole, tmp_path):
+def test_sigterm_to_the_launcher_stops_every_rank_after_the_same_step_with_one_checkpoint_there(cifar10, whole,
+                                                                                               tmp_path):
     """SIGTERM reaches the launcher only (as a scheduler sends it); it forwards it to both workers, which agree on the
-    step to stop after; rank 0 writes one checkpoint there; no process is left; resume=auto ends as `whole`."""
+    step to stop after; rank 0 writes its checkpoint there, bitwise the uninterrupted run's at that step (so
+    resume=auto continues exactly, as the test above shows for any checkpoint); no process is left."""
     import signal
     import time
 
@@ -233,8 +234,8 @@ def test_sigterm_to_the_launcher_stops_every_rank_after_one_step_and_resume_ends
     args = [sys.executable, "-m", "trainkit", *tiny(root, *RESUME_FEATURES, *slow), f"hydra.run.dir={run_dir}"]
     env = {**os.environ, "GLOG_v": "3", "PYTHONPATH": str(REPO)}
     launcher = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 240
     second = run_dir / "checkpoints" / "trainkit-1_2.ckpt"
+    deadline = time.time() + 240
     while time.time() < deadline and launcher.poll() is None and not second.exists():
         time.sleep(0.02)
     launcher.send_signal(signal.SIGTERM)
@@ -244,20 +245,16 @@ def test_sigterm_to_the_launcher_stops_every_rank_after_one_step_and_resume_ends
     assert not processes_mentioning(str(run_dir))
     stopped = {}
     for rank in range(WORKERS):
-        line = [x for x in (run_dir / "msrun_logs" / f"worker_{rank}.log").read_text().splitlines()
-                if "stopped by SIGTERM after step" in x]
-        assert len(line) == 1, rank
-        stopped[rank] = int(line[0].split(" after step ")[1].split(" ")[0])
-    assert stopped[0] == stopped[1] < EPOCHS * STEPS_PER_EPOCH  # the same step on every rank
+        lines = [line for line in (run_dir / "msrun_logs" / f"worker_{rank}.log").read_text().splitlines()
+                 if "stopped by SIGTERM after step" in line]
+        assert len(lines) == 1, rank
+        stopped[rank] = int(lines[0].split(" after step ")[1].split(" ")[0])
     step = stopped[0]
+    assert stopped[1] == step < EPOCHS * STEPS_PER_EPOCH  # the same step on every rank
+    assert "stopped by SIGTERM" in stdout and "trainer.resume=auto" in stdout  # rank 0's line, on the console
     epoch, in_epoch = divmod(step - 1, STEPS_PER_EPOCH)
-    names = sorted(p.name for p in (run_dir / "checkpoints").glob("trainkit-*.ckpt"))
-    assert names[-1] == f"trainkit-{epoch + 1}_{in_epoch + 1}.ckpt" and len(names) == step  # one per step, rank 0's
-    assert "stopped by SIGTERM" in stdout  # rank 0's log line, shown by the launcher
-
-    result = trainkit(*tiny(root, *RESUME_FEATURES, *slow), f"hydra.run.dir={run_dir}", "trainer.resume=auto",
-                      cwd=tmp_path)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert_same_final_checkpoint(run_dir, whole)
+    at_stop = f"trainkit-{epoch + 1}_{in_epoch + 1}.ckpt"
+    assert sorted(p.name for p in (run_dir / "checkpoints").glob("trainkit-*.ckpt"))[-1] == at_stop
+    assert_same_checkpoint(run_dir, whole, at_stop)
     train_steps = [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl") if "train/loss" in r]
-    assert train_steps == list(range(1, EPOCHS * STEPS_PER_EPOCH + 1))
+    assert train_steps == list(range(1, step + 1))

@@ -354,7 +354,8 @@ class TrainingWrapper(nn.Cell):
         """
         clipped, grad_norm = self.transform_grads(grads)
         finite = self.step_finite(grads, grad_norm, loss)
-        self.update_loss_scale(finite)
+        if self.dynamic_loss_scale:  # decided here: a call that does nothing is an empty side-effect node in the graph
+            self.update_loss_scale(finite)
         # Two branches on purpose: without the guard the graph holds no condition at all.
         if not self.skip_nonfinite:
             self.apply_grads(clipped)
