@@ -176,13 +176,16 @@ class _MsrunJob:
             print(f"trainkit: interrupted: the job was stopped at once and its processes are gone (exit status "
                   f"{status})", file=sys.stderr)
             return status
+        if self.failure is None and process.returncode == 0:
+            if self.signals:
+                print(f"trainkit: {signal.Signals(self.signals[0]).name} came when the workers had no step left to "
+                      "stop after: the run finished", file=sys.stderr)
+            return 0
         if self.signals:
             print(f"trainkit: {signal.Signals(self.signals[0]).name} forwarded to the workers: they stopped after the "
                   f"same step (rank 0's log above says where, with the command that continues the run); exit status "
                   f"{status}", file=sys.stderr)
             return status
-        if self.failure is None and process.returncode == 0:
-            return 0
         self._report_failure(process.returncode)
         if self.failure is not None:
             return self.failure.status if self.failure.status > 0 else 128 - self.failure.status

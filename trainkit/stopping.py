@@ -21,15 +21,10 @@ from mindspore.train import Callback
 from omegaconf import DictConfig
 
 from trainkit.callbacks.early_stopping import EarlyStopping, read_marker
-from trainkit.callbacks.signal_stop import SignalStop, any_rank, continue_command
+from trainkit.callbacks.signal_stop import SignalStop, agree_over_ranks, continue_command
 from trainkit.errors import ConfigError, RunInterrupted
 
 log = logging.getLogger("trainkit")
-
-# In data parallel the ranks agree on stopping with a one-element all-reduce every this many steps (measured in
-# DEVELOPERS.md: tens of microseconds on CPU, against milliseconds per step).
-AGREE_EVERY_N_STEPS = 1
-
 
 def continues_at(resumed: Any, run_dir: Path) -> Optional[int]:
     """The step a resumed run continues this run directory's record from; None for a new record.
@@ -46,8 +41,7 @@ def stop_callbacks(cfg: DictConfig, evaluation: Any, checkpointer: Any, checkpoi
     """SignalStop (always) and EarlyStopping (with ``trainer.early_stopping.metric``), in the order they must run:
     SignalStop after the checkpoint callback, EarlyStopping after Evaluation and BestCheckpoint."""
     save = checkpointer.save if checkpointer is not None else None
-    callbacks: List[Callback] = [SignalStop(save, agree=any_rank if group_size > 1 else None,
-                                            agree_every_n_steps=AGREE_EVERY_N_STEPS)]
+    callbacks: List[Callback] = [SignalStop(save, agree=agree_over_ranks if group_size > 1 else None)]
     early = cfg.trainer.early_stopping
     if early.metric is not None:
         from trainkit.build import eval_tag
@@ -108,6 +102,6 @@ def raise_if_interrupted(callbacks: List[Callback], run_dir: Path, steps_per_epo
                f"{steps_per_epoch} in it): {saved}; continue with: {continue_command(run_dir)}")
     log.warning("%s", message)
     if stop.agree is not None:  # every rank waits here until rank 0 has written all of the above, since msrun
-        stop.agree(True)        # kills the other workers as soon as one of them exits (128 + signal is not 0)
+        stop.agree(True, 1)     # kills the other workers as soon as one of them exits (128 + signal is not 0)
     raise RunInterrupted(message, where["signal"])
 

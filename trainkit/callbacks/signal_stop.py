@@ -12,10 +12,12 @@ sees it asks ``Model`` to stop (``run_context.request_stop()``) after the checkp
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
+import time
 from pathlib import Path
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 from mindspore.train import Callback
 
@@ -24,6 +26,9 @@ from trainkit.callbacks.train_metrics import GlobalStep
 log = logging.getLogger("trainkit")
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+AGREEMENT_OVERHEAD = 0.01  # data parallel: agree at most this fraction of the training time ...
+AGREEMENT_LATENCY = 1.0    # ... and at least every this many seconds of training
+_AGREEMENT_BINS = 11       # proposals of 1, 2, 4, ..., 1024 steps
 
 
 class SignalStop(Callback):
@@ -33,25 +38,35 @@ class SignalStop(Callback):
     ``on_train_end``. On the first signal the handler records it; the next step end (in data parallel: the next
     step end at which the ranks agree, see `agree`) calls `save_checkpoint` (rank 0) and
     ``run_context.request_stop()``; ``Model`` then ends the epoch early and calls ``on_train_end``. ``stopped``
-    says where it stopped. A signal during the run's last step lets the run finish. A second signal restores the default action and re-sends the signal to this process:
+    says where it stopped. A signal during the run's last step lets the run finish.
+
+    In data parallel, ranks can be a step apart when a signal lands, so they stop only at steps where they all
+    take part in `agree`, an all-reduce of their flags. Its cost is that of a collective (measured: ~25 ms on a
+    loaded 2-core CPU, against 5 ms for a tiny model's step), so it does not run every step: each agreement also
+    settles, from every rank's measured step time and agreement cost, how many steps to the next one -- as many
+    as keep its cost under `AGREEMENT_OVERHEAD` of the training time, but at most `AGREEMENT_LATENCY` seconds of
+    training apart (at least every step); the smallest rank's proposal wins. Every rank gets the same number from
+    the all-reduce, so they meet. A second signal restores the default action and re-sends the signal to this process:
     it ends at once (exit status 128 + signal in a shell).
 
     Args:
         save_checkpoint: writes a training checkpoint of the state after the current step and returns its path;
             None (ranks that do not write) saves nothing.
-        agree: in data parallel, ``agree(flag) -> bool`` all-reduces this rank's "a signal came" flag so every rank
-            stops after the same step; None: decide alone (one process).
-        agree_every_n_steps: how often `agree` runs (a collective each time; see DEVELOPERS.md for its cost).
+        agree: in data parallel, ``agree(flag, steps) -> (stop, steps)`` all-reduces this rank's "a signal came"
+            flag and its proposed number of steps to the next agreement, returning whether any rank's flag is set
+            and the agreed number (:func:`agree_over_ranks`); None: decide alone (one process).
     """
 
     def __init__(self, save_checkpoint: Optional[Callable[[], Path]] = None,
-                 agree: Optional[Callable[[bool], bool]] = None, agree_every_n_steps: int = 1):
+                 agree: Optional[Callable[[bool, int], Tuple[bool, int]]] = None):
         super().__init__()
-        if not isinstance(agree_every_n_steps, int) or agree_every_n_steps < 1:
-            raise ValueError(f"agree_every_n_steps must be an int >= 1; got {agree_every_n_steps!r}")
         self.save_checkpoint = save_checkpoint
         self.agree = agree
-        self.agree_every_n_steps = agree_every_n_steps
+        self.agreements = 0  # how many times `agree` ran, and the seconds it took in all
+        self.agreement_seconds = 0.0
+        self._next_agreement: Optional[int] = None
+        self._last_agreement: Optional[Tuple[int, float]] = None  # (step, time) of the last one
+        self._agreement_seconds: Optional[float] = None
         self.received: Optional[int] = None  # the first signal's number
         self.stopped: Optional[Dict] = None  # {"signal", "step", "epoch", "checkpoint"} once stopped
         self._previous: Dict[int, object] = {}
@@ -86,6 +101,7 @@ class SignalStop(Callback):
     def on_train_begin(self, run_context) -> None:
         self._global_step.reset()
         self._last_epoch = None
+        self._next_agreement = self._last_agreement = None
         self.install()
 
     def on_train_epoch_begin(self, run_context) -> None:
@@ -99,8 +115,8 @@ class SignalStop(Callback):
         step = self._global_step(params)
         if self.agree is None:
             stop = self.received is not None
-        elif step % self.agree_every_n_steps == 0:
-            stop = self.agree(self.received is not None)
+        elif self._next_agreement is None or step >= self._next_agreement:
+            stop = self._agree(step)
         else:
             return
         last_step = int(params.cur_epoch_num) == self._last_epoch and step % int(params.batch_num) == 0
@@ -115,16 +131,46 @@ class SignalStop(Callback):
 
     def on_train_end(self, run_context) -> None:
         self.uninstall()
+        if self.agree is not None and self.agreements:
+            log.info("signal check across ranks: %d all-reduce(s), %.0f ms in all (every %d step(s) at the end)",
+                     self.agreements, 1000 * self.agreement_seconds,
+                     (self._next_agreement or 0) - (self._last_agreement or (0, 0))[0])
+
+    def _agree(self, step: int) -> bool:
+        """All-reduce the flag with every rank, and the number of steps to the next agreement."""
+        now = time.perf_counter()
+        proposal = 1
+        if self._last_agreement is not None and self._agreement_seconds is not None and step > self._last_agreement[0]:
+            step_seconds = max((now - self._last_agreement[1]) / (step - self._last_agreement[0]), 1e-6)
+            by_cost = math.ceil(self._agreement_seconds / (AGREEMENT_OVERHEAD * step_seconds))
+            proposal = max(1, min(by_cost, int(AGREEMENT_LATENCY / step_seconds)))
+        stop, steps = self.agree(self.received is not None, proposal)
+        done = time.perf_counter()
+        self.agreements += 1
+        self._agreement_seconds = done - now
+        self.agreement_seconds += done - now
+        self._last_agreement = (step, done)
+        self._next_agreement = step + max(1, steps)
+        return stop
 
 
-def any_rank(flag: bool) -> bool:
-    """Whether `flag` is set on any rank of the data-parallel job (a one-element all-reduce; every rank waits)."""
+def agree_over_ranks(flag: bool, steps: int) -> Tuple[bool, int]:
+    """Every rank's `flag` and proposed `steps`, in one all-reduce (every rank waits for all): whether any flag is
+    set, and the smallest proposal, rounded down to a power of two (so no rank's latency bound is exceeded) -- the
+    same answer on every rank.
+
+    MindSpore's CPU all-reduce only sums, so the proposal travels as a one-hot vector over powers of two: the
+    smallest non-zero entry of the sum is the smallest proposal.
+    """
     import mindspore as ms
+    import numpy as np
     from mindspore import Tensor, ops
 
-    total = ops.AllReduce()(Tensor([1.0 if flag else 0.0], ms.float32))
-    return bool(total.asnumpy()[0] > 0)
-
+    sent = np.zeros(1 + _AGREEMENT_BINS, np.float32)
+    sent[0] = 1.0 if flag else 0.0
+    sent[1 + min(int(math.log2(max(int(steps), 1))), _AGREEMENT_BINS - 1)] = 1.0
+    total = ops.AllReduce()(Tensor(sent)).asnumpy()
+    return bool(total[0] > 0), 2 ** int(np.flatnonzero(total[1:])[0])
 
 def continue_command(run_dir: Path) -> str:
     """The command that continues this run: this command's overrides, its run directory and ``trainer.resume=auto``.
