@@ -26,6 +26,7 @@ from trainkit.checkpoint import TrainingCheckpoint as SavedCheckpoint
 from trainkit.checkpoint import check_resumable, checkpoint_files, find_resume_checkpoint, restore
 from trainkit.config import choice
 from trainkit.errors import ConfigError, RunDirectoryInUse
+from trainkit.callbacks.early_stopping import MARKER as EARLY_STOP_MARKER
 from trainkit.stopping import check_not_finished_early
 from trainkit.wrapper import TrainingWrapper
 
@@ -184,6 +185,7 @@ def set_aside_later_checkpoints(resumed: SavedCheckpoint) -> None:
     """Resuming from an older checkpoint of this run: move the newer ones aside (never delete them)."""
     files = checkpoint_files(resumed.path.parent)
     later = files[files.index(resumed.path) + 1:] if resumed.path in files else []
+    later += [p for p in [resumed.path.parent / EARLY_STOP_MARKER] if p.exists()]  # it stopped later: stale now
     if not later:
         return
     folder = resumed.path.parent / time.strftime("superseded-%Y%m%d-%H%M%S")

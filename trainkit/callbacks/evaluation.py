@@ -82,6 +82,7 @@ class Evaluation(Callback):
         self._last_epoch: Optional[int] = None
         self._completed_epoch: Optional[int] = None
         self._evaluated_epoch: Optional[int] = None
+        self._stopped_mid_epoch = False
         self._global_step = GlobalStep()
 
     @property
@@ -97,6 +98,7 @@ class Evaluation(Callback):
     # ------------------------------------------------------------------ hooks
     def on_train_begin(self, run_context) -> None:
         self._last_epoch = self._completed_epoch = self._evaluated_epoch = None
+        self._stopped_mid_epoch = False
         self._global_step.reset()
 
     def on_train_epoch_begin(self, run_context) -> None:
@@ -107,6 +109,7 @@ class Evaluation(Callback):
 
     def on_train_epoch_end(self, run_context) -> None:
         if _stopped_mid_epoch(run_context):  # a signal stopped the run after a step: the epoch did not end
+            self._stopped_mid_epoch = True
             return
         params = run_context.original_args()
         epoch = int(params.cur_epoch_num)
@@ -115,8 +118,8 @@ class Evaluation(Callback):
             self.evaluate(epoch, self._global_step(params))
 
     def on_train_end(self, run_context) -> None:
-        if run_context.get_stop_requested() and self._completed_epoch != self._last_epoch:
-            return  # stopped before its last epoch (a signal, early stopping): no evaluation beyond the schedule
+        if self._stopped_mid_epoch:  # the run that continues this one evaluates as the schedule says
+            return
         if self._completed_epoch is not None and self._evaluated_epoch != self._completed_epoch:
             self.evaluate(self._completed_epoch, self._global_step(run_context.original_args()))
 

@@ -15,6 +15,7 @@ import logging
 import math
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Dict, Optional, Tuple
@@ -75,8 +76,9 @@ class SignalStop(Callback):
 
     # ------------------------------------------------------------------ handlers
     def install(self) -> None:
-        """Install the handlers (idempotent); ``Model.train`` calls it through ``on_train_begin``."""
-        if self._previous:
+        """Install the handlers (idempotent); ``Model.train`` calls it through ``on_train_begin``. Python lets only
+        the main thread install them: elsewhere (``train`` in a thread) signals keep their default action."""
+        if self._previous or threading.current_thread() is not threading.main_thread():
             return
         for signum in STOP_SIGNALS:
             self._previous[signum] = signal.signal(signum, self._handle)
