@@ -40,3 +40,15 @@ def test_readme_links_resolve():
              if token.type == "inline" for child in token.children or [] if child.type == "link_open"]
     local = [link.split("#")[0] for link in links if not re.match(r"[a-z]+://", link)]
     assert local and all((REPO / link).exists() for link in local), [l for l in local if not (REPO / l).exists()]
+
+
+def test_config_excerpts_match_the_example_project():
+    """A ```yaml block headed `# conf/PATH: ...` shows lines of examples/my_project/conf/PATH, in order."""
+    project = REPO / "examples" / "my_project"
+    excerpts = [token.content.splitlines() for page in USER_PAGES
+                for token in MarkdownIt("commonmark").parse(page.read_text(encoding="utf-8"))
+                if token.type == "fence" and token.info.strip() == "yaml" and token.content.startswith("# conf/")]
+    assert excerpts
+    for first, *shown in excerpts:
+        lines = iter((project / first[2:].split(":")[0]).read_text(encoding="utf-8").splitlines())
+        assert all(line in lines for line in shown), first  # `in` on an iterator: in order
