@@ -46,6 +46,9 @@ def test_the_example_project_trains_as_its_readme_shows(tmp_path, monkeypatch):
     (transcript,) = [t for t in TRANSCRIPTS if t.page == EXAMPLE_PROJECT / "README.md"]
     run_transcript(transcript)
     run_dir = project / "runs" / "lines"
+    for entry in (".hydra/config.yaml", "train.log", "metrics.jsonl", "tensorboard", "checkpoints/best.ckpt",
+                  "checkpoints/best.json", "checkpoints/trainkit-8_15.ckpt"):  # the run directory the README lists
+        assert (run_dir / entry).exists(), entry
     config = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())
     assert config["wrapper"]["_target_"] == "my_project.steps.ClampedGradients"
     assert config["model"]["_target_"] == "my_project.nets.LineNet"
