@@ -39,8 +39,10 @@ def test_transcript_prints_what_the_docs_show(transcript, tmp_path, monkeypatch)
 def test_the_example_project_trains_as_its_readme_shows(tmp_path, monkeypatch):
     """examples/my_project: its own model, data module and wrapper subclass, through python -m trainkit."""
     project = tmp_path / "my_project"
-    shutil.copytree(EXAMPLE_PROJECT, project, ignore=lambda folder, names: [  # what a reader's earlier tries left
-        name for name in names if name == "__pycache__" or (folder == str(EXAMPLE_PROJECT) and name in ("data", "runs"))])
+    left_by_earlier_tries = ("data", "runs")  # at the project's top level only: conf/data/ is part of it
+    shutil.copytree(EXAMPLE_PROJECT, project, ignore=lambda folder, names: [
+        name for name in names
+        if name == "__pycache__" or (folder == str(EXAMPLE_PROJECT) and name in left_by_earlier_tries)])
     monkeypatch.chdir(project)
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
     (transcript,) = [t for t in TRANSCRIPTS if t.page == EXAMPLE_PROJECT / "README.md"]
