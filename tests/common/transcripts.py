@@ -25,6 +25,7 @@ from markdown_it import MarkdownIt
 REPO = Path(__file__).resolve().parents[2]
 USER_PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md")), *sorted((REPO / "examples").rglob("*.md"))]
 ELIDED = "..."
+ECHO_STATUS = ["echo", "$?"]
 
 
 @dataclass
@@ -64,17 +65,12 @@ def parse(content: str) -> List[Command]:
     commands: List[Command] = []
     for line in content.splitlines():
         if line.startswith("$ "):
-            argv = shlex.split(line[2:])
-            if argv == ["echo", "$?"]:
-                commands[-1].status = None  # set by the next line
-                commands.append(Command(argv))
-            else:
-                commands.append(Command(argv))
-        elif commands and commands[-1].argv == ["echo", "$?"]:
-            commands[-2].status = int(line)
+            commands.append(Command(shlex.split(line[2:])))
+        elif commands and commands[-1].argv == ECHO_STATUS:
+            commands[-2].status = int(line)  # what `echo $?` printed: the status of the command before it
         elif commands:
             commands[-1].shown.append(line.rstrip())
-    return [command for command in commands if command.argv != ["echo", "$?"]]
+    return [command for command in commands if command.argv != ECHO_STATUS]
 
 
 def line_pattern(shown: str) -> re.Pattern:
