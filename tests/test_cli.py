@@ -53,12 +53,14 @@ def test_a_run_writes_config_log_metrics_events_and_checkpoints_into_its_own_dir
     (run_dir,) = (tmp_path / "outputs" / "resnet50_cifar10").iterdir()
     saved = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())
     assert saved["model"]["width"] == 4 and saved["data"]["root"] == str(cifar10_root)
-    assert "finished: accuracy" in (run_dir / "train.log").read_text()
+    log = (run_dir / "train.log").read_text()
+    assert "finished: accuracy" in log and ", amp O1, run dir" in log and "amp_level 1" in log  # the level that ran
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert any("eval/accuracy" in r for r in records) and any("train/loss" in r for r in records)
     assert any(p.name.startswith("events.out.tfevents") for p in (run_dir / "tensorboard").iterdir())
     assert (run_dir / "checkpoints" / "best.ckpt").exists()
     assert not (tmp_path / "rewritten_network").exists()  # O1's rewrite writes there: kept in the run directory
+    assert any((run_dir / "rewritten_network").iterdir())
 
 
 def test_multirun_sweeps_into_one_directory_per_job(cifar10_root, tmp_path):

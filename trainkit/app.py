@@ -37,7 +37,7 @@ from trainkit.checkpoint import TrainingCheckpoint as SavedCheckpoint
 from trainkit.checkpoint import check_resumable, checkpoint_files, find_resume_checkpoint, restore
 from trainkit.config import check_config, choice
 from trainkit.errors import ConfigError
-from trainkit.mixed_precision import Float32EvalCell, build_loss_network
+from trainkit.mixed_precision import Float32EvalCell, applied_amp_level, build_loss_network
 from trainkit.parallel import describe_job, job_metrics, prepare_data, scaled_learning_rate, setup_parallel
 from trainkit.wrapper import TrainingWrapper
 
@@ -120,8 +120,8 @@ def train(cfg: DictConfig) -> TrainResult:
 
     log.info("%s: %s on %s, %d steps/epoch of %d samples (%d per rank x %d), %d epochs, %s mode, amp %s, run dir %s",
              _describe_target(cfg.model), _count(backbone), _describe(data), steps_per_epoch, samples_per_step,
-             samples_per_step // group_size, group_size, trainer.epochs, choice(trainer.mode), choice(cfg.amp.level),
-             run_dir)
+             samples_per_step // group_size, group_size, trainer.epochs, choice(trainer.mode),
+             applied_amp_level(loss_network.backbone), run_dir)
     if choice(cfg.parallel.mode) != "stand_alone":
         log.info("%s", describe_job(cfg.parallel, parallel, samples_per_step // group_size, accumulation_steps,
                                     cfg.optimizer.lr, lr))
@@ -136,6 +136,7 @@ def train(cfg: DictConfig) -> TrainResult:
         elapsed = time.perf_counter() - start
         metrics = _final_metrics(evaluation, metrics_cb, optimizer, elapsed,
                                  trainer.epochs * steps_per_epoch - done, samples_per_step)
+        metrics["amp_level"] = float(applied_amp_level(loss_network.backbone)[1])  # 2.0: O2 ran
         if choice(cfg.parallel.mode) != "stand_alone":
             metrics.update(job_metrics(parallel, samples_per_step // group_size, accumulation_steps))
         run_log.hparams(_hyper_parameters(cfg), {f"final/{k}": v for k, v in metrics.items()})
