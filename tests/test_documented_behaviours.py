@@ -167,3 +167,40 @@ def test_a_sweep_stops_at_its_bad_job_after_the_earlier_ones_ran(cifar10, tmp_pa
     assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0", "1"]  # job 2 never started
     assert [r["step"] for r in read_jsonl(sweep / "0" / "metrics.jsonl") if "train/loss" in r] == [5]
     assert not (sweep / "1" / "metrics.jsonl").exists() and not (sweep / "1" / ".hydra" / "config.yaml").exists()
+
+
+def processes_mentioning(text):
+    """Live processes whose command line contains `text` (every msrun process of a job names its run dir)."""
+    found = []
+    for process in psutil.process_iter(["cmdline", "status"]):
+        cmdline = " ".join(process.info["cmdline"] or [])
+        if text in cmdline and process.info["status"] != psutil.STATUS_ZOMBIE and process.pid != os.getpid():
+            found.append((process.pid, cmdline))
+    return found
+
+
+def test_hybrid_parallel_trains_on_cpu_and_sigterm_on_the_launcher_stops_every_process(cifar10, tmp_path):
+    run_dir = tmp_path / "run"
+    launcher = trainkit(*overrides(cifar10, "data.batch_size=4", "trainer.epochs=500", "trainer.save_checkpoints=false",
+                                   "logger.log_every_n_steps=1", "parallel=hybrid_parallel", "parallel.workers=2",
+                                   f"hydra.run.dir={run_dir}"), cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 240
+        records = []
+        while not records and launcher.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+            if (run_dir / "metrics.jsonl").exists():
+                records = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "train/loss" in r]
+        assert records and launcher.poll() is None, "the job did not start training"
+        workers = [pid for pid, cmdline in processes_mentioning(str(run_dir)) if pid != launcher.pid]
+        assert len(workers) >= 3  # msrun, its scheduler and two workers (at least)
+        launcher.send_signal(signal.SIGTERM)
+        _, stderr = launcher.communicate(timeout=120)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode != 0
+    assert not processes_mentioning(str(run_dir)), stderr[-2000:]
+    log = (run_dir / "train.log").read_text()
+    assert "hybrid_parallel: 2 worker(s)" in log and "(4 per rank x 2)" in log  # one job of two ranks
+    assert "(4 per rank x 2)" in (run_dir / "msrun_logs" / "worker_1.log").read_text()
