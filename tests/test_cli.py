@@ -91,8 +91,7 @@ def test_configs_and_recipes_ship_in_the_wheel(tmp_path):
     """A plain (non-editable) install carries configs/ and recipes/ as package data, and the console script."""
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w",
                             str(tmp_path), str(REPO)], capture_output=True, text=True, timeout=300)
-    if build.returncode != 0 and "No module named" in build.stderr:
-        pytest.skip(f"no wheel build backend in this environment: {build.stderr.strip()[-200:]}")
+    # No skip: the test extra installs setuptools (a Python 3.12 venv has none), so a missing backend is a failure.
     assert build.returncode == 0, build.stderr
     (wheel,) = tmp_path.glob("trainkit-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
