@@ -16,12 +16,13 @@ from pathlib import Path
 
 import mindspore as ms
 import numpy as np
-import psutil
 import pytest
 from mindspore import nn
 
 from tests.common.callbacks import read_jsonl
 from tests.common.cifar10_files import write_cifar10
+from tests.common.models import LinearLoss
+from tests.common.processes import processes_mentioning
 from trainkit import TrainingWrapper
 from trainkit.app import train
 from trainkit.config import compose_config
@@ -32,23 +33,12 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 # ------------------------------------------------------------------- the finiteness check
-class LinearLoss(nn.Cell):
-    """loss = x @ w with w = (1, -1, 1, -1): a finite loss whose gradient with respect to w is x itself."""
-
-    def __init__(self):
-        super().__init__()
-        self.dense = nn.Dense(4, 1, has_bias=False, weight_init=ms.Tensor([[1.0, -1.0, 1.0, -1.0]]))
-
-    def construct(self, x):
-        return self.dense(x).sum()
-
-
 @pytest.mark.parametrize("compute_grad_norm", [False, True], ids=["sum", "norm"])
 def test_finite_gradients_whose_sum_overflows_float32_are_skipped(graph_mode, compute_grad_norm):
     x = np.array([[1.5e38, 1.5e38, 1.5e38, 1.0]], np.float32)
     assert np.all(np.isfinite(x)) and x.astype(np.float64).sum() > FLOAT32_MAX  # each finite, the sum not
     assert abs(x.astype(np.float64) @ [1.0, -1.0, 1.0, -1.0]) < FLOAT32_MAX / 2  # the loss is finite
-    loss_net = LinearLoss()
+    loss_net = LinearLoss([[1.0, -1.0, 1.0, -1.0]])  # loss x @ w: finite here
     optimizer = nn.SGD(loss_net.trainable_params(), learning_rate=0.01)
     wrapper = TrainingWrapper(loss_net, optimizer, skip_nonfinite=True, compute_grad_norm=compute_grad_norm)
     wrapper.set_train()
@@ -167,16 +157,6 @@ def test_a_sweep_stops_at_its_bad_job_after_the_earlier_ones_ran(cifar10, tmp_pa
     assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0", "1"]  # job 2 never started
     assert [r["step"] for r in read_jsonl(sweep / "0" / "metrics.jsonl") if "train/loss" in r] == [5]
     assert not (sweep / "1" / "metrics.jsonl").exists() and not (sweep / "1" / ".hydra" / "config.yaml").exists()
-
-
-def processes_mentioning(text):
-    """Live processes whose command line contains `text` (every msrun process of a job names its run dir)."""
-    found = []
-    for process in psutil.process_iter(["cmdline", "status"]):
-        cmdline = " ".join(process.info["cmdline"] or [])
-        if text in cmdline and process.info["status"] != psutil.STATUS_ZOMBIE and process.pid != os.getpid():
-            found.append((process.pid, cmdline))
-    return found
 
 
 def test_hybrid_parallel_trains_on_cpu_and_sigterm_on_the_launcher_stops_every_process(cifar10, tmp_path):
