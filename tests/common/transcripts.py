@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import os
 import re
 import runpy
 import shlex
@@ -102,8 +103,9 @@ class Printed:
 
 
 def run_in_process(argv: List[str]) -> Printed:
-    """`python -m MODULE ARGS` as runpy runs it, in this process: trainkit's bad input fails before anything
-    compiles, so this costs a config composition rather than a MindSpore start-up per command."""
+    """`python -m MODULE ARGS` run in this process by runpy, the current directory first on the import path as
+    `python -m` puts it: trainkit's bad input fails before anything compiles, so a command costs a config
+    composition rather than a MindSpore start-up."""
     if argv[:2] != ["python", "-m"] or len(argv) < 3:
         raise ValueError(f"a transcript command must be `python -m MODULE ...`; got {shlex.join(argv)}")
     from hydra.core.global_hydra import GlobalHydra
@@ -111,15 +113,19 @@ def run_in_process(argv: List[str]) -> Printed:
     stdout, stderr = io.StringIO(), io.StringIO()
     root, trainkit_log = logging.getLogger(), logging.getLogger("trainkit")
     saved = (root.handlers[:], root.level, trainkit_log.handlers[:], trainkit_log.level, trainkit_log.propagate)
-    saved_argv, status = sys.argv, 0
+    saved_argv, saved_path, saved_modules, status = sys.argv, sys.path[:], set(sys.modules), 0
     sys.argv = [argv[2], *argv[3:]]
+    sys.path.insert(0, os.getcwd())
     try:
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
             runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
     except SystemExit as stop:
         status = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
     finally:
-        sys.argv = saved_argv
+        sys.argv, sys.path[:] = saved_argv, saved_path
+        for name in set(sys.modules) - saved_modules:  # a project's own modules, imported from the current directory
+            if str(getattr(sys.modules[name], "__file__", None) or "").startswith(os.getcwd()):
+                del sys.modules[name]
         for logger, handlers in ((root, saved[0]), (trainkit_log, saved[2])):
             for handler in logger.handlers:
                 if handler not in handlers:
