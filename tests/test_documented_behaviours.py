@@ -4,7 +4,8 @@
 * ``trainer.resume_data=fast`` continues with the same samples in the same order;
 * each resume mismatch the docs list is named in its message, a harmless difference is logged and allowed;
 * a ``-m`` sweep stops at its bad job, after the earlier ones ran;
-* ``parallel=hybrid_parallel`` trains on CPU, and SIGTERM on the launcher stops every process of the job.
+* ``parallel=hybrid_parallel`` trains on CPU, and SIGTERM or Ctrl-C on the launcher stops every process of the job
+  (with a non-zero status; how gracefully is the launcher's business).
 """
 import logging
 import os
@@ -159,7 +160,8 @@ def test_a_sweep_stops_at_its_bad_job_after_the_earlier_ones_ran(cifar10, tmp_pa
     assert not (sweep / "1" / "metrics.jsonl").exists() and not (sweep / "1" / ".hydra" / "config.yaml").exists()
 
 
-def test_hybrid_parallel_trains_on_cpu_and_sigterm_on_the_launcher_stops_every_process(cifar10, tmp_path):
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "ctrl_c"])
+def test_hybrid_parallel_trains_on_cpu_and_a_signal_to_the_launcher_stops_every_process(cifar10, tmp_path, stop):
     run_dir = tmp_path / "run"
     launcher = trainkit(*overrides(cifar10, "data.batch_size=4", "trainer.epochs=500", "trainer.save_checkpoints=false",
                                    "logger.log_every_n_steps=1", "parallel=hybrid_parallel", "parallel.workers=2",
@@ -174,7 +176,7 @@ def test_hybrid_parallel_trains_on_cpu_and_sigterm_on_the_launcher_stops_every_p
         assert records and launcher.poll() is None, "the job did not start training"
         workers = [pid for pid, cmdline in processes_mentioning(str(run_dir)) if pid != launcher.pid]
         assert len(workers) >= 3  # msrun, its scheduler and two workers (at least)
-        launcher.send_signal(signal.SIGTERM)
+        launcher.send_signal(stop)  # Ctrl-C: the terminal sends SIGINT to the launcher (msrun has its own session)
         _, stderr = launcher.communicate(timeout=120)
     finally:
         if launcher.poll() is None:
