@@ -20,9 +20,10 @@ from mindspore.train import Loss, Metric, Model
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit.callbacks import BestCheckpoint, Evaluation, NonFiniteStop, Progress, RunLog, TrainMetrics
+from trainkit.callbacks.train_metrics import checked_scalars
 from trainkit.callbacks.training_checkpoint import StartAt, TrainingCheckpoint
 from trainkit.checkpoint import TrainingCheckpoint as SavedCheckpoint
-from trainkit.config import best_mode, choice
+from trainkit.config import best_metric, best_mode, choice
 from trainkit.errors import ConfigError
 from trainkit.mixed_precision import Float32EvalCell, build_loss_network
 from trainkit.wrapper import TrainingWrapper
@@ -158,9 +159,17 @@ def build_wrapper(cfg: DictConfig, loss_network: nn.Cell, optimizer: nn.Optimize
                   "dynamic": lambda: amp.DynamicLossScaler(value, factor, window)}[kind]()
     factory = instantiate_group("wrapper", OmegaConf.create(node), _partial_=True)
     try:
-        return factory(loss_network, optimizer, loss_scale=loss_scale)
+        wrapper = factory(loss_network, optimizer, loss_scale=loss_scale)
     except (TypeError, ValueError) as error:
         raise group_error("wrapper", cfg.wrapper, error) from error
+    if not isinstance(wrapper, TrainingWrapper):
+        raise ConfigError(f"wrapper._target_={cfg.wrapper._target_} built a {type(wrapper).__name__}, not a "
+                          "trainkit.TrainingWrapper (subclass it)")
+    try:
+        checked_scalars(wrapper.logged_scalars())
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"wrapper ({cfg.wrapper._target_}).logged_scalars(): {error}") from error
+    return wrapper
 
 
 def build_model_runner(wrapper: TrainingWrapper, loss_network: nn.Cell, loss_fn: nn.Cell,
@@ -193,7 +202,7 @@ def build_callbacks(cfg: DictConfig, writer: bool, run_dir: Path, run_log: RunLo
     sinks_per_epoch = steps_per_epoch // sink_size if sink_size > 0 else 1
     model_epochs = trainer.epochs * sinks_per_epoch
     metrics_cb = TrainMetrics(run_log, samples_per_step=samples_per_step,
-                              log_every_n_steps=cfg.logger.log_every_n_steps)
+                              log_every_n_steps=cfg.logger.log_every_n_steps, scalars=wrapper.logged_scalars())
     if resumed:
         metrics_cb.skipped_steps = resumed.skipped_steps
     eval_interval = trainer.eval_interval * sinks_per_epoch if trainer.eval_interval else model_epochs
@@ -223,7 +232,7 @@ def build_callbacks(cfg: DictConfig, writer: bool, run_dir: Path, run_log: RunLo
     if evaluation is not None:
         callbacks.append(evaluation)
         if writer and trainer.save_checkpoints:
-            best = trainer.best_metric
+            best = best_metric(cfg)
             callbacks.append(BestCheckpoint(evaluation, checkpoints, metric=eval_tag(best),
                                             mode=best_mode(best, trainer.best_mode), network=wrapper))
     return RunCallbacks(callbacks + list(user_callbacks), metrics_cb, evaluation)

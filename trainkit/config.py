@@ -147,7 +147,7 @@ class TrainerConfig:
     save_checkpoints: bool = True
     keep_checkpoints: int = 3
     evaluate: bool = True
-    best_metric: str = "accuracy"
+    best_metric: Optional[str] = None
     best_mode: BestMode = BestMode.auto
     checkpoint_every_n_steps: int = 0
     resume: Optional[str] = None
@@ -321,6 +321,13 @@ def reported_metrics(cfg: DictConfig) -> list:
     return names
 
 
+def best_metric(cfg: DictConfig) -> str:
+    """``trainer.best_metric``, or when null the first name in ``metrics`` (``loss`` when there is none)."""
+    if cfg.trainer.best_metric is not None:
+        return cfg.trainer.best_metric
+    return reported_metrics(cfg)[0]
+
+
 def best_mode(metric: str, mode: Any) -> str:
     """``min`` or ``max``: `mode` unless it is ``auto``, else from the metric's name (min for a loss or error)."""
     mode = choice(mode)
@@ -332,7 +339,7 @@ def best_mode(metric: str, mode: Any) -> str:
 
 
 def _check_best_metric(cfg: DictConfig) -> None:
-    best, names = cfg.trainer.best_metric, reported_metrics(cfg)
+    best, names = best_metric(cfg), reported_metrics(cfg)
     if best in names:
         return
     if best.startswith("ema_") and cfg.wrapper.get("ema_decay") is None and best[4:] in names:
