@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional
 import mindspore as ms
 import mindspore.dataset as ds
 from hydra.errors import InstantiationException
-from hydra.utils import instantiate
+from hydra.utils import get_object, instantiate
 from mindspore import amp, nn
 from mindspore.train import Loss, Metric, Model
 from omegaconf import DictConfig, OmegaConf
@@ -26,6 +26,7 @@ from trainkit.checkpoint import TrainingCheckpoint as SavedCheckpoint
 from trainkit.config import best_metric, best_mode, choice
 from trainkit.errors import ConfigError
 from trainkit.mixed_precision import Float32EvalCell, build_loss_network
+from trainkit.targets import floats_where_expected, required_arguments
 from trainkit.wrapper import TrainingWrapper
 
 log = logging.getLogger("trainkit")
@@ -65,15 +66,19 @@ def model_args_from_data(model: DictConfig, data: Any) -> Dict[str, Any]:
     ``in_channels``, ``in_features``, ``out_features``, ...); a key set by hand must agree with the data (for
     ``num_classes``: at least the data's)."""
     filled = {}
+    required = required_arguments(get_object(model._target_))
     for key in model:
         key = str(key)
         if key.startswith("_"):
             continue
         attribute = key if getattr(data, key, None) is not None else DATA_ALIASES.get(key, key)
         actual = getattr(data, attribute, None)
+        given = model[key]
+        if given is None and actual is None and key in required:
+            raise ConfigError(f"model.{key} is null, and the data ({type(data).__name__}) has no {key} to fill it "
+                              f"from: set model.{key}")
         if actual is None or callable(actual):
             continue
-        given = model[key]
         if given is None:
             filled[key] = actual
         elif key == "num_classes":
@@ -142,6 +147,7 @@ def build_optimizer(cfg: DictConfig, backbone: nn.Cell, learning_rates: List[flo
     """``optimizer._target_(backbone.trainable_params(), learning_rate=learning_rates, **the other keys)``."""
     node = OmegaConf.to_container(cfg.optimizer, resolve=True)
     node.pop("lr")
+    node = floats_where_expected(node)
     factory = instantiate_group("optimizer", OmegaConf.create(node), _partial_=True)
     try:
         return factory(backbone.trainable_params(), learning_rate=learning_rates)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import inspect
 import typing
-from typing import Any, Iterator, List, Tuple
+from typing import Any, Dict, Iterator, List, Tuple
 
 from hydra.utils import get_object
 from omegaconf import DictConfig, ListConfig
@@ -91,6 +91,36 @@ def check_node(path: str, node: Any) -> None:
         _check_types(path, node, target)
 
 
+def floats_where_expected(node: Dict[str, Any]) -> Dict[str, Any]:
+    """`node` with integer values made floats where the target's default for that argument is a float.
+
+    ``optimizer.eps=1`` parses as an int on the command line, and MindSpore's optimizers check types strictly.
+    """
+    defaults = _defaults(get_object(node["_target_"]))
+    return {key: float(value) if isinstance(defaults.get(key), float) and type(value) is int else value
+            for key, value in node.items()}
+
+
+def required_arguments(target: Any) -> List[str]:
+    """The arguments of `target` without a default value."""
+    accepted, _ = accepted_arguments(target)
+    defaults = _defaults(target)
+    return [name for name in accepted if name not in defaults]
+
+
+def _defaults(target: Any) -> Dict[str, Any]:
+    functions = [cls.__dict__["__init__"] for cls in reversed(target.__mro__) if "__init__" in cls.__dict__] \
+        if inspect.isclass(target) else [target]
+    defaults: Dict[str, Any] = {}
+    for function in functions:
+        try:
+            parameters = _signature(function).parameters.values()
+        except (TypeError, ValueError):  # a C++ base class's __init__ (MindSpore's Cell_) has none to read
+            continue
+        defaults.update({p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty})
+    return defaults
+
+
 def locate(key: str, name: str) -> Any:
     """The object `name` imports to, or ConfigError naming `key`."""
     try:
@@ -112,7 +142,10 @@ def accepted_arguments(target: Any) -> Tuple[List[str], bool]:
         init = cls.__dict__.get("__init__")
         if init is None:
             continue
-        keywords, var_keyword = _keywords(_signature(init), skip_first=True)
+        try:
+            keywords, var_keyword = _keywords(_signature(init), skip_first=True)
+        except (TypeError, ValueError):  # an __init__ without a readable signature (C++): nothing to check against
+            return names, True
         names += [k for k in keywords if k not in names]
         if cls.__module__.startswith("mindspore"):  # MindSpore's **kwargs take only documented extras
             names += list(EXTRA_KEYWORDS.get(f"{cls.__module__}.{cls.__qualname__}", ()))
