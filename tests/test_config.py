@@ -5,7 +5,7 @@ import pytest
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from hydra.utils import instantiate
 
-from trainkit.config import check_config, compose_config, recipe_names
+from trainkit.config import best_metric, best_mode, check_config, compose_config, recipe_names
 from trainkit.errors import ConfigError
 
 GROUPS = ("amp", "parallel", "model", "data", "loss", "metrics", "optimizer", "lr_schedule", "wrapper", "trainer",
@@ -122,3 +122,17 @@ def test_impossible_values_name_the_key_and_what_is_valid(override, message):
     with pytest.raises(ConfigError) as error:
         check_config(compose_config(overrides))
     assert message in str(error.value)
+
+
+@pytest.mark.parametrize("metric, mode, expected", [
+    ("accuracy", "auto", "max"), ("ema_accuracy", "auto", "max"), ("loss", "auto", "min"), ("ema_loss", "auto", "min"),
+    ("mae", "auto", "min"), ("val_error", "auto", "min"), ("f1", "auto", "max"), ("mae", "max", "max"),
+])
+def test_best_mode_auto_minimises_losses_and_errors(metric, mode, expected):
+    assert best_mode(metric, mode) == expected
+
+
+def test_best_metric_null_is_the_first_metric():
+    assert best_metric(compose_config(["run_dir=unused"])) == "accuracy"
+    assert best_metric(compose_config(["metrics=regression", "run_dir=unused"])) == "mae"
+    assert best_metric(compose_config(["metrics=loss_only", "run_dir=unused"])) == "loss"

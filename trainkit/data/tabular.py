@@ -114,6 +114,11 @@ class SklearnTabularData:
         dataset = ds.NumpySlicesDataset({"features": features, "target": target}, shuffle=False, **shards)
         return dataset.batch(self.eval_batch_size or len(target))
 
+    @property
+    def eval_arrays(self) -> tuple:
+        """The test split as ``(features, target)`` NumPy arrays, as ``eval_dataset`` gives them."""
+        return self._arrays(train=False)
+
     def _arrays(self, train: bool) -> tuple:
         if self._train is None:
             self.prepare()
