@@ -344,7 +344,7 @@ def _check_best_metric(cfg: DictConfig) -> None:
         return
     if best.startswith("ema_") and cfg.wrapper.get("ema_decay") is None and best[4:] in names:
         raise ConfigError(f"trainer.best_metric={best} needs EMA weights: set wrapper.ema_decay "
-                          f"(e.g. 0.999) or pick {', '.join(names)}")
+                          f"(e.g. 0.999) or pick {'/'.join(names)}")
     raise ConfigError(f"trainer.best_metric={best!r} is not valid: use one of {', '.join(names)} (the loss and the "
                       f"names in metrics); {did_you_mean(best, names)}or trainer.evaluate=false to train without "
                       "evaluating")
