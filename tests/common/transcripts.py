@@ -1,6 +1,7 @@
 """Console transcripts in the docs: ```console blocks of `$ command` lines, each followed by what it prints.
 
-A shown line matches a printed line when it is equal, `...` standing for any text within the line; a line
+The blocks of one page are one session, run top to bottom in one directory, as a reader following the page
+would (a later block may use a run directory an earlier one made). A shown line matches a printed line when it is equal, `...` standing for any text within the line; a line
 that is only `...` stands for lines left out. `$ echo $?` shows the previous command's exit status.
 """
 from __future__ import annotations
@@ -38,21 +39,23 @@ class Command:
 
 @dataclass
 class Transcript:
+    """The console blocks of one page, their commands in order."""
+
     page: Path
-    line: int
     commands: List[Command]
 
     @property
     def name(self) -> str:
-        return f"{self.page.relative_to(REPO)}:{self.line}"
+        return str(self.page.relative_to(REPO))
 
 
 def transcripts(pages=USER_PAGES) -> Iterator[Transcript]:
     parser = MarkdownIt("commonmark")
     for page in pages:
-        for token in parser.parse(page.read_text(encoding="utf-8")):
-            if token.type == "fence" and token.info.strip() == "console":
-                yield Transcript(page, token.map[0] + 1, parse(token.content))
+        commands = [command for token in parser.parse(page.read_text(encoding="utf-8"))
+                    if token.type == "fence" and token.info.strip() == "console" for command in parse(token.content)]
+        if commands:
+            yield Transcript(page, commands)
 
 
 def parse(content: str) -> List[Command]:
