@@ -29,7 +29,7 @@ os.environ["GLOG_v"] = _mindspore_log_level(sys.argv[1:])  # before anything imp
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from trainkit.config import register_configs  # noqa: E402
+from trainkit.config import best_metric, register_configs  # noqa: E402
 from trainkit.errors import ConfigError, DataError, RunDirectoryInUse, RunInterrupted, TrainingError  # noqa: E402
 
 register_configs()
@@ -70,7 +70,7 @@ def _hydra_main(cfg: DictConfig) -> float:
         print(f"trainkit: error: the run crashed ({type(error).__name__}); the full traceback is in "
               f"{_log_file()}", file=sys.stderr)
         sys.exit(1)
-    return result.metrics.get("accuracy", float("nan"))  # the objective for Hydra sweepers
+    return result.metrics.get(best_metric(cfg), float("nan"))  # the objective for Hydra sweepers
 
 
 def _log_file() -> str:

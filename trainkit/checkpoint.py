@@ -32,8 +32,8 @@ _NAME = re.compile(rf"^{PREFIX}-(\d+)_(\d+)\.ckpt$")
 
 # The config keys an exact resume depends on: a different value changes the parameters' shapes, the data
 # order or the step sequence. Differences elsewhere (clipping, logging, evaluation...) are allowed and logged.
-RESUME_KEYS = ("model", "data._target_", "data.batch_size", "data.image_size", "optimizer", "wrapper._target_",
-               "wrapper.accumulation_steps", "trainer.seed")
+RESUME_KEYS = ("model", "data._target_", "data.batch_size", "data.image_size", "loss", "optimizer",
+               "wrapper._target_", "wrapper.accumulation_steps", "trainer.seed")
 # Keys that reach the past only through the learning rate of each update: a change is allowed when every update
 # already taken keeps its rate (more epochs of a constant schedule, or of a step schedule whose milestones lie
 # ahead), and refused otherwise (a cosine stretched over more epochs changes every rate).

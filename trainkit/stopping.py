@@ -53,10 +53,10 @@ def stop_callbacks(cfg: DictConfig, evaluation: Any, checkpointer: Any, checkpoi
 
 
 def early_stopping_mode(early: DictConfig) -> str:
-    """``min`` for a loss, ``max`` for an accuracy, unless the config says."""
-    if early.mode != "auto":
-        return early.mode
-    return "min" if str(early.metric).endswith("loss") else "max"
+    """``min`` for a loss or an error, ``max`` otherwise, unless the config says (as ``trainer.best_mode``)."""
+    from trainkit.config import best_mode
+
+    return best_mode(str(early.metric), early.mode)
 
 
 def check_not_finished_early(checkpoint: Any, run_dir: Path) -> None:
