@@ -46,7 +46,9 @@ class SignalStop(Callback):
     loaded 2-core CPU, against 5 ms for a tiny model's step), so it does not run every step: each agreement also
     settles, from every rank's measured step time and agreement cost, how many steps to the next one -- as many
     as keep its cost under `AGREEMENT_OVERHEAD` of the training time, but at most `AGREEMENT_LATENCY` seconds of
-    training apart (at least every step); the smallest rank's proposal wins. Every rank gets the same number from
+    training apart (at least every step), and at most twice the previous spacing (steps 1, 2, 4, 8, ...: one early
+    step time, e.g. of batches prefetched during compilation, does not decide alone); the smallest rank's proposal
+    wins. Every rank gets the same number from
     the all-reduce, so they meet. A second signal restores the default action and re-sends the signal to this process:
     it ends at once (exit status 128 + signal in a shell).
 
@@ -68,6 +70,7 @@ class SignalStop(Callback):
         self._next_agreement: Optional[int] = None
         self._last_agreement: Optional[Tuple[int, float]] = None  # (step, time) of the last one
         self._agreement_seconds: Optional[float] = None
+        self._interval = 1  # steps between the last two agreements: the next is at most twice as far
         self.received: Optional[int] = None  # the first signal's number
         self.stopped: Optional[Dict] = None  # {"signal", "step", "epoch", "checkpoint"} once stopped
         self._previous: Dict[int, object] = {}
@@ -104,6 +107,7 @@ class SignalStop(Callback):
         self._global_step.reset()
         self._last_epoch = None
         self._next_agreement = self._last_agreement = None
+        self._interval = 1
         self.install()
 
     def on_train_epoch_begin(self, run_context) -> None:
@@ -145,14 +149,15 @@ class SignalStop(Callback):
         if self._last_agreement is not None and self._agreement_seconds is not None and step > self._last_agreement[0]:
             step_seconds = max((now - self._last_agreement[1]) / (step - self._last_agreement[0]), 1e-6)
             by_cost = math.ceil(self._agreement_seconds / (AGREEMENT_OVERHEAD * step_seconds))
-            proposal = max(1, min(by_cost, int(AGREEMENT_LATENCY / step_seconds)))
+            proposal = max(1, min(by_cost, int(AGREEMENT_LATENCY / step_seconds), 2 * self._interval))
         stop, steps = self.agree(self.received is not None, proposal)
         done = time.perf_counter()
         self.agreements += 1
         self._agreement_seconds = done - now
         self.agreement_seconds += done - now
         self._last_agreement = (step, done)
-        self._next_agreement = step + max(1, steps)
+        self._interval = max(1, steps)
+        self._next_agreement = step + self._interval
         return stop
 
 
