@@ -55,7 +55,7 @@ class TorchStep:
     """One PyTorch SGD-momentum step of ResNet-50 on a fixed batch, with the chosen features."""
 
     def __init__(self, batch: int, image: int, *, scaler: bool = False, clip: bool = False, ema: bool = False,
-                 accumulation: int = 1):
+                 accumulation: int = 1, tiny: bool = False):
         import torch
 
         from bench.torch_resnet import ResNet50
@@ -63,7 +63,7 @@ class TorchStep:
         torch.set_num_threads(threads())
         torch.manual_seed(0)
         self.torch = torch
-        self.model = ResNet50().train()
+        self.model = (_tiny_torch_cnn(torch) if tiny else ResNet50()).train()
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
         self.loss = torch.nn.CrossEntropyLoss()
         generator = torch.Generator().manual_seed(0)
@@ -99,7 +99,15 @@ class TorchStep:
         return loss.item()
 
 
-def _torch_sides(batch: int, micro: int, image: int, warmup: int) -> Dict[str, Callable[[], object]]:
+def _tiny_torch_cnn(torch):
+    """The smoke test's stand-in for ResNet-50: it only proves the PyTorch side runs."""
+    nn_ = torch.nn
+    return nn_.Sequential(nn_.Conv2d(3, 8, 3, padding=1), nn_.BatchNorm2d(8), nn_.ReLU(), nn_.AdaptiveAvgPool2d(1),
+                          nn_.Flatten(), nn_.Linear(8, 10))
+
+
+def _torch_sides(features: dict, batch: int, micro: int, image: int, warmup: int,
+                 tiny: bool) -> Dict[str, Callable[[], object]]:
     flags = {
         "dynamic loss scale + skip check": dict(scaler=True),
         "clipping": dict(clip=True),
@@ -107,9 +115,9 @@ def _torch_sides(batch: int, micro: int, image: int, warmup: int) -> Dict[str, C
         "accumulation, 4 micro-batches": dict(accumulation=K),
         "everything at once": dict(scaler=True, clip=True, ema=True, accumulation=K),
     }
-    steps = {"bare": TorchStep(batch, image), "bare micro": TorchStep(micro, image)}
-    for feature, (_, window) in FEATURES.items():
-        steps[feature] = TorchStep(micro if window else batch, image, **flags[feature])
+    steps = {"bare": TorchStep(batch, image, tiny=tiny), "bare micro": TorchStep(micro, image, tiny=tiny)}
+    for feature, (_, window) in features.items():
+        steps[feature] = TorchStep(micro if window else batch, image, tiny=tiny, **flags[feature])
     for step in steps.values():
         for _ in range(1 + warmup):
             step.step()
@@ -118,7 +126,9 @@ def _torch_sides(batch: int, micro: int, image: int, warmup: int) -> Dict[str, C
 
 def run(settings: Settings) -> List[Row]:
     micro = max(settings.batch // K, 2)  # batch norm needs 2 samples
-    if settings.smoke:  # proves the rows run: MindSpore's small CNN, no ResNet-50 compiles
+    features = FEATURES
+    if settings.smoke:  # proves the rows run: small CNNs on both sides, one feature row, no ResNet-50 compiles
+        features = {name: FEATURES[name] for name in ("everything at once",)}
         builder, channels, image, model = (lambda: SmallCNN(num_classes=10, in_channels=3)), 3, 8, "small_cnn"
     else:
         builder, channels, image, model = (lambda: resnet50(num_classes=10)), 3, settings.image, "resnet50"
@@ -134,20 +144,21 @@ def run(settings: Settings) -> List[Row]:
     sides: Dict[str, Callable[[], object]] = {}
     mindspore_steps = {"bare": _mindspore_step(builder, settings.batch, image, channels, settings.warmup),
                        "bare micro": _mindspore_step(builder, micro, image, channels, settings.warmup)}
-    for feature, (arguments, window) in FEATURES.items():
+    for feature, (arguments, window) in features.items():
         mindspore_steps[feature] = _mindspore_step(builder, micro if window else settings.batch, image, channels,
                                                    settings.warmup, **arguments())
     for name, stepper in mindspore_steps.items():
         window = name == "bare micro" or FEATURES.get(name, (None, False))[1]
         sides["ms " + name] = stepper.run(K * steps if window else steps)
-    for name, call in _torch_sides(settings.batch, micro, image, settings.warmup).items():
+    for name, call in _torch_sides(features, settings.batch, micro, image, settings.warmup,
+                                          settings.smoke).items():
         # a PyTorch window is one call of K micro-batches; its bare side K calls of one
         calls = K * steps if name == "bare micro" else steps
         sides["torch " + name] = (lambda call=call, calls=calls: [call() for _ in range(calls)])
     seconds = alternate(sides, settings.reps)
     where = {**where, "torch": torch.__version__, "torch_threads": torch.get_num_threads()}
     rows = []
-    for feature, (_, window) in FEATURES.items():
+    for feature, (_, window) in features.items():
         bare = "bare micro" if window else "bare"
         ours, ours_spread = ratio(seconds, "ms " + feature, "ms " + bare)
         theirs, theirs_spread = ratio(seconds, "torch " + feature, "torch " + bare)

@@ -13,6 +13,10 @@ from trainkit.checks import check_number
 from trainkit.ema import ExponentialMovingAverage, ema_source_parameters
 from trainkit.loss_scale import LossScaleArg, make_loss_scaler, next_dynamic_scale
 
+#: The Parameters of ``metrics_on_device``: metrics read and reset by TrainMetrics, not training state, so
+#: training checkpoints leave them out.
+RUNNING_TOTALS = ("_loss_total", "_skipped_total", "_last_grad_norm")
+
 _add = ops.MultitypeFuncGraph("add")
 _add_into = ops.MultitypeFuncGraph("add_into")
 _copy = ops.MultitypeFuncGraph("copy")
