@@ -459,7 +459,7 @@ class TrainingWrapper(nn.Cell):
         ops.assign_add(self._loss_total, loss.astype(mstype.float32))
         ops.assign_add(self._skipped_total, overflow.astype(mstype.int32))
         if self.compute_grad_norm:
-            ops.assign(self._last_grad_norm, ops.select(grad_norm > 0, grad_norm, self._last_grad_norm))
+            ops.assign(self._last_grad_norm, ops.select(grad_norm != 0, grad_norm, self._last_grad_norm))
 
     def running_totals(self) -> Dict[str, Parameter]:
         """What ``TrainMetrics`` reads at record time when ``metrics_on_device`` is on (else ``{}``).
