@@ -24,7 +24,7 @@ from mindspore import nn
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit.errors import CheckpointError, ConfigError, DataError
-from trainkit.wrapper import RUNNING_TOTALS
+from trainkit.wrapper import NOT_CHECKPOINTED, RUNNING_TOTALS
 
 log = logging.getLogger("trainkit")
 
@@ -87,8 +87,8 @@ def save_training_checkpoint(wrapper: nn.Cell, path: Path, position: Position, *
     if config is not None:
         append["trainkit_config"] = OmegaConf.to_yaml(config, resolve=True)
     path = Path(path)
-    # written as <name>.tmp, then renamed; the wrapper's running totals are metrics, not state (see restore)
-    ms.save_checkpoint(wrapper, str(path), append_dict=append, choice_func=lambda name: name not in RUNNING_TOTALS)
+    # written as <name>.tmp, then renamed; the wrapper's running loss sum and norm are metrics, not state
+    ms.save_checkpoint(wrapper, str(path), append_dict=append, choice_func=lambda name: name not in NOT_CHECKPOINTED)
     _fsync(path)
     _fsync(path.parent)
     return path
@@ -201,7 +201,7 @@ def check_resumable(checkpoint: TrainingCheckpoint, cfg: DictConfig, network: nn
 def restore(checkpoint: TrainingCheckpoint, network: nn.Cell) -> None:
     """Load every Parameter of `network` from `checkpoint` (checked first by :func:`check_resumable`)."""
     not_loaded, _ = ms.load_param_into_net(network, dict(checkpoint.parameters), strict_load=True)
-    not_loaded = [name for name in not_loaded if name not in RUNNING_TOTALS]  # never saved; TrainMetrics resets them
+    not_loaded = [name for name in not_loaded if name not in RUNNING_TOTALS]  # metrics; absent from older files
     if not_loaded:
         raise ConfigError(f"checkpoint {checkpoint.path}: {_listing(not_loaded)} could not be loaded")
 

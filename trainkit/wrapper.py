@@ -13,9 +13,12 @@ from trainkit.checks import check_number
 from trainkit.ema import ExponentialMovingAverage, ema_source_parameters
 from trainkit.loss_scale import LossScaleArg, make_loss_scaler, next_dynamic_scale
 
-#: The Parameters of ``metrics_on_device``: metrics read and reset by TrainMetrics, not training state, so
-#: training checkpoints leave them out.
+#: The Parameters of ``metrics_on_device``. The loss sum and the latest gradient norm are metrics, read (and the
+#: sum reset) by TrainMetrics, that may hold NaN after a skipped window: training checkpoints leave them out, so
+#: a "last good state" is finite. The skipped count is saved, so a resumed wrapper's state is the uninterrupted
+#: one's bit for bit.
 RUNNING_TOTALS = ("_loss_total", "_skipped_total", "_last_grad_norm")
+NOT_CHECKPOINTED = ("_loss_total", "_last_grad_norm")
 
 _add = ops.MultitypeFuncGraph("add")
 _add_into = ops.MultitypeFuncGraph("add_into")
