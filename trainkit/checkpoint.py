@@ -210,8 +210,9 @@ def restore(checkpoint: TrainingCheckpoint, network: nn.Cell) -> None:
 def _check_parameters(checkpoint: TrainingCheckpoint, network: nn.Cell) -> None:
     saved = checkpoint.parameters
     own = {p.name: p for p in network.get_parameters()}
-    missing = [name for name in own if name not in saved]
-    unknown = [name for name in saved if name not in own]
+    # The wrapper's running totals (metrics_on_device) may be on either side alone: metrics, not the model's state.
+    missing = [name for name in own if name not in saved and name not in RUNNING_TOTALS]
+    unknown = [name for name in saved if name not in own and name not in RUNNING_TOTALS]
     mismatched = [f"{name} {tuple(saved[name].shape)} in the checkpoint, {tuple(p.shape)} here"
                   for name, p in own.items() if name in saved and tuple(saved[name].shape) != tuple(p.shape)]
     mismatched += [f"{name} {saved[name].dtype} in the checkpoint, {p.dtype} here"
