@@ -24,7 +24,7 @@ from mindspore import nn
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit.errors import CheckpointError, ConfigError, DataError
-from trainkit.wrapper import NOT_CHECKPOINTED, RUNNING_TOTALS
+from trainkit.wrapper import RUNNING_TOTALS
 
 log = logging.getLogger("trainkit")
 
@@ -87,8 +87,7 @@ def save_training_checkpoint(wrapper: nn.Cell, path: Path, position: Position, *
     if config is not None:
         append["trainkit_config"] = OmegaConf.to_yaml(config, resolve=True)
     path = Path(path)
-    # written as <name>.tmp, then renamed; the wrapper's running loss sum and norm are metrics, not state
-    ms.save_checkpoint(wrapper, str(path), append_dict=append, choice_func=lambda name: name not in NOT_CHECKPOINTED)
+    ms.save_checkpoint(wrapper, str(path), append_dict=append)  # written as <name>.tmp, then renamed
     _fsync(path)
     _fsync(path.parent)
     return path

@@ -13,12 +13,10 @@ from trainkit.checks import check_number
 from trainkit.ema import ExponentialMovingAverage, ema_source_parameters
 from trainkit.loss_scale import LossScaleArg, make_loss_scaler, next_dynamic_scale
 
-#: The Parameters of ``metrics_on_device``. The loss sum and the latest gradient norm are metrics, read (and the
-#: sum reset) by TrainMetrics, that may hold NaN after a skipped window: training checkpoints leave them out, so
-#: a "last good state" is finite. The skipped count is saved, so a resumed wrapper's state is the uninterrupted
-#: one's bit for bit.
-RUNNING_TOTALS = ("_loss_total", "_skipped_total", "_last_grad_norm")
-NOT_CHECKPOINTED = ("_loss_total", "_last_grad_norm")
+#: The Parameters of ``metrics_on_device``: always finite (a non-finite loss is counted, not summed; a non-finite
+#: norm is not kept), so a checkpoint of a diverging run's last good state stays finite. Saved with the rest;
+#: a resume tolerates their absence on either side (``checkpoint.restore``).
+RUNNING_TOTALS = ("_loss_total", "_nonfinite_losses", "_skipped_total", "_last_grad_norm")
 
 _add = ops.MultitypeFuncGraph("add")
 _add_into = ops.MultitypeFuncGraph("add_into")
@@ -252,6 +250,7 @@ class TrainingWrapper(nn.Cell):
         self.metrics_on_device = bool(metrics_on_device)
         if self.metrics_on_device:
             self._loss_total = Parameter(Tensor(0.0, mstype.float32), name="_loss_total", requires_grad=False)
+            self._nonfinite_losses = Parameter(Tensor(0, mstype.int32), name="_nonfinite_losses", requires_grad=False)
             self._skipped_total = Parameter(Tensor(0, mstype.int32), name="_skipped_total", requires_grad=False)
             if self.compute_grad_norm:
                 self._last_grad_norm = Parameter(Tensor(0.0, mstype.float32), name="_last_grad_norm",
@@ -459,21 +458,27 @@ class TrainingWrapper(nn.Cell):
     # ------------------------------------------------------ metrics on the device
     def add_to_running_totals(self, loss: Tensor, overflow: Tensor, grad_norm: Tensor) -> None:
         """Add this call to ``running_totals`` (``metrics_on_device`` only)."""
-        ops.assign_add(self._loss_total, loss.astype(mstype.float32))
+        loss = loss.astype(mstype.float32)
+        finite = ops.isfinite(loss)
+        ops.assign_add(self._loss_total, ops.select(finite, loss, self._zero))
+        ops.assign_add(self._nonfinite_losses, ops.logical_not(finite).astype(mstype.int32))
         ops.assign_add(self._skipped_total, overflow.astype(mstype.int32))
         if self.compute_grad_norm:
-            ops.assign(self._last_grad_norm, ops.select(grad_norm != 0, grad_norm, self._last_grad_norm))
+            kept = ops.logical_and(grad_norm != 0, ops.isfinite(grad_norm))
+            ops.assign(self._last_grad_norm, ops.select(kept, grad_norm, self._last_grad_norm))
 
     def running_totals(self) -> Dict[str, Parameter]:
         """What ``TrainMetrics`` reads at record time when ``metrics_on_device`` is on (else ``{}``).
 
-        * ``loss_sum``: the sum of the calls' losses since ``TrainMetrics`` last set it to 0;
-        * ``skipped_steps``: the number of skipped windows so far (saved with the checkpoint);
-        * ``grad_norm``: the gradient norm of the latest window that computed one (0 before).
+        * ``loss_sum``: the sum of the calls' finite losses since ``TrainMetrics`` last set it to 0;
+        * ``nonfinite_losses``: how many calls' losses were not finite, so far;
+        * ``skipped_steps``: the number of skipped windows so far;
+        * ``grad_norm``: the finite gradient norm of the latest window that computed one (0 before).
         """
         if not self.metrics_on_device:
             return {}
-        totals = {"loss_sum": self._loss_total, "skipped_steps": self._skipped_total}
+        totals = {"loss_sum": self._loss_total, "nonfinite_losses": self._nonfinite_losses,
+                  "skipped_steps": self._skipped_total}
         if self.compute_grad_norm:
             totals["grad_norm"] = self._last_grad_norm
         return totals

@@ -131,7 +131,8 @@ class TrainMetrics(Callback):
     count and the latest gradient norm on the device (``TrainingWrapper.running_totals``): they are read once per
     record, with the subclass's ``logged_scalars()`` (each recorded as ``train/<name>``), and no step waits for
     the host. ``train/loss`` is then the mean over every call since the previous record (in sink mode too), and
-    ``train/grad_norm`` the norm of the latest window that computed one. Any other network's outputs are read
+    ``train/grad_norm`` the finite norm of the latest window that computed one (a record whose interval saw a
+    non-finite loss has ``train/loss`` NaN, as with per-step reads). Any other network's outputs are read
     every step (a device sync), as MindSpore's LossMonitor does.
 
     Args:
@@ -166,6 +167,7 @@ class TrainMetrics(Callback):
         self._network: Any = None
         self._totals: Dict[str, Any] = {}  # the network's running_totals() when it keeps them on the device
         self._device_skipped_start = 0
+        self._nonfinite_seen = 0  # the network's count of non-finite losses at the previous record
 
     @property
     def skipped_steps(self) -> int:
@@ -195,8 +197,9 @@ class TrainMetrics(Callback):
         totals = getattr(self._network, "running_totals", None)
         skipped = self.skipped_steps
         self._totals = dict(totals()) if callable(totals) else {}
-        if self._totals:  # a checkpoint may hold a partial interval's sum; the count goes on from here
+        if self._totals:  # a checkpoint may hold a partial interval's sum; the counts go on from here
             _set_zero(self._totals["loss_sum"])
+            self._nonfinite_seen = int(_scalar(self._totals["nonfinite_losses"]))
             self.skipped_steps = skipped
         self._global_step.reset()
         self._last_record_step = None
@@ -287,7 +290,10 @@ class TrainMetrics(Callback):
         """The device's running totals, read once for this record; the loss sum starts again from 0."""
         values: Dict[str, float] = {}
         if self._calls_since_record:
-            values["train/loss"] = _scalar(self._totals["loss_sum"]) / self._calls_since_record
+            nonfinite = int(_scalar(self._totals["nonfinite_losses"]))
+            mean = _scalar(self._totals["loss_sum"]) / self._calls_since_record
+            values["train/loss"] = mean if nonfinite == self._nonfinite_seen else float("nan")
+            self._nonfinite_seen = nonfinite
             _set_zero(self._totals["loss_sum"])
             self.current_loss = values["train/loss"]
         self._scale = getattr(self._network, "loss_scale_value", 1.0)  # a wrapper without scaling outputs 1.0
