@@ -20,8 +20,18 @@ from typing import Callable, Dict, List, Optional
 import mindspore as ms
 from mindspore import nn
 
-from bench.common import Row, Settings, Stepper, alternate, batch_tensors, loss_network, median_ms, ratio, setup, \
-    threads
+from bench.common import (
+    Row,
+    Settings,
+    Stepper,
+    alternate,
+    batch_tensors,
+    loss_network,
+    median_ms,
+    ratio,
+    setup,
+    threads,
+)
 from bench.conv_impl import torch_available
 from trainkit import TrainingWrapper
 from trainkit.models import SmallCNN, resnet50
