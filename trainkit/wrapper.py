@@ -483,9 +483,15 @@ class TrainingWrapper(nn.Cell):
             totals["grad_norm"] = self._last_grad_norm
         return totals
 
-    def logged_scalars(self) -> Dict[str, Tensor]:
-        """Extra values a subclass wants recorded: ``{name: Parameter}``, read by ``TrainMetrics`` once per
-        record and logged as ``train/<name>`` (no read per step). None here."""
+    # ----------------------------------------------------------------- what the app records (issue 12's hook)
+    def logged_scalars(self) -> Dict[str, Parameter]:
+        """Scalars to record as ``train/<name>`` at each record (TensorBoard and metrics.jsonl); none here.
+
+        Override in a subclass to log state of your own: return one-element Parameters that ``construct`` updates
+        (``ops.assign``/``ops.assign_add``). ``TrainMetrics`` reads them only when it records, every
+        ``logger.log_every_n_steps`` steps, so logging them costs no device sync per step. Being Parameters of the
+        wrapper, they are saved in checkpoints and restored on resume too.
+        """
         return {}
 
 

@@ -213,7 +213,7 @@ def test_a_resumed_run_continues_the_global_step(graph_mode, tmp_path):
 
 
 class CountsCalls(TrainingWrapper):
-    """A subclass with a scalar of its own, logged through logged_scalars() (no read per step)."""
+    """A subclass with a scalar of its own, logged through logged_scalars() alongside the running totals."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -238,7 +238,7 @@ def test_running_totals_on_the_device_record_the_same_curves(graph_mode, tmp_pat
                           accumulation_steps=k, metrics_on_device=True)
     spy = LossSpy()
     with RunLog(tmp_path) as log:
-        metrics = TrainMetrics(log, samples_per_step=BATCH, log_every_n_steps=every)
+        metrics = TrainMetrics(log, samples_per_step=BATCH, log_every_n_steps=every, scalars=wrapper.logged_scalars())
         ms.train.Model(wrapper).train(2, dataset_with_nan(steps, nan_at), callbacks=[spy, metrics],
                                       dataset_sink_mode=False)
     records = read_records(tmp_path / "metrics.jsonl")
