@@ -130,8 +130,9 @@ class TrainMetrics(Callback):
     Reads: a TrainingWrapper built with ``metrics_on_device=True`` (the app's) keeps the loss sum, the skipped
     count and the latest gradient norm on the device (``TrainingWrapper.running_totals``): they are read once per
     record, like ``scalars``, and no step waits for the host. ``train/loss`` is then the mean over every call
-    since the previous record (in sink mode too), and ``train/grad_norm`` the finite norm of the latest window that computed one (a record whose interval saw a
-    non-finite loss has ``train/loss`` NaN, as with per-step reads). Any other network's outputs are read
+    since the previous record (in sink mode too), and ``train/grad_norm`` the finite norm of the latest window
+    that computed one (a record whose interval saw a non-finite loss has ``train/loss`` NaN, as with per-step
+    reads). Any other network's outputs are read
     every step (a device sync), as MindSpore's LossMonitor does.
 
     ``scalars`` (e.g. ``TrainingWrapper.logged_scalars()``) are recorded as ``train/<name>`` with their values at
