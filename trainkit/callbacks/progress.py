@@ -117,6 +117,8 @@ class Progress(Callback):
 
     def on_train_epoch_end(self, run_context) -> None:
         step = int(run_context.original_args().cur_step_num)
+        if self.train_metrics is not None:  # its epoch-end record (made before this runs) is the epoch's last value
+            self._loss = self.train_metrics.current_loss
         elapsed = time.perf_counter() - self._epoch_start_time
         if self._tty:
             self._draw(f"{self.status_line(step)}  epoch time {format_duration(elapsed)}")
