@@ -152,8 +152,9 @@ def run(settings: Settings) -> List[Row]:
 
     steps = settings.large_steps
     sides: Dict[str, Callable[[], object]] = {}
-    mindspore_steps = {"bare": _mindspore_step(builder, settings.batch, image, channels, settings.warmup),
-                       "bare micro": _mindspore_step(builder, micro, image, channels, settings.warmup)}
+    mindspore_steps = {"bare micro": _mindspore_step(builder, micro, image, channels, settings.warmup)}
+    if any(not window for _, window in features.values()):
+        mindspore_steps["bare"] = _mindspore_step(builder, settings.batch, image, channels, settings.warmup)
     for feature, (arguments, window) in features.items():
         mindspore_steps[feature] = _mindspore_step(builder, micro if window else settings.batch, image, channels,
                                                    settings.warmup, **arguments())
