@@ -187,7 +187,8 @@ def torch_names(model: Any, network: nn.Cell, rules: Sequence[Rule]) -> Dict[str
     return names
 
 
-def print_table(rows: Sequence[LayerRow], stream=sys.stdout) -> None:
+def print_table(rows: Sequence[LayerRow], stream=None) -> None:
+    stream = sys.stdout if stream is None else stream
     with_diff = any(row.max_abs_diff is not None for row in rows)
     width = max([len(row.name) for row in rows] + [5])
     header = f"{'layer':<{width}}  {'shape':<14} {'dtype':<8} {'mean':>10} {'std':>10} {'min':>10} {'max':>10} " \

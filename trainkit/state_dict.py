@@ -126,7 +126,7 @@ def _unwrap(path: Path, loaded: Any, dtypes: Dict[str, str], key: Optional[str])
     if not isinstance(loaded, Mapping):
         raise CheckpointError(f"{path} holds a {type(loaded).__name__}, not a state dict (a dict of tensors): save "
                               "model.state_dict(), not the model")
-    entry = None
+    entry, top_level = None, loaded
     if key is not None:
         if key not in loaded:
             raise CheckpointError(f"{path} has no entry {key!r} (--key); its entries: {_names(loaded)}")
@@ -150,7 +150,7 @@ def _unwrap(path: Path, loaded: Any, dtypes: Dict[str, str], key: Optional[str])
             source_dtypes[name] = dtype
     for name, array in tensors.items():
         source_dtypes.setdefault(name, str(array.dtype))
-    ignored = [str(k) for k in loaded if k not in tensors]
+    ignored = [str(k) for k in (top_level if entry else loaded) if k != entry and k not in tensors]
     return StateDict(path, tensors, source_dtypes, entry, ignored)
 
 
