@@ -289,7 +289,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     weights = Path(args.weights)
     rules = load_rules(args.mapping) if args.mapping else []
-    torch_arguments = _parse_arguments(args.torch_arg)
+    model = None  # the PyTorch side, checked before anything runs
+    if args.torch_model:
+        torch_weights = args.torch_weights or (weights if weights.suffix not in MINDSPORE_SUFFIXES else None)
+        if torch_weights is None:
+            raise ConfigError("--torch-model needs the PyTorch weights: --torch-weights PATH (WEIGHTS is a MindSpore "
+                              "checkpoint)")
+        model = import_model(args.torch_model, _parse_arguments(args.torch_arg))
+        load_torch_weights(model, torch_weights, args.key)
     cfg = tool_config(args.overrides)
     set_device(cfg)
     data = build_data(cfg)
@@ -312,13 +319,7 @@ def _run(args: argparse.Namespace) -> int:
         batch = fixed_batch(_input_shape(cfg, data, args.batch_size, args.input_shape), args.seed)
     outputs = network_outputs(network, batch)
     reference, reference_names = None, None
-    if args.torch_model:
-        torch_weights = args.torch_weights or (weights if weights.suffix not in MINDSPORE_SUFFIXES else None)
-        if torch_weights is None:
-            raise ConfigError("--torch-model needs the PyTorch weights: --torch-weights PATH (WEIGHTS is a MindSpore "
-                              "checkpoint)")
-        model = import_model(args.torch_model, torch_arguments)
-        load_torch_weights(model, torch_weights, args.key)
+    if model is not None:
         names = torch_names(model, network, rules)
         reference, reference_names = {}, {}
         for key, value in torch_outputs(model, batch).items():
