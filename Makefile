@@ -5,10 +5,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 export GLOG_v := 3
 
-.PHONY: help train test bench lint clean
+.PHONY: help train test bench lint docs docs-serve clean
 
 help:  ## list the targets
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(not (3, 9) <= sys.version_info[:2] <= (3, 12))' || \
@@ -33,5 +33,11 @@ lint: $(STAMP)  ## check the code with ruff
 	$(BIN)/python -m pip install --quiet ruff
 	$(BIN)/python -m ruff check trainkit tests bench
 
+docs: $(STAMP)  ## build the docs site (MkDocs Material, strict) into site/
+	$(BIN)/python -m mkdocs build --strict --site-dir site
+
+docs-serve: $(STAMP)  ## preview the docs site at http://127.0.0.1:8000, rebuilt as you edit
+	$(BIN)/python -m mkdocs serve
+
 clean:  ## remove the virtual environment and caches
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) .pytest_cache build site *.egg-info
