@@ -7,6 +7,7 @@ from hydra.utils import instantiate
 
 from trainkit.config import check_config, compose_config, recipe_names
 from trainkit.errors import ConfigError
+from trainkit.finetune import model_arguments
 
 GROUPS = ("amp", "parallel", "model", "data", "optimizer", "lr_schedule", "wrapper", "trainer", "logger")
 
@@ -27,7 +28,7 @@ def test_every_group_option_composes_and_passes_the_checks(group, tmp_path):
 def test_every_recipe_composes_and_builds_its_parts(recipe, tmp_path):
     cfg = compose_config([f"recipe={recipe}", f"run_dir={tmp_path}", "model=resnet18"])
     check_config(cfg)
-    assert instantiate(cfg.model, num_classes=10, in_channels=3) is not None
+    assert instantiate(model_arguments(cfg.model), num_classes=10, in_channels=3) is not None
     assert instantiate(cfg.data) is not None
     schedule = instantiate(cfg.lr_schedule)
     assert len(schedule(lr=cfg.optimizer.lr, epochs=cfg.trainer.epochs, updates_per_epoch=3)) == 3 * cfg.trainer.epochs
@@ -36,7 +37,7 @@ def test_every_recipe_composes_and_builds_its_parts(recipe, tmp_path):
 def test_every_model_option_builds():
     for option in options("model"):
         cfg = compose_config([f"model={option}", "run_dir=unused"])
-        assert instantiate(cfg.model, num_classes=10, in_channels=3) is not None, option
+        assert instantiate(model_arguments(cfg.model), num_classes=10, in_channels=3) is not None, option
 
 
 def test_resnet50_cifar10_recipe_is_the_seed_recipe():

@@ -16,8 +16,10 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from trainkit import build
 from trainkit.config import compose_config
 from trainkit.errors import ConfigError
+from trainkit.finetune import model_arguments
 
 RUN_KEY = "run="
 _ABSENT = object()
@@ -71,9 +73,7 @@ def set_device(cfg: DictConfig) -> None:
 
 def build_data(cfg: DictConfig):
     """The data module `cfg.data` describes (not prepared: no files are read)."""
-    from trainkit.app import _instantiate
-
-    return _instantiate("data", cfg.data)
+    return build.instantiate_group("data", cfg.data)
 
 
 def build_network(cfg: DictConfig, data=None) -> nn.Cell:
@@ -82,21 +82,15 @@ def build_network(cfg: DictConfig, data=None) -> nn.Cell:
     ``num_classes``/``in_channels`` left null are taken from the data module, as the app does; the fine-tuning
     keys (``model.pretrained``...) are not applied.
     """
-    from trainkit.app import _from_data, _instantiate
-    from trainkit.finetune import model_arguments
-
     ms.set_seed(int(cfg.trainer.seed))
-    data = build_data(cfg) if data is None else data
-    return _instantiate("model", model_arguments(cfg.model), **_from_data(cfg.model, data))
+    return build.build_model(cfg, build_data(cfg) if data is None else data)
 
 
 def describe_network(cfg: DictConfig, data=None) -> str:
-    """``resnet50 (num_classes=10, in_channels=1 from the data DigitsData)``: what :func:`build_network` builds."""
-    from trainkit.app import _from_data
-    from trainkit.finetune import model_arguments
-
+    """``resnet50 (num_classes=10, in_channels=1 from the data; data DigitsData)``: what :func:`build_network`
+    builds."""
     data = build_data(cfg) if data is None else data
-    filled = _from_data(cfg.model, data)
+    filled = build.model_args_from_data(cfg.model, data)
     node = model_arguments(cfg.model)
     shown = [f"{key}={filled.get(key, node.get(key))}" + (" from the data" if key in filled else "")
              for key in ("num_classes", "in_channels") if key in node]
