@@ -35,14 +35,15 @@ def tool_config(overrides: Sequence[str]) -> DictConfig:
     runs = [item for item in overrides if item.startswith(RUN_KEY)]
     rest = [item for item in overrides if not item.startswith(RUN_KEY)]
     if runs:
-        return _saved_config(Path(runs[-1][len(RUN_KEY):]).expanduser(), rest)
+        return saved_config(Path(runs[-1][len(RUN_KEY):]).expanduser(), rest)
     try:
         return compose_config(rest)
     except (HydraException, OmegaConfBaseException) as error:
         raise ConfigError(" ".join(str(error).split())) from error
 
 
-def _saved_config(run_dir: Path, overrides: Sequence[str]) -> DictConfig:
+def saved_config(run_dir: Path, overrides: Sequence[str]) -> DictConfig:
+    """``RUN_DIR/.hydra/config.yaml`` with ``key=value`` `overrides` applied (keys must exist there)."""
     saved = run_dir / ".hydra" / "config.yaml"
     if not saved.is_file():
         raise ConfigError(f"run={run_dir}: {saved} does not exist; run= takes a run directory written by "
