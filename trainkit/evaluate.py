@@ -117,7 +117,8 @@ def evaluate(cfg: DictConfig, checkpoint: Path, weights: str = "live",
                   metrics={"accuracy": Accuracy(), "loss": Loss(), "confusion": ConfusionMatrix(num_classes)})
     batches = eval_set.get_dataset_size()
     callbacks = [EvalProgress(batches)] if parallel is None or parallel.writer else []
-    result = model.eval(eval_set, callbacks=callbacks, dataset_sink_mode=False)
+    with np.errstate(invalid="ignore", divide="ignore"):  # ConfusionMatrix also divides by empty columns
+        result = model.eval(eval_set, callbacks=callbacks, dataset_sink_mode=False)
     confusion = np.asarray(result["confusion"], dtype=np.int64)
     per_class = confusion.diagonal() / np.maximum(confusion.sum(axis=1), 1)
     return {
