@@ -71,6 +71,18 @@ def test_a_planted_mistake_is_named_as_the_first_diverging_layer(converted, tmp_
     before = rows[:rows.index(first)]
     assert all(row["max_rel_diff"] <= 1e-4 for row in result["layers"] if row["name"] in before)
 
+    network = resnet18(num_classes=10)  # the final row's differences, recomputed from both outputs
+    ms.load_param_into_net(network, ms.load_checkpoint(str(wrong)), strict_load=True)
+    batch = np.random.default_rng(0).uniform(-1, 1, (2, 3, 16, 16)).astype(np.float32)
+    ours = network.set_train(False)(ms.Tensor(batch)).asnumpy().astype(np.float64)
+    model = torch_models.resnet18(num_classes=10)
+    model.load_state_dict(torch.load(converted / "weights.pth"))
+    with torch.no_grad():
+        theirs = model.eval()(torch.from_numpy(batch)).numpy().astype(np.float64)
+    final = next(row for row in result["layers"] if row["name"] == "(network)")
+    assert final["max_abs_diff"] == pytest.approx(np.abs(ours - theirs).max(), rel=1e-4)
+    assert final["max_rel_diff"] == pytest.approx(np.abs(ours - theirs).max() / np.abs(theirs).max(), rel=1e-4)
+
 
 def test_the_table_alone_describes_each_layer_and_flags_non_finite_values(converted, tmp_path, capsys):
     """Without PyTorch: the statistics of each output, checked on the network's own output with NumPy."""
