@@ -2,6 +2,7 @@
 fine-tuned from (model.pretrained with a new head, model.freeze)."""
 import json
 import logging
+import time
 
 import mindspore as ms
 import numpy as np
@@ -14,6 +15,7 @@ from trainkit.errors import CheckpointError, ConfigError
 from trainkit.evaluate import main as evaluate
 from trainkit.export import export_checkpoint
 from trainkit.finetune import apply_finetuning
+from trainkit.profiling import ProfileWindow
 from trainkit.tool_config import build_network
 
 
@@ -35,8 +37,16 @@ def trained(tmp_path_factory):
     return folder, result, weights
 
 
-def test_a_profiled_window_writes_its_files_and_leaves_the_weights_bitwise_equal(trained, caplog):
+def test_a_profiled_window_writes_its_files_and_leaves_the_weights_bitwise_equal(trained, caplog, monkeypatch):
     folder, _, weights = trained
+    step_ends = []  # wall-clock ns at each step's end, to place the profiled operators in time
+    original = ProfileWindow.on_train_step_end
+
+    def timed(self, run_context):
+        step_ends.append(time.time_ns())
+        original(self, run_context)
+
+    monkeypatch.setattr(ProfileWindow, "on_train_step_end", timed)
     with caplog.at_level(logging.INFO, logger="trainkit"):
         result = train(compose_config(overrides(folder / "cifar10", folder / "profiled", "trainer.profile.steps=2",
                                                 "trainer.profile.start_step=2")))
@@ -48,6 +58,10 @@ def test_a_profiled_window_writes_its_files_and_leaves_the_weights_bitwise_equal
     rows = operators.read_text().splitlines()[1:]
     occurrences = {int(row.split(",")[1]) // int(row.split(",")[2]) for row in rows}
     assert occurrences == {2}  # every operator ran once per step per profiled step: the window's 2 steps only
+    [timestamps] = output.rglob("cpu_op_execute_timestamp_*.txt")
+    starts = [int(call.split(",")[0]) for line in timestamps.read_text().splitlines()
+              for call in line.split(";")[2].split()]
+    assert step_ends[0] < min(starts) and max(starts) < step_ends[2]  # inside steps 2 and 3
     logged = caplog.text
     assert f"trainer.profile: steps 2-3 profiled into {output}" in logged
     assert "trainer.profile: top operators by time: " in logged and "MatMul" in logged
