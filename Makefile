@@ -31,7 +31,7 @@ bench: $(STAMP)  ## run the benchmarks (about 10 min on 2 cores), print the tabl
 
 lint: $(STAMP)  ## check the code with ruff
 	$(BIN)/python -m pip install --quiet ruff
-	$(BIN)/python -m ruff check trainkit tests bench
+	$(BIN)/python -m ruff check trainkit tests bench examples conftest.py
 
 docs: $(STAMP)  ## build the docs site (MkDocs Material, strict) into site/
 	$(BIN)/python -m mkdocs build --strict --site-dir site

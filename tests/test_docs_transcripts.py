@@ -1,19 +1,20 @@
-"""Every console transcript in README.md and docs/ prints what it shows, with the exit status it implies."""
-import pytest
+"""Every console transcript in README.md, docs/ and examples/ prints what it shows, with the exit status it implies.
 
-from tests.common.transcripts import parse, run_in_process, transcripts, unmatched
+Commands run in a temporary directory; those of an example project's README in a copy of the project.
+"""
+import json
+import shutil
+
+import pytest
+import yaml
+
+from tests.common.transcripts import REPO, parse, run_in_process, transcripts, unmatched
 
 TRANSCRIPTS = list(transcripts())
+EXAMPLE_PROJECT = REPO / "examples" / "my_project"
 
 
-def test_the_docs_show_transcripts():
-    assert len(TRANSCRIPTS) >= 3 and sum(len(t.commands) for t in TRANSCRIPTS) >= 10
-
-
-@pytest.mark.parametrize("transcript", TRANSCRIPTS, ids=[t.name for t in TRANSCRIPTS])
-def test_transcript_prints_what_the_docs_show(transcript, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # commands with relative paths (run directories, exports) share one folder
-    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+def run_transcript(transcript):
     for command in transcript.commands:
         printed = run_in_process(command.argv)
         where = f"{transcript.name}: $ {' '.join(command.argv)}"
@@ -23,11 +24,47 @@ def test_transcript_prints_what_the_docs_show(transcript, tmp_path, monkeypatch)
         assert not missing, f"{where}: not printed: {missing}\nprinted:\n" + "\n".join(printed.lines)
 
 
+def test_the_docs_show_transcripts():
+    assert len(TRANSCRIPTS) >= 6 and sum(len(t.commands) for t in TRANSCRIPTS) >= 25
+
+
+@pytest.mark.parametrize("transcript", [t for t in TRANSCRIPTS if EXAMPLE_PROJECT not in t.page.parents],
+                         ids=lambda t: t.name)
+def test_transcript_prints_what_the_docs_show(transcript, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a page's commands share one folder: relative run directories, exports
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    run_transcript(transcript)
+
+
+def test_the_example_project_trains_as_its_readme_shows(tmp_path, monkeypatch):
+    """examples/my_project: its own model, data module and wrapper subclass, through python -m trainkit."""
+    project = tmp_path / "my_project"
+    left_by_earlier_tries = ("data", "runs")  # at the project's top level only: conf/data/ is part of it
+    shutil.copytree(EXAMPLE_PROJECT, project, ignore=lambda folder, names: [
+        name for name in names
+        if name == "__pycache__" or (folder == str(EXAMPLE_PROJECT) and name in left_by_earlier_tries)])
+    monkeypatch.chdir(project)
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    (transcript,) = [t for t in TRANSCRIPTS if t.page == EXAMPLE_PROJECT / "README.md"]
+    run_transcript(transcript)
+    run_dir = project / "runs" / "lines"
+    for entry in (".hydra/config.yaml", "train.log", "metrics.jsonl", "tensorboard", "checkpoints/best.ckpt",
+                  "checkpoints/best.json", "checkpoints/trainkit-8_15.ckpt"):  # the run directory the README lists
+        assert (run_dir / entry).exists(), entry
+    config = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())
+    assert config["wrapper"]["_target_"] == "my_project.steps.ClampedGradients"
+    assert config["model"]["_target_"] == "my_project.nets.LineNet"
+    evaluations = [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+                   if "eval/accuracy" in r]
+    assert evaluations[-1]["eval/accuracy"] >= 0.9  # three kinds of lines: easy once it trains
+
+
 def test_a_transcript_parses_into_commands_output_and_status():
     commands = parse("$ python -m trainkit a=1\nline one\n...\n$ echo $?\n2\n$ python -m trainkit 'b=x y'\n")
     assert [c.argv for c in commands] == [["python", "-m", "trainkit", "a=1"], ["python", "-m", "trainkit", "b=x y"]]
     assert commands[0].shown == ["line one", "..."] and commands[0].expected_status() == 2
     assert commands[1].expected_status() == 0
+    assert parse("$ python -m trainkit x\ntrainkit: error: bad x\n")[0].expected_status() == 2
 
 
 def test_shown_lines_match_printed_lines_in_order_with_elisions():

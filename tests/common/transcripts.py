@@ -1,6 +1,7 @@
 """Console transcripts in the docs: ```console blocks of `$ command` lines, each followed by what it prints.
 
-A shown line matches a printed line when it is equal, `...` standing for any text within the line; a line
+The blocks of one page are one session, run top to bottom in one directory, as a reader following the page
+would (a later block may use a run directory an earlier one made). A shown line matches a printed line when it is equal, `...` standing for any text within the line; a line
 that is only `...` stands for lines left out. `$ echo $?` shows the previous command's exit status.
 """
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import os
 import re
 import runpy
 import shlex
@@ -37,21 +39,23 @@ class Command:
 
 @dataclass
 class Transcript:
+    """The console blocks of one page, their commands in order."""
+
     page: Path
-    line: int
     commands: List[Command]
 
     @property
     def name(self) -> str:
-        return f"{self.page.relative_to(REPO)}:{self.line}"
+        return str(self.page.relative_to(REPO))
 
 
 def transcripts(pages=USER_PAGES) -> Iterator[Transcript]:
     parser = MarkdownIt("commonmark")
     for page in pages:
-        for token in parser.parse(page.read_text(encoding="utf-8")):
-            if token.type == "fence" and token.info.strip() == "console":
-                yield Transcript(page, token.map[0] + 1, parse(token.content))
+        commands = [command for token in parser.parse(page.read_text(encoding="utf-8"))
+                    if token.type == "fence" and token.info.strip() == "console" for command in parse(token.content)]
+        if commands:
+            yield Transcript(page, commands)
 
 
 def parse(content: str) -> List[Command]:
@@ -102,8 +106,9 @@ class Printed:
 
 
 def run_in_process(argv: List[str]) -> Printed:
-    """`python -m MODULE ARGS` as runpy runs it, in this process: trainkit's bad input fails before anything
-    compiles, so this costs a config composition rather than a MindSpore start-up per command."""
+    """`python -m MODULE ARGS` run in this process by runpy, the current directory first on the import path as
+    `python -m` puts it: trainkit's bad input fails before anything compiles, so a command costs a config
+    composition rather than a MindSpore start-up."""
     if argv[:2] != ["python", "-m"] or len(argv) < 3:
         raise ValueError(f"a transcript command must be `python -m MODULE ...`; got {shlex.join(argv)}")
     from hydra.core.global_hydra import GlobalHydra
@@ -111,15 +116,19 @@ def run_in_process(argv: List[str]) -> Printed:
     stdout, stderr = io.StringIO(), io.StringIO()
     root, trainkit_log = logging.getLogger(), logging.getLogger("trainkit")
     saved = (root.handlers[:], root.level, trainkit_log.handlers[:], trainkit_log.level, trainkit_log.propagate)
-    saved_argv, status = sys.argv, 0
+    saved_argv, saved_path, saved_modules, status = sys.argv, sys.path[:], set(sys.modules), 0
     sys.argv = [argv[2], *argv[3:]]
+    sys.path.insert(0, os.getcwd())
     try:
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
             runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
     except SystemExit as stop:
         status = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
     finally:
-        sys.argv = saved_argv
+        sys.argv, sys.path[:] = saved_argv, saved_path
+        for name in set(sys.modules) - saved_modules:  # a project's own modules, imported from the current directory
+            if str(getattr(sys.modules[name], "__file__", None) or "").startswith(os.getcwd()):
+                del sys.modules[name]
         for logger, handlers in ((root, saved[0]), (trainkit_log, saved[2])):
             for handler in logger.handlers:
                 if handler not in handlers:
