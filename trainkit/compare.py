@@ -56,6 +56,7 @@ class LayerRow:
     max_abs_diff: Optional[float] = None
     max_rel_diff: Optional[float] = None
     torch_name: Optional[str] = None
+    torch_shape: Optional[str] = None
 
 
 def record_outputs(call: Callable[[], Any], modules: Sequence, register: Callable, to_numpy: Callable
@@ -120,6 +121,7 @@ def layer_table(outputs: Dict[str, np.ndarray], reference: Optional[Dict[str, np
         if reference is not None and name in reference:
             other = reference[name]
             row.torch_name = (reference_names or {}).get(name, name)
+            row.torch_shape = "x".join(map(str, other.shape))
             if other.shape == value.shape:
                 difference = float(np.max(np.abs(value.astype(np.float64) - other))) if value.size else 0.0
                 scale = float(np.max(np.abs(other))) if other.size else 0.0
@@ -338,9 +340,11 @@ def _run(args: argparse.Namespace) -> int:
         paired = sum(row.max_abs_diff is not None for row in rows)
         summary["paired_layers"] = paired
         if diverged is not None:
+            how = (f"output shape {diverged.shape} here, {diverged.torch_shape} in PyTorch"
+                   if diverged.shape != diverged.torch_shape else
+                   f"max abs diff {diverged.max_abs_diff:.3g}, relative {diverged.max_rel_diff:.3g}")
             print(f"first layer beyond the tolerance ({args.tolerance:g} relative): {diverged.name} (torch "
-                  f"{diverged.torch_name}): max abs diff {diverged.max_abs_diff:.3g}, relative "
-                  f"{diverged.max_rel_diff:.3g}")
+                  f"{diverged.torch_name}): {how}")
         else:
             final = next((row for row in rows if row.name == NETWORK), None)
             print(f"agree: {paired} layers paired with PyTorch, every one within {args.tolerance:g} relative"
