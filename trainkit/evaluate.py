@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -153,6 +154,11 @@ def format_result(result: Dict[str, Any]) -> List[str]:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Command line: ``python -m trainkit.evaluate CHECKPOINT|RUN_DIR [OVERRIDES...] [--weights live|ema]``."""
+    if os.environ.get("MS_ROLE") == "MS_SCHED":  # msrun runs the command as its scheduler too: it only serves
+        from mindspore.communication import init
+
+        init()
+        return 0
     parser = argparse.ArgumentParser(
         prog="python -m trainkit.evaluate",
         description="Evaluate a checkpoint (training, exported or converted) or a run directory's best checkpoint "
