@@ -40,8 +40,13 @@ def transpose_conv(values):
 
 
 def swap_mean_and_variance(values):
-    bn = "layer1.1.bn1."
-    values[bn + "moving_mean"], values[bn + "moving_variance"] = values[bn + "moving_variance"], values[bn + "moving_mean"]
+    mean, variance = "layer1.1.bn1.moving_mean", "layer1.1.bn1.moving_variance"
+    values[mean], values[variance] = values[variance], values[mean]
+
+
+def read_csv(path):
+    with open(path, newline="") as stream:
+        return {row["name"]: row for row in csv.DictReader(stream)}
 
 
 def verdict(argv, folder):
@@ -89,7 +94,7 @@ def test_the_table_alone_describes_each_layer_and_flags_non_finite_values(conver
     csv_path = tmp_path / "table.csv"
     assert main([str(converted / "weights.ckpt"), *OVERRIDES, "--batch-size", "3", "--seed", "5",
                  "--csv", str(csv_path)]) == 0
-    rows = {row["name"]: row for row in csv.DictReader(open(csv_path))}
+    rows = read_csv(csv_path)
     network = resnet18(num_classes=10)
     ms.load_param_into_net(network, ms.load_checkpoint(str(converted / "weights.ckpt")), strict_load=True)
     batch = np.random.default_rng(5).uniform(-1, 1, (3, 3, 16, 16)).astype(np.float32)
@@ -107,7 +112,7 @@ def test_the_table_alone_describes_each_layer_and_flags_non_finite_values(conver
     wrong = planted(converted, tmp_path, "nan", negative_variance)
     assert main([str(wrong), *OVERRIDES, "--csv", str(csv_path)]) == 1  # batch 2 of 16x16: layer3 is 1x1
     assert "non-finite values first in layer3.0.bn2" in capsys.readouterr().out
-    rows = {row["name"]: row for row in csv.DictReader(open(csv_path))}
+    rows = read_csv(csv_path)
     assert int(rows["layer3.0.bn2"]["nonfinite"]) == 2 * 4 * 1 * 1 and rows["layer3.0.conv2"]["nonfinite"] == "0"
 
 

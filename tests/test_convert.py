@@ -1,5 +1,4 @@
 """python -m trainkit.convert: PyTorch weights into the network a config builds, outputs equal to PyTorch's."""
-import json
 
 import mindspore as ms
 import numpy as np
@@ -160,7 +159,8 @@ def bad_sources(folder):
     torch.save({"state_dict": {"conv1.weight": torch.ones(1)}, "hook": Unsafe()}, folder / "pickle.pth")
     return [("missing", folder / "absent.pth", "absent.pth does not exist"),
             ("corrupt pth", folder / "corrupt.pth", "corrupt.pth cannot be read: it is corrupt or not a PyTorch file"),
-            ("corrupt safetensors", folder / "corrupt.safetensors", "cannot be read: it is corrupt or not a safetensors"),
+            ("corrupt safetensors", folder / "corrupt.safetensors",
+             "cannot be read: it is corrupt or not a safetensors"),
             ("pickle", folder / "pickle.pth", "is refused: it holds more than tensors and plain containers (it needs "
                                               "tests.test_convert.Unsafe)")]
 

@@ -34,7 +34,7 @@ from trainkit.checkpoint import checkpoint_files, read_training_checkpoint
 from trainkit.errors import CheckpointError, ConfigError, DataError
 from trainkit.mixed_precision import Float32EvalCell
 from trainkit.parallel import ParallelSetup, launched_by_msrun, setup_parallel
-from trainkit.tool_config import saved_config, build_network, tool_config
+from trainkit.tool_config import build_network, saved_config, tool_config
 from trainkit.weights import WEIGHTS, load_weights, network_weights, refuse_existing
 
 log = logging.getLogger("trainkit")

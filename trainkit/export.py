@@ -21,6 +21,7 @@ import mindspore as ms
 
 from trainkit.errors import CheckpointError
 from trainkit.weights import EMA_PREFIX, WEIGHTS, network_weights, refuse_existing, write_checkpoint
+
 # Training state the TrainingWrapper adds under a prefix of its own or as a bare name.
 _WRAPPER_PREFIXES = (EMA_PREFIX, "_grad_sum.", "_window_start.", "loss_scale.")
 

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Sequence
 
 import mindspore as ms
-from mindspore import nn
 import yaml
 from hydra.errors import HydraException
+from mindspore import nn
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
