@@ -15,7 +15,7 @@ from trainkit.errors import CheckpointError, ConfigError
 from trainkit.evaluate import main as evaluate
 from trainkit.export import export_checkpoint
 from trainkit.finetune import apply_finetuning
-from trainkit.profiling import ProfileWindow
+from trainkit.profiling import ProfileWindow, window_in_sinks
 from trainkit.tool_config import build_network
 
 
@@ -138,3 +138,10 @@ def test_bad_fine_tuning_and_profile_settings_stop_before_anything_is_written(tr
         with pytest.raises(error, match=message):
             train(compose_config(overrides(folder / "cifar10", run_dir, *more)))
         assert not (run_dir / ".hydra").exists() and not (run_dir / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("start, steps, sink_size", [(5, 3, 4), (3, 4, 4), (1, 1, 10), (9, 2, 4), (4, 1, 1)])
+def test_in_sink_mode_the_window_is_rounded_out_to_whole_sinks(start, steps, sink_size):
+    sinks = sorted({(step - 1) // sink_size for step in range(start, start + steps)})  # the sinks the steps fall in
+    first, count = window_in_sinks(start, steps, sink_size)
+    assert list(range(first, first + count)) == sinks
