@@ -164,11 +164,11 @@ def load_torch_weights(model: Any, weights: Path, key: Optional[str]) -> None:
     """Load `weights` strictly into the torch `model` (the prefix, if any, chosen as convert chooses it)."""
     import torch
 
-    from trainkit.convert import _choose_prefix
+    from trainkit.convert import choose_prefix
 
     state = read_state_dict(weights, key)
     own = list(model.state_dict())
-    prefix = _choose_prefix(list(state.tensors), own, (), None)
+    prefix = choose_prefix(list(state.tensors), own, (), None)
     tensors = {name[len(prefix):]: torch.from_numpy(np.ascontiguousarray(value))
                for name, value in state.tensors.items() if name.startswith(prefix)}
     try:

@@ -101,7 +101,7 @@ def convert_state_dict(source: StateDict, network: nn.Cell, rules: Sequence[Rule
         ConfigError: `prefix` matches no name, several prefixes fit equally, or two names map onto one.
     """
     own = {p.name: p for p in network.get_parameters()}
-    prefix = _choose_prefix(list(source.tensors), list(own), rules, prefix)
+    prefix = choose_prefix(list(source.tensors), list(own), rules, prefix)
     stripped = {name[len(prefix):]: name for name in source.tensors if name.startswith(prefix)}
     mapping = map_names(list(stripped), list(own), rules)
     conversion = Conversion(source, description or type(network).__name__, prefix, mapping, values={})
@@ -174,7 +174,9 @@ def _count(items: Sequence, noun: str) -> str:
     return f"{len(items)} {noun}{'' if len(items) == 1 else 's'}"
 
 
-def _choose_prefix(names: List[str], targets: List[str], rules: Sequence[Rule], prefix: Optional[str]) -> str:
+def choose_prefix(names: List[str], targets: List[str], rules: Sequence[Rule], prefix: Optional[str]) -> str:
+    """`prefix` when given (checked), else the prefix (none, or a leading component or two) under which most names
+    map onto `targets`; ConfigError when several fit equally."""
     if prefix is not None:
         if not any(name.startswith(prefix) for name in names):
             raise ConfigError(f"--prefix {prefix!r}: no source name starts with it (they look like "
