@@ -13,7 +13,7 @@ os.environ.setdefault("GLOG_v", "3")  # MindSpore's C++ logs: errors only, unles
 import hydra
 from omegaconf import DictConfig
 
-from trainkit.config import register_configs
+from trainkit.config import best_metric, register_configs
 from trainkit.errors import ConfigError, DataError, TrainingError
 
 register_configs()
@@ -42,7 +42,7 @@ def _hydra_main(cfg: DictConfig) -> float:
     except TrainingError as error:  # logged where it was raised
         print(f"trainkit: error: {error}", file=sys.stderr)
         sys.exit(1)
-    return result.metrics.get("accuracy", float("nan"))  # the objective for Hydra sweepers
+    return result.metrics.get(best_metric(cfg), float("nan"))  # the objective for Hydra sweepers
 
 
 def main() -> None:

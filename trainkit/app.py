@@ -30,6 +30,8 @@ from trainkit.callbacks import RunLog
 from trainkit.config import check_config, choice
 from trainkit.errors import ConfigError
 from trainkit.finetune import apply_finetuning
+from trainkit.fit_check import check_fit
+from trainkit.mixed_precision import applied_amp_level
 from trainkit.parallel import describe_job, job_metrics, prepare_data, scaled_learning_rate, setup_parallel
 from trainkit.profiling import profile_window
 from trainkit.wrapper import TrainingWrapper
@@ -83,7 +85,11 @@ def train(cfg: DictConfig) -> TrainResult:
     profiler = profile_window(cfg, run_dir, rank, sink_size)  # trainer.profile: checked here, runs as a callback
     backbone = build.build_model(cfg, data)
     apply_finetuning(cfg.model, backbone)  # model.pretrained, model.freeze: before the optimizer takes the params
-    loss_fn = build.build_loss_fn()
+    loss_fn = build.build_loss_fn(cfg)
+    metrics = build.build_metrics(cfg)
+    check_fit(backbone, loss_fn, eval_set, run.describe_choice(cfg, "loss"), run.describe_choice(cfg, "model"),
+              metrics)
+    user_callbacks = build.build_user_callbacks(cfg)
     with run.inside(run_dir):  # MindSpore's O1 rewrite writes rewritten_network/ into the current directory
         loss_network = build.build_loss_network_for(cfg, backbone, loss_fn)
     accumulation_steps = cfg.wrapper.accumulation_steps
@@ -91,7 +97,7 @@ def train(cfg: DictConfig) -> TrainResult:
     learning_rates = build.build_learning_rates(cfg, lr, steps_per_epoch, accumulation_steps)
     optimizer = build.build_optimizer(cfg, backbone, learning_rates)
     wrapper = build.build_wrapper(cfg, loss_network, optimizer)
-    model = build.build_model_runner(wrapper, loss_network, loss_fn)
+    model = build.build_model_runner(wrapper, loss_network, loss_fn, metrics)
 
     # 3. Resume: load the checkpoint and find where the data continues.
     resumed = run.resume_checkpoint(cfg, run_dir, wrapper, steps_per_epoch, group_size)
@@ -114,13 +120,13 @@ def train(cfg: DictConfig) -> TrainResult:
     run_log = RunLog(run_dir, tensorboard=cfg.logger.tensorboard and writer,
                      metrics_file=cfg.logger.metrics_file if writer else None)
     hooks = build.build_callbacks(cfg, writer, run_dir, run_log, model, wrapper, eval_set, resumed,
-                                  steps_per_epoch, sink_size, samples_per_step, group_size)
+                                  steps_per_epoch, sink_size, samples_per_step, group_size, user_callbacks)
     hooks.callbacks.extend(profiler)
 
     log.info("%s: %s on %s, %d steps/epoch of %d samples (%d per rank x %d), %d epochs, %s mode, amp %s, run dir %s",
              run.describe_target(cfg.model), run.count_parameters(backbone), run.describe(data), steps_per_epoch,
              samples_per_step, samples_per_step // group_size, group_size, trainer.epochs, choice(trainer.mode),
-             choice(cfg.amp.level), run_dir)
+             applied_amp_level(loss_network.backbone), run_dir)
     if choice(cfg.parallel.mode) != "stand_alone":
         log.info("%s", describe_job(cfg.parallel, parallel, samples_per_step // group_size, accumulation_steps,
                                     cfg.optimizer.lr, lr))
@@ -137,6 +143,7 @@ def train(cfg: DictConfig) -> TrainResult:
         elapsed = time.perf_counter() - start
         metrics = run.final_metrics(hooks.evaluation, hooks.train_metrics, optimizer, elapsed,
                                     trainer.epochs * steps_per_epoch - done, samples_per_step)
+        metrics["amp_level"] = float(applied_amp_level(loss_network.backbone)[1])  # 2.0: O2 ran
         if choice(cfg.parallel.mode) != "stand_alone":
             metrics.update(job_metrics(parallel, samples_per_step // group_size, accumulation_steps))
         run_log.hparams(run.hyper_parameters(cfg), {f"final/{k}": v for k, v in metrics.items()})
@@ -144,3 +151,4 @@ def train(cfg: DictConfig) -> TrainResult:
         run_log.close()
     log.info("finished: %s", ", ".join(f"{k} {v:.4g}" for k, v in metrics.items()))
     return TrainResult(metrics, run_dir, model, wrapper, loss_network.backbone, optimizer, data, hooks.callbacks)
+

@@ -32,7 +32,7 @@ _NAME = re.compile(rf"^{PREFIX}-(\d+)_(\d+)\.ckpt$")
 
 # The config keys an exact resume depends on: a different value changes the parameters' shapes, the data
 # order or the step sequence. Differences elsewhere (clipping, logging, evaluation...) are allowed and logged.
-RESUME_KEYS = ("model", "data._target_", "data.batch_size", "data.image_size", "optimizer", "lr_schedule",
+RESUME_KEYS = ("model", "data._target_", "data.batch_size", "data.image_size", "loss", "optimizer", "lr_schedule",
                "wrapper._target_", "wrapper.accumulation_steps", "trainer.epochs", "trainer.seed",
                "parallel.lr_scaling")
 

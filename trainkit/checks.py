@@ -2,8 +2,9 @@
 otherwise fail deep inside MindSpore, after compilation started."""
 from __future__ import annotations
 
+import difflib
 import numbers
-from typing import Any, Callable, Tuple
+from typing import Any, Callable, Iterable, Tuple
 
 import numpy as np
 
@@ -31,3 +32,9 @@ def check_bool(name: str, value: Any) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise ConfigTypeError(f"{name} must be true or false; got {value!r}")
     return bool(value)
+
+
+def did_you_mean(name: str, valid: Iterable[str], prefix: str = "") -> str:
+    """``"did you mean trainer.epochs? "`` for the closest of `valid` to `name` (difflib), or ``""``."""
+    close = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.6)
+    return f"did you mean {prefix}{close[0]}? " if close else ""

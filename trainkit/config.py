@@ -4,11 +4,20 @@ Hydra validates what it can before anything runs: a typo in a key or a wrong typ
 schemas below, an unknown group choice (``amp=O5``) fails on the config groups in
 ``trainkit/configs``. What a type cannot say (``accumulation_steps=0``, ``ema_decay=1.5``) is
 checked by :func:`check_config`, which names the key and what is valid.
+
+Two kinds of groups:
+
+* trainkit's own (``trainer``, ``logger``, ``parallel``, ``amp`` and the top level) are closed: their keys are
+  the dataclass fields below. Hydra refuses ``trainer.epoch=3``; ``+trainer.epoch=3`` and ``+foo=1`` get past
+  Hydra (``+`` adds keys to any node), so :func:`check_config` refuses them too, with a did-you-mean.
+* ``_target_`` groups (``model``, ``data``, ``loss``, ``metrics``, ``optimizer``, ``lr_schedule``, ``wrapper``,
+  ``callbacks``) are open: they take whatever arguments their target accepts, with or without ``+``, and
+  ``trainkit.targets`` checks those keys against the target's signature before anything is built.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
 from importlib import resources
 from typing import Any, Iterable, List, Optional
@@ -17,11 +26,16 @@ from hydra import compose, initialize_config_module
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from trainkit.checks import did_you_mean
 from trainkit.errors import ConfigError
 
 CONFIG_MODULE = "trainkit.configs"
 RECIPES_MODULE = "trainkit.recipes"
-EVAL_METRICS = ("accuracy", "loss", "ema_accuracy", "ema_loss")
+OPEN_GROUPS = ("model", "data", "loss", "metrics", "optimizer", "lr_schedule", "wrapper", "callbacks")
+# Metric names whose smaller values are better, for trainer.best_mode=auto (and any name containing "loss" or
+# "error").
+SMALLER_IS_BETTER = ("mae", "mse", "rmse", "mape", "perplexity", "hausdorff_distance", "mean_surface_distance",
+                     "root_mean_square_distance")
 
 
 class ExecutionMode(Enum):
@@ -60,6 +74,12 @@ class ResumeData(Enum):
     fast = "fast"  # jump there: the same samples in the same order, random augmentations drawn anew
 
 
+class BestMode(Enum):
+    auto = "auto"  # min for a loss or an error (loss, mae, mse, ...), max otherwise
+    min = "min"
+    max = "max"
+
+
 class ProgressStyle(Enum):
     auto = "auto"  # an updating line on a terminal, log lines otherwise
     bar = "bar"
@@ -95,7 +115,10 @@ class ParallelConfig:
 
 @dataclass
 class WrapperConfig:
-    """The TrainingWrapper's arguments; ``loss_scale*``/``scale_*`` build its loss scaler."""
+    """The TrainingWrapper's arguments; ``loss_scale*``/``scale_*`` build its loss scaler.
+
+    Open: a TrainingWrapper subclass's own arguments may be added (checked against its signature).
+    """
 
     _target_: str = "trainkit.TrainingWrapper"
     loss_scale: LossScale = LossScale.none
@@ -133,7 +156,9 @@ class TrainerConfig:
     eval_interval: int = 1
     save_checkpoints: bool = True
     keep_checkpoints: int = 3
-    best_metric: str = "accuracy"
+    evaluate: bool = True
+    best_metric: Optional[str] = None
+    best_mode: BestMode = BestMode.auto
     checkpoint_every_n_steps: int = 0
     resume: Optional[str] = None
     resume_data: ResumeData = ResumeData.exact
@@ -153,12 +178,16 @@ class LoggerConfig:
 
 @dataclass
 class TrainkitConfig:
-    """The whole run. ``model``, ``data``, ``optimizer`` and ``lr_schedule`` are ``_target_`` nodes."""
+    """The whole run. ``model``, ``data``, ``loss``, ``optimizer`` and ``lr_schedule`` are ``_target_`` nodes,
+    ``metrics`` maps names to ``_target_`` nodes, ``callbacks`` is a list of them."""
 
     model: Any = MISSING
     data: Any = MISSING
+    loss: Any = MISSING
+    metrics: Any = MISSING
     optimizer: Any = MISSING
     lr_schedule: Any = MISSING
+    callbacks: Any = field(default_factory=list)
     amp: AmpConfig = field(default_factory=AmpConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     wrapper: WrapperConfig = field(default_factory=WrapperConfig)
@@ -172,6 +201,17 @@ def recipe_names() -> list:
     return sorted(p.name[:-5] for p in resources.files(RECIPES_MODULE).iterdir() if p.name.endswith(".yaml"))
 
 
+def schema_node() -> DictConfig:
+    """:class:`TrainkitConfig` with the ``_target_`` groups open (not in struct mode), so that Hydra lets their
+    nodes take any key, with or without ``+``; the closed groups stay in Hydra's struct mode."""
+    node = OmegaConf.structured(TrainkitConfig)
+    for group in OPEN_GROUPS:
+        if group not in ("wrapper", "callbacks"):
+            node[group] = {}
+        OmegaConf.set_struct(node[group], False)
+    return node
+
+
 def register_configs() -> None:
     """Store the schemas and the recipes in Hydra's ConfigStore (idempotent).
 
@@ -179,7 +219,7 @@ def register_configs() -> None:
     merged at the global level (each is an experiment overlay on the defaults).
     """
     store = ConfigStore.instance()
-    store.store(name="trainkit_schema", node=TrainkitConfig)
+    store.store(name="trainkit_schema", node=schema_node())
     folder = resources.files(RECIPES_MODULE)
     for name in recipe_names():
         recipe = OmegaConf.create((folder / f"{name}.yaml").read_text(encoding="utf-8"))
@@ -198,7 +238,12 @@ def compose_config(overrides: Iterable[str] = ()) -> DictConfig:
 
 # --------------------------------------------------------------------------- checks
 def check_config(cfg: DictConfig) -> None:
-    """Raise ConfigError naming the first key whose value is impossible, and what is valid."""
+    """Raise ConfigError naming the first key that is unknown or whose value is impossible, and what is valid.
+
+    Unknown keys of trainkit's own groups come first, then values, then the ``_target_`` groups' keys against
+    their targets' signatures (``trainkit.targets``, which imports the targets but builds nothing).
+    """
+    check_closed_keys(cfg)
     wrapper, trainer, logger = cfg.wrapper, cfg.trainer, cfg.logger
     _check("wrapper.accumulation_steps", wrapper.accumulation_steps, "an integer >= 1", lambda v: v >= 1)
     if wrapper.max_grad_norm is not None:
@@ -228,12 +273,8 @@ def check_config(cfg: DictConfig) -> None:
     if trainer.resume is not None and not str(trainer.resume).strip():
         raise ConfigError("trainer.resume='' is not valid: use null (a new run), auto (the newest valid checkpoint "
                           "of the run directory) or the path of a checkpoint or run directory")
-    if trainer.best_metric not in EVAL_METRICS:
-        raise ConfigError(f"trainer.best_metric={trainer.best_metric!r} is not valid: use one of "
-                          f"{', '.join(EVAL_METRICS)}")
-    if trainer.best_metric.startswith("ema_") and wrapper.ema_decay is None:
-        raise ConfigError(f"trainer.best_metric={trainer.best_metric} needs EMA weights: set wrapper.ema_decay "
-                          "(e.g. 0.999) or pick accuracy/loss")
+    if trainer.evaluate:
+        _check_best_metric(cfg)
     valid_targets = ("CPU", "GPU", "Ascend", "auto")
     if trainer.device_target not in valid_targets:
         raise ConfigError(f"trainer.device_target={trainer.device_target!r} is not valid: use one of "
@@ -255,6 +296,69 @@ def check_config(cfg: DictConfig) -> None:
     _check("optimizer.lr", lr, "a finite number > 0", lambda v: math.isfinite(v) and v > 0)
     if cfg.optimizer.get("weight_decay") is not None:
         _check("optimizer.weight_decay", cfg.optimizer.weight_decay, "a number >= 0", lambda v: v >= 0)
+    from trainkit.targets import check_target_arguments  # imports users' modules: only once the rest passed
+
+    check_target_arguments(cfg)
+
+
+CLOSED_GROUPS = {"amp": AmpConfig, "parallel": ParallelConfig, "trainer": TrainerConfig, "logger": LoggerConfig}
+
+
+def check_closed_keys(cfg: DictConfig) -> None:
+    """Refuse a key that trainkit's own groups or the top level do not have.
+
+    Hydra refuses ``trainer.epoch=3`` itself, but ``+trainer.epoch=3`` or ``+foo=1`` add the key to any node;
+    without this check the run would go on with the key ignored.
+    """
+    top_level = [f.name for f in fields(TrainkitConfig)]
+    for key in cfg:
+        if key not in top_level:
+            raise ConfigError(f"unknown key {key}: {did_you_mean(key, top_level)}the top level takes "
+                              f"{', '.join(top_level)}")
+    for group, schema in CLOSED_GROUPS.items():
+        valid = [f.name for f in fields(schema)]
+        for key in cfg[group]:
+            if key not in valid:
+                raise ConfigError(f"unknown key {group}.{key}: {did_you_mean(key, valid, group + '.')}"
+                                  f"{group} takes {', '.join(valid)}")
+
+
+def reported_metrics(cfg: DictConfig) -> list:
+    """The names an evaluation reports: each of ``metrics`` and ``loss``, with ``ema_`` twins under EMA."""
+    metrics = cfg.get("metrics")
+    names = [str(name) for name in (metrics or {})] + ["loss"]
+    if cfg.wrapper.get("ema_decay") is not None:
+        names += [f"ema_{name}" for name in names]
+    return names
+
+
+def best_metric(cfg: DictConfig) -> str:
+    """``trainer.best_metric``, or when null the first name in ``metrics`` (``loss`` when there is none)."""
+    if cfg.trainer.best_metric is not None:
+        return cfg.trainer.best_metric
+    return reported_metrics(cfg)[0]
+
+
+def best_mode(metric: str, mode: Any) -> str:
+    """``min`` or ``max``: `mode` unless it is ``auto``, else from the metric's name (min for a loss or error)."""
+    mode = choice(mode)
+    if mode != "auto":
+        return mode
+    name = metric[4:] if metric.startswith("ema_") else metric
+    smaller = "loss" in name or "error" in name or name in SMALLER_IS_BETTER
+    return "min" if smaller else "max"
+
+
+def _check_best_metric(cfg: DictConfig) -> None:
+    best, names = best_metric(cfg), reported_metrics(cfg)
+    if best in names:
+        return
+    if best.startswith("ema_") and cfg.wrapper.get("ema_decay") is None and best[4:] in names:
+        raise ConfigError(f"trainer.best_metric={best} needs EMA weights: set wrapper.ema_decay "
+                          f"(e.g. 0.999) or pick {'/'.join(names)}")
+    raise ConfigError(f"trainer.best_metric={best!r} is not valid: use one of {', '.join(names)} (the loss and the "
+                      f"names in metrics); {did_you_mean(best, names)}or trainer.evaluate=false to train without "
+                      "evaluating")
 
 
 def _check(key: str, value: Any, valid: str, in_range) -> None:

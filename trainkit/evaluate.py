@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
-from mindspore.train import Accuracy, Callback, ConfusionMatrix, Loss, Model
+from mindspore.train import Accuracy, Callback, ConfusionMatrix, Model
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit import build, run
@@ -109,30 +109,31 @@ def evaluate(cfg: DictConfig, checkpoint: Path, weights: str = "live",
     eval_set = data.eval_dataset()
     network = build_network(cfg, data)
     load_weights(network, values, str(checkpoint))
-    loss_fn = build.build_loss_fn()
+    loss_fn = build.build_loss_fn(cfg)
     with tempfile.TemporaryDirectory() as folder, run.inside(Path(folder)):  # amp=O1 writes its rewrite here
         backbone = build.build_loss_network_for(cfg, network, loss_fn).backbone
-    num_classes = int(build.model_args_from_data(cfg.model, data).get("num_classes")
-                      or cfg.model.get("num_classes") or data.num_classes)
-    model = Model(backbone, eval_network=Float32EvalCell(backbone, loss_fn), eval_indexes=[0, 1, 2],
-                  metrics={"accuracy": Accuracy(), "loss": Loss(), "confusion": ConfusionMatrix(num_classes)})
+    with_metrics = OmegaConf.create(OmegaConf.to_container(cfg))
+    OmegaConf.update(with_metrics, "trainer.evaluate", True, merge=False)  # the run's metrics, even if it had none
+    metrics = build.build_metrics(with_metrics)
+    num_classes = (build.model_args_from_data(cfg.model, data).get("num_classes") or cfg.model.get("num_classes")
+                   or getattr(data, "num_classes", None))
+    classification = num_classes is not None and any(isinstance(m, Accuracy) for m in metrics.values())
+    if classification:
+        metrics["confusion"] = ConfusionMatrix(int(num_classes))
+    model = Model(backbone, eval_network=Float32EvalCell(backbone, loss_fn), eval_indexes=[0, 1, 2], metrics=metrics)
     batches = eval_set.get_dataset_size()
     callbacks = [EvalProgress(batches)] if parallel is None or parallel.writer else []
     with np.errstate(invalid="ignore", divide="ignore"):  # ConfusionMatrix also divides by empty columns
         result = model.eval(eval_set, callbacks=callbacks, dataset_sink_mode=False)
-    confusion = np.asarray(result["confusion"], dtype=np.int64)
-    per_class = confusion.diagonal() / np.maximum(confusion.sum(axis=1), 1)
-    return {
-        "checkpoint": str(checkpoint),
-        "weights": weights,
-        "model": str(cfg.model.get("_target_")),
-        "data": type(data).__name__,
-        "samples": int(confusion.sum()),
-        "accuracy": float(result["accuracy"]),
-        "loss": float(result["loss"]),
-        "per_class_accuracy": [float(value) for value in per_class],
-        "confusion_matrix": confusion.tolist(),
-    }
+    output: Dict[str, Any] = {"checkpoint": str(checkpoint), "weights": weights,
+                              "model": str(cfg.model.get("_target_")), "data": type(data).__name__}
+    output.update({name: float(value) for name, value in result.items() if name != "confusion"})
+    if classification:
+        confusion = np.asarray(result["confusion"], dtype=np.int64)
+        output["samples"] = int(confusion.sum())
+        output["per_class_accuracy"] = [float(v) for v in confusion.diagonal() / np.maximum(confusion.sum(axis=1), 1)]
+        output["confusion_matrix"] = confusion.tolist()
+    return output
 
 
 def default_output(checkpoint: Path, weights: str) -> Path:
@@ -141,14 +142,17 @@ def default_output(checkpoint: Path, weights: str) -> Path:
 
 
 def format_result(result: Dict[str, Any]) -> List[str]:
-    lines = [f"{result['checkpoint']} ({result['weights']} weights): accuracy {result['accuracy']:.4f}, loss "
-             f"{result['loss']:.4f} on {result['samples']} samples"]
-    lines.append("per-class accuracy: " + ", ".join(f"{index}: {value:.3f}"
-                                                      for index, value in enumerate(result["per_class_accuracy"])))
-    matrix = result["confusion_matrix"]
-    width = max(len(str(value)) for row in matrix for value in row)
-    lines.append("confusion matrix (rows: true class, columns: predicted):")
-    lines.extend("  " + " ".join(f"{value:>{width}}" for value in row) for row in matrix)
+    scores = ", ".join(f"{name} {value:.4f}" for name, value in result.items()
+                       if isinstance(value, float) and name != "per_class_accuracy")
+    samples = f" on {result['samples']} samples" if "samples" in result else ""
+    lines = [f"{result['checkpoint']} ({result['weights']} weights): {scores}{samples}"]
+    if "confusion_matrix" in result:
+        lines.append("per-class accuracy: " + ", ".join(f"{index}: {value:.3f}"
+                                                          for index, value in enumerate(result["per_class_accuracy"])))
+        matrix = result["confusion_matrix"]
+        width = max(len(str(value)) for row in matrix for value in row)
+        lines.append("confusion matrix (rows: true class, columns: predicted):")
+        lines.extend("  " + " ".join(f"{value:>{width}}" for value in row) for row in matrix)
     return lines
 
 

@@ -40,6 +40,15 @@ class ParallelSetup:
         return self.rank == 0
 
 
+_current = ParallelSetup()
+
+
+def current_setup() -> ParallelSetup:
+    """This process's place in the job as ``setup_parallel`` set it (rank 0 of 1 before): for users' callbacks,
+    which run on every rank, to know their ``rank`` and whether they are the ``writer``."""
+    return _current
+
+
 def launched_by_msrun() -> bool:
     """Whether this process belongs to a MindSpore dynamic cluster (msrun sets MS_ROLE)."""
     return bool(os.environ.get("MS_ROLE"))
@@ -88,13 +97,15 @@ def setup_parallel(parallel: Any) -> ParallelSetup:
     Raises:
         ConfigError: a value that cannot run, or a mode that does not match how the process was started.
     """
+    global _current
     mode = choice(parallel.mode)
     check_parallel(parallel, ms.get_context("device_target"))
     if mode == "stand_alone":
         if launched_by_msrun():
             raise ConfigError("parallel.mode=stand_alone, but msrun started this process as one of several workers "
                               "(which would all write the same run): add parallel=data_parallel")
-        return ParallelSetup()
+        _current = ParallelSetup()
+        return _current
     if not launched_by_msrun():
         raise ConfigError(f"parallel.mode={mode} needs one process per device started by msrun: run "
                           f"`python -m trainkit parallel={mode} parallel.workers=N ...` (it starts msrun), or start "
@@ -102,7 +113,7 @@ def setup_parallel(parallel: Any) -> ParallelSetup:
     from mindspore.communication import get_group_size, get_rank, init
 
     init()
-    setup = ParallelSetup(rank=get_rank(), group_size=get_group_size())
+    setup = _current = ParallelSetup(rank=get_rank(), group_size=get_group_size())
     ms.reset_auto_parallel_context()
     ms.set_auto_parallel_context(parallel_mode=_PARALLEL_MODES[mode], gradients_mean=parallel.gradients_mean,
                                  device_num=setup.group_size)

@@ -188,10 +188,11 @@ def set_aside_later_checkpoints(resumed: SavedCheckpoint) -> None:
 
 
 # ------------------------------------------------------------------- reporting
-def final_metrics(evaluation: Evaluation, metrics_cb: TrainMetrics, optimizer: nn.Optimizer, elapsed: float,
-                  steps: int, samples_per_step: int) -> Dict[str, float]:
+def final_metrics(evaluation: Optional[Evaluation], metrics_cb: TrainMetrics, optimizer: nn.Optimizer,
+                  elapsed: float, steps: int, samples_per_step: int) -> Dict[str, float]:
     """The last evaluation's metrics (``accuracy``, ``ema_loss``, ...) and the run's training figures."""
-    metrics = {metric_name(tag): float(value) for tag, value in evaluation.latest.items() if "/" in tag}
+    latest = evaluation.latest if evaluation is not None else {}
+    metrics = {metric_name(tag): float(value) for tag, value in latest.items() if "/" in tag}
     metrics.update({
         "train_loss": float(metrics_cb.last.get("train/loss", float("nan"))),
         "skipped_steps": float(metrics_cb.skipped_steps),
@@ -219,3 +220,10 @@ def describe_target(node: DictConfig) -> str:
 
 def count_parameters(network: nn.Cell) -> str:
     return f"{sum(int(np.prod(p.shape)) for p in network.trainable_params()):,} parameters"
+
+
+def describe_choice(cfg: DictConfig, group: str) -> str:
+    """How a message names a group: ``loss=mse (mindspore.nn.MSELoss)`` under Hydra, ``loss (...)`` otherwise."""
+    target = cfg[group].get("_target_")
+    option = HydraConfig.get().runtime.choices.get(group) if HydraConfig.initialized() else None
+    return f"{group}={option} ({target})" if option else f"{group} ({target})"

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 from mindspore import Parameter, ParameterTuple, Tensor, amp, nn, ops
 from mindspore import dtype as mstype
@@ -364,6 +364,17 @@ class TrainingWrapper(nn.Cell):
         else:
             self.restore_moving_statistics(statistics)
         return ops.logical_not(finite), grad_norm
+
+    # ----------------------------------------------------------------- what the app records (issue 12's hook)
+    def logged_scalars(self) -> Dict[str, Parameter]:
+        """Scalars to record as ``train/<name>`` at each record (TensorBoard and metrics.jsonl); none here.
+
+        Override in a subclass to log state of your own: return one-element Parameters that ``construct`` updates
+        (``ops.assign``/``ops.assign_add``). ``TrainMetrics`` reads them only when it records, every
+        ``logger.log_every_n_steps`` steps, so logging them costs no device sync per step. Being Parameters of the
+        wrapper, they are saved in checkpoints and restored on resume too.
+        """
+        return {}
 
 
 def moving_statistics_parameters(network: nn.Cell, weights) -> list:

@@ -125,15 +125,20 @@ class TrainMetrics(Callback):
 
     Each step reads the outputs to host (a device sync), as MindSpore's LossMonitor does.
 
+    ``scalars`` (e.g. ``TrainingWrapper.logged_scalars()``) are recorded as ``train/<name>`` with their values at
+    record time: read only then, they cost no per-step sync.
+
     Args:
         run_log: where to record; None keeps the values only in ``.last``.
         samples_per_step: samples in one train-network call (the global batch size).
         learning_rate: returns the current learning rate, overriding the optimizer's.
         log_every_n_steps: record when the global step crosses a multiple of this.
+        scalars: name -> one-element Tensor (a Parameter the train network updates), recorded as ``train/<name>``.
     """
 
     def __init__(self, run_log: Optional[RunLog], samples_per_step: int,
-                 learning_rate: Optional[Callable[[], float]] = None, log_every_n_steps: int = 10):
+                 learning_rate: Optional[Callable[[], float]] = None, log_every_n_steps: int = 10,
+                 scalars: Optional[Dict[str, Tensor]] = None):
         super().__init__()
         if not isinstance(log_every_n_steps, int) or log_every_n_steps < 1:
             raise ValueError(f"log_every_n_steps must be an int >= 1; got {log_every_n_steps!r}")
@@ -143,6 +148,7 @@ class TrainMetrics(Callback):
         self.samples_per_step = int(samples_per_step)
         self.learning_rate = learning_rate
         self.log_every_n_steps = log_every_n_steps
+        self.scalars = checked_scalars(scalars or {})
         self.skipped_steps = 0
         self.current_loss: Optional[float] = None  # the latest step's loss, for a progress display
         self.last: Dict[str, Any] = {}  # the latest record: {"step", "epoch", "train/...": value}
@@ -226,6 +232,7 @@ class TrainMetrics(Callback):
             values["train/grad_norm"] = grad_norm
         if self._has_overflow_output:
             values["train/skipped_steps"] = self.skipped_steps
+        values.update(self._read_scalars())
         if self._timing_started and step > self._base_step and now > self._base_time:
             values["train/samples_per_second"] = (step - self._base_step) * self.samples_per_step / (
                 now - self._base_time)
@@ -238,9 +245,29 @@ class TrainMetrics(Callback):
         self._reset_interval()
         return self.last
 
+    # ------------------------------------------------------------------ custom scalars (issue 12's hook)
+    def _read_scalars(self) -> Dict[str, float]:
+        """The custom scalars' values now: one host read each, only at a record."""
+        return {f"train/{name}": _scalar(value) for name, value in self.scalars.items()}
+
     def _current_learning_rate(self) -> Optional[float]:
         if self.learning_rate is not None:
             return float(self.learning_rate())
         if self._optimizer is not None:
             return optimizer_learning_rate(self._optimizer)
         return None
+
+
+BUILT_IN_TAGS = ("loss", "learning_rate", "loss_scale", "grad_norm", "skipped_steps", "samples_per_second")
+
+
+def checked_scalars(scalars: Dict[str, Any]) -> Dict[str, Tensor]:
+    """`scalars` when each is a one-element Tensor under a new name; ValueError/TypeError naming it otherwise."""
+    for name, value in scalars.items():
+        if not isinstance(name, str) or not name or name in BUILT_IN_TAGS:
+            raise ValueError(f"logged scalar name {name!r} is not valid: it must be a non-empty string other than "
+                             f"{', '.join(BUILT_IN_TAGS)}")
+        if not isinstance(value, Tensor) or value.size != 1:
+            raise TypeError(f"logged scalar {name!r} must be a one-element Tensor (a Parameter the train network "
+                            f"updates); got {type(value).__name__}")
+    return dict(scalars)

@@ -1,0 +1,125 @@
+"""scikit-learn's bundled tabular data sets (wine, breast cancer, iris, diabetes) as a data module.
+
+No download, a few hundred rows each: a tabular classifier or a regression trains in seconds on a CPU, and the
+module shows the data-module protocol for data that is not images -- any column names (``features``,
+``target``: the first column is the network's input, the second the target) and the attributes that fill the
+model's keys (``in_features``, ``out_features``, ``num_classes``). scikit-learn is imported by ``prepare()``
+(``pip install 'trainkit[digits]'``).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Optional
+
+import mindspore.dataset as ds
+import numpy as np
+
+from trainkit.checks import check_bool, check_int
+from trainkit.data.cifar10 import check_shards
+from trainkit.errors import ConfigError, DataError
+
+# name -> (scikit-learn loader, task)
+DATASETS = {"wine": ("load_wine", "classification"), "breast_cancer": ("load_breast_cancer", "classification"),
+            "iris": ("load_iris", "classification"), "diabetes": ("load_diabetes", "regression")}
+
+
+class SklearnTabularData:
+    """A scikit-learn toy data set split into train and test, features standardised with the train split's mean
+    and standard deviation.
+
+    Columns: ``features`` float32 ``(batch, in_features)``; ``target`` int32 class indices ``(batch,)`` for a
+    classification set, float32 ``(batch, 1)`` for the regression set (the shape of a one-output model's output,
+    so an element-wise loss compares like with like).
+
+    Attributes (filled into the model's keys left null): ``in_features``; ``out_features`` (the classes, or 1);
+    ``num_classes`` (None for regression). After ``prepare()``: ``feature_mean``, ``feature_std``.
+
+    Args:
+        dataset: ``wine``, ``breast_cancer``, ``iris`` (classification) or ``diabetes`` (regression).
+        batch_size: training batch size; the last incomplete batch is dropped.
+        eval_batch_size: evaluation batch size (None: the test split in one batch).
+        test_fraction: share held out for evaluation, in (0, 1); stratified by class for classification.
+        split_seed: ``random_state`` of scikit-learn's ``train_test_split``.
+        standardize: standardise the features (train-split statistics).
+    """
+
+    def __init__(self, dataset: str = "wine", batch_size: int = 32, eval_batch_size: Optional[int] = None,
+                 test_fraction: float = 0.2, split_seed: int = 0, standardize: bool = True):
+        if dataset not in DATASETS:
+            raise ConfigError(f"dataset must be one of {', '.join(DATASETS)}; got {dataset!r}")
+        self.dataset = dataset
+        self.loader, self.task = DATASETS[dataset]
+        self.batch_size = check_int("batch_size", batch_size, 1)
+        self.eval_batch_size = None if eval_batch_size is None else check_int("eval_batch_size", eval_batch_size, 1)
+        if (isinstance(test_fraction, bool) or not isinstance(test_fraction, numbers.Real)
+                or not 0.0 < float(test_fraction) < 1.0):
+            raise ConfigError(f"test_fraction must be a number in (0, 1); got {test_fraction!r}")
+        self.test_fraction = float(test_fraction)
+        self.split_seed = check_int("split_seed", split_seed, 0)
+        self.standardize = check_bool("standardize", standardize)
+        self.in_features: Optional[int] = None
+        self.out_features: Optional[int] = None
+        self.num_classes: Optional[int] = None
+        self.feature_mean: Optional[np.ndarray] = None
+        self.feature_std: Optional[np.ndarray] = None
+        self._train: Optional[tuple] = None
+        self._test: Optional[tuple] = None
+
+    def __repr__(self) -> str:
+        return f"SklearnTabularData(dataset={self.dataset!r}, batch_size={self.batch_size})"
+
+    def prepare(self) -> None:
+        """Load the set from scikit-learn (bundled with it), split it and standardise the features."""
+        try:
+            import sklearn.datasets
+            from sklearn.model_selection import train_test_split
+        except ImportError as err:
+            raise DataError("SklearnTabularData needs scikit-learn, which is not installed: pip install "
+                            "'trainkit[digits]' (or pip install scikit-learn).") from err
+        features, target = getattr(sklearn.datasets, self.loader)(return_X_y=True)
+        features = np.asarray(features, np.float64)
+        classification = self.task == "classification"
+        target = np.asarray(target, np.int32) if classification else np.asarray(target, np.float32).reshape(-1, 1)
+        train_x, test_x, train_y, test_y = train_test_split(
+            features, target, test_size=self.test_fraction, random_state=self.split_seed,
+            stratify=target if classification else None)
+        if self.standardize:
+            self.feature_mean, self.feature_std = train_x.mean(axis=0), train_x.std(axis=0)
+            self.feature_std[self.feature_std == 0] = 1.0
+            train_x, test_x = ((x - self.feature_mean) / self.feature_std for x in (train_x, test_x))
+        self._train = (train_x.astype(np.float32), train_y)
+        self._test = (test_x.astype(np.float32), test_y)
+        self.in_features = features.shape[1]
+        self.num_classes = int(target.max()) + 1 if classification else None
+        self.out_features = self.num_classes if classification else 1
+
+    def train_dataset(self, num_shards: int = 1, shard_id: int = 0) -> ds.Dataset:
+        """Shuffled batches of `batch_size`, the last partial one dropped."""
+        num_shards, shard_id = check_shards(num_shards, shard_id)
+        features, target = self._arrays(train=True)
+        per_shard = math.ceil(len(target) / num_shards)
+        if per_shard < self.batch_size:
+            raise ConfigError(f"batch_size={self.batch_size} is larger than the {per_shard} training rows per shard "
+                              f"({len(target)} rows, num_shards={num_shards}): lower data.batch_size")
+        shards = {"num_shards": num_shards, "shard_id": shard_id} if num_shards > 1 else {}
+        dataset = ds.NumpySlicesDataset({"features": features, "target": target}, shuffle=True, **shards)
+        return dataset.batch(self.batch_size, drop_remainder=True)
+
+    def eval_dataset(self, num_shards: int = 1, shard_id: int = 0) -> ds.Dataset:
+        """The test split in order, in batches of `eval_batch_size` (the last one may be smaller)."""
+        num_shards, shard_id = check_shards(num_shards, shard_id)
+        features, target = self._arrays(train=False)
+        shards = {"num_shards": num_shards, "shard_id": shard_id} if num_shards > 1 else {}
+        dataset = ds.NumpySlicesDataset({"features": features, "target": target}, shuffle=False, **shards)
+        return dataset.batch(self.eval_batch_size or len(target))
+
+    @property
+    def eval_arrays(self) -> tuple:
+        """The test split as ``(features, target)`` NumPy arrays, as ``eval_dataset`` gives them."""
+        return self._arrays(train=False)
+
+    def _arrays(self, train: bool) -> tuple:
+        if self._train is None:
+            self.prepare()
+        return self._train if train else self._test
