@@ -54,12 +54,14 @@ def test_a_run_writes_config_log_metrics_events_and_checkpoints_into_its_own_dir
     (run_dir,) = (tmp_path / "outputs" / "resnet50_cifar10").iterdir()
     saved = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())
     assert saved["model"]["width"] == 4 and saved["data"]["root"] == str(cifar10_root)
-    assert "finished: accuracy" in (run_dir / "train.log").read_text()
+    log = (run_dir / "train.log").read_text()
+    assert "finished: accuracy" in log and ", amp O1, run dir" in log and "amp_level 1" in log  # the level that ran
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert any("eval/accuracy" in r for r in records) and any("train/loss" in r for r in records)
     assert any(p.name.startswith("events.out.tfevents") for p in (run_dir / "tensorboard").iterdir())
     assert (run_dir / "checkpoints" / "best.ckpt").exists()
     assert not (tmp_path / "rewritten_network").exists()  # O1's rewrite writes there: kept in the run directory
+    assert any((run_dir / "rewritten_network").iterdir())
 
 
 def test_multirun_sweeps_into_one_directory_per_job(cifar10_root, tmp_path):
@@ -90,8 +92,7 @@ def test_configs_and_recipes_ship_in_the_wheel(tmp_path):
     """A plain (non-editable) install carries configs/ and recipes/ as package data, and the console script."""
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w",
                             str(tmp_path), str(REPO)], capture_output=True, text=True, timeout=300)
-    if build.returncode != 0 and "No module named" in build.stderr:
-        pytest.skip(f"no wheel build backend in this environment: {build.stderr.strip()[-200:]}")
+    # No skip: the test extra installs setuptools (a Python 3.12 venv has none), so a missing backend is a failure.
     assert build.returncode == 0, build.stderr
     (wheel,) = tmp_path.glob("trainkit-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())

@@ -20,6 +20,9 @@ def run_transcript(transcript):
         where = f"{transcript.name}: $ {' '.join(command.argv)}"
         assert "Traceback" not in printed.stderr, f"{where}\n{printed.stderr}"
         assert printed.status == command.expected_status(), f"{where}\n{printed.stdout}\n{printed.stderr}"
+        if any(line.startswith("trainkit: error:") for line in command.shown):  # the house rule: one line
+            stderr = [line for line in printed.stderr.splitlines() if line.strip()]
+            assert len(stderr) == 1, f"{where}\n{printed.stderr}"
         missing = unmatched(command.shown, printed.lines)
         assert not missing, f"{where}: not printed: {missing}\nprinted:\n" + "\n".join(printed.lines)
 

@@ -15,6 +15,7 @@ import pytest
 
 from tests.common.callbacks import read_jsonl
 from tests.common.cifar10_files import write_cifar10
+from tests.common.processes import processes_mentioning
 from trainkit.config import compose_config
 from trainkit.errors import ConfigError
 from trainkit.launch import free_port
@@ -43,16 +44,6 @@ def trainkit(*args, cwd):
     env = {**os.environ, "GLOG_v": "3", "PYTHONPATH": str(REPO)}
     return subprocess.run([sys.executable, "-m", "trainkit", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=300)
-
-
-def processes_mentioning(text):
-    """Live processes whose command line contains `text` (every msrun process of a job names its run dir)."""
-    found = []
-    for process in psutil.process_iter(["cmdline", "status"]):
-        cmdline = " ".join(process.info["cmdline"] or [])
-        if text in cmdline and process.info["status"] != psutil.STATUS_ZOMBIE and process.pid != os.getpid():
-            found.append((process.pid, cmdline))
-    return found
 
 
 def numpy_eval(network, images, labels):

@@ -30,6 +30,7 @@ from trainkit.callbacks import RunLog
 from trainkit.config import check_config, choice
 from trainkit.errors import ConfigError
 from trainkit.fit_check import check_fit
+from trainkit.mixed_precision import applied_amp_level
 from trainkit.parallel import describe_job, job_metrics, prepare_data, scaled_learning_rate, setup_parallel
 from trainkit.wrapper import TrainingWrapper
 
@@ -120,7 +121,7 @@ def train(cfg: DictConfig) -> TrainResult:
     log.info("%s: %s on %s, %d steps/epoch of %d samples (%d per rank x %d), %d epochs, %s mode, amp %s, run dir %s",
              run.describe_target(cfg.model), run.count_parameters(backbone), run.describe(data), steps_per_epoch,
              samples_per_step, samples_per_step // group_size, group_size, trainer.epochs, choice(trainer.mode),
-             choice(cfg.amp.level), run_dir)
+             applied_amp_level(loss_network.backbone), run_dir)
     if choice(cfg.parallel.mode) != "stand_alone":
         log.info("%s", describe_job(cfg.parallel, parallel, samples_per_step // group_size, accumulation_steps,
                                     cfg.optimizer.lr, lr))
@@ -137,6 +138,7 @@ def train(cfg: DictConfig) -> TrainResult:
         elapsed = time.perf_counter() - start
         metrics = run.final_metrics(hooks.evaluation, hooks.train_metrics, optimizer, elapsed,
                                     trainer.epochs * steps_per_epoch - done, samples_per_step)
+        metrics["amp_level"] = float(applied_amp_level(loss_network.backbone)[1])  # 2.0: O2 ran
         if choice(cfg.parallel.mode) != "stand_alone":
             metrics.update(job_metrics(parallel, samples_per_step // group_size, accumulation_steps))
         run_log.hparams(run.hyper_parameters(cfg), {f"final/{k}": v for k, v in metrics.items()})

@@ -44,7 +44,7 @@ def instantiate_group(group: str, node: DictConfig, **kwargs):
 
 def group_error(group: str, node: DictConfig, error: BaseException) -> ConfigError:
     """``data.batch_size must be ...`` when the message starts with an argument's name, else the group and target."""
-    message = str(error)
+    message = " ".join(str(error).split())  # one line: Hydra's and Python's messages can span several
     name = message.split(" ", 1)[0]
     if name.isidentifier() and name in node and message.startswith(f"{name} must"):
         return ConfigError(f"{group}.{message}")

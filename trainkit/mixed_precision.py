@@ -44,3 +44,13 @@ class Float32EvalCell(Float32LossCell):
     def construct(self, data, label):
         logits = self.backbone(data).astype(mstype.float32)
         return self.loss_fn(logits, label), logits, label
+
+
+def applied_amp_level(backbone: nn.Cell) -> str:
+    """The level ``mindspore.amp.auto_mixed_precision`` applied to `backbone`, read from the network itself.
+
+    MindSpore marks the network it returns (``_amp_level``); a network it never processed ran at O0. A run
+    records this, not the configured level, so a record of O2 means the cast really happened.
+    """
+    level = getattr(backbone, "_amp_level", "O0")
+    return level if level in AMP_LEVELS else "O0"

@@ -92,8 +92,9 @@ def set_context(trainer: DictConfig) -> None:
         try:
             ms.set_context(device_target=trainer.device_target)
         except (RuntimeError, ValueError) as error:
+            reason = str(error).strip().splitlines()[0]  # MindSpore's message goes on for a screen
             raise ConfigError(f"trainer.device_target={trainer.device_target} is not available to this MindSpore "
-                              f"build: use auto or {ms.get_context('device_target')} ({error})") from error
+                              f"build: use auto or {ms.get_context('device_target')} ({reason})") from error
     ms.set_seed(trainer.seed)
     ds.config.set_seed(trainer.seed)
     ds.config.set_fast_recovery(choice(trainer.resume_data) == "fast")

@@ -75,6 +75,7 @@ def test_live_and_ema_metrics_equal_numpy_and_leave_no_trace(mode, tmp_path):
     assert [r["epoch"] for r in evaluation.history] == [2, 3]  # every 2nd epoch and the last
     assert [r["step"] for r in evaluation.history] == [8, 12]
     assert evaluation.latest is evaluation.history[-1]
+    assert len(records) == len(evaluation.history) == 2  # zip below compares every record
     for result, record in zip(evaluation.history, records):
         weights = before.by_epoch[result["epoch"]]
         shadows = {name: weights["ema." + name] for name in ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias")}

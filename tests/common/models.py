@@ -60,3 +60,16 @@ def run(wrapper: nn.Cell, data) -> List[tuple]:
 
 def weights_of(net: nn.Cell) -> Dict[str, np.ndarray]:
     return {p.name: p.asnumpy().copy() for p in net.get_parameters()}
+
+
+class LinearLoss(nn.Cell):
+    """loss = sum(x @ w) for a weight w of shape [1, 4]: its gradient with respect to w is the batch's sum of x,
+    so a test can make gradients (and the loss) exactly as large as it needs."""
+
+    def __init__(self, weight: np.ndarray):
+        super().__init__()
+        self.dense = nn.Dense(IN_FEATURES, 1, has_bias=False, weight_init=Tensor(np.asarray(weight, np.float32)))
+
+    def construct(self, x):
+        return self.dense(x).sum()
+

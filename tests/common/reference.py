@@ -2,6 +2,9 @@
 
 Semantics it encodes (the TrainingWrapper contract):
 - a window of k micro-batches sums grad(loss_i) / k (= the gradient of one batch of k*b);
+- loss scaling is applied, not only recorded: the backward pass runs on ``loss * scale / k`` with float32's
+  range (a value beyond 3.4e38 at any stage becomes inf, as in a float32 kernel), then the gradients are
+  divided by the scale;
 - a window with any non-finite gradient is skipped: no optimizer step, no EMA update,
   and a dynamic scale backs off (max(1, s / factor)); after `window` good steps it grows by `factor`;
 - global-norm clipping on the window's summed gradient: g * min(1, max_norm / (norm + 1e-6));
@@ -16,15 +19,27 @@ import numpy as np
 Params = Dict[str, np.ndarray]
 
 
-def mlp_loss_and_grads(params: Params, x: np.ndarray, y: np.ndarray):
-    """Mean softmax cross-entropy of Dense -> Tanh -> Dense (MindSpore Dense: x @ W.T + b)."""
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def mlp_loss_and_grads(params: Params, x: np.ndarray, y: np.ndarray, sens: float = 1.0):
+    """Mean softmax cross-entropy of Dense -> Tanh -> Dense (MindSpore Dense: x @ W.T + b).
+
+    Returns the loss and the gradients of ``loss * sens``; with ``sens != 1`` every backward value is kept in
+    float32's range (beyond it: inf), so a scale too large for float32 overflows here as it does in MindSpore.
+    """
     w1, b1, w2, b2 = (params[k] for k in ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"))
     x = x.astype(np.float64)
     with np.errstate(all="ignore"):  # planted NaN/inf batches propagate, as they should
-        return _mlp_loss_and_grads(w1, b1, w2, b2, x, y)
+        return _mlp_loss_and_grads(w1, b1, w2, b2, x, y, sens)
 
 
-def _mlp_loss_and_grads(w1, b1, w2, b2, x, y):
+def _float32_range(values: np.ndarray) -> np.ndarray:
+    """Values a float32 kernel cannot hold become +-inf."""
+    return np.where(np.abs(values) > FLOAT32_MAX, np.sign(values) * np.inf, values)
+
+
+def _mlp_loss_and_grads(w1, b1, w2, b2, x, y, sens=1.0):
     hidden = np.tanh(x @ w1.T + b1)
     logits = hidden @ w2.T + b2
     shifted = logits - logits.max(axis=1, keepdims=True)
@@ -33,11 +48,11 @@ def _mlp_loss_and_grads(w1, b1, w2, b2, x, y):
     loss = -np.mean(np.log(probs[np.arange(n), y]))
     dlogits = probs.copy()
     dlogits[np.arange(n), y] -= 1
-    dlogits /= n
-    dhidden = (dlogits @ w2) * (1 - hidden ** 2)
+    dlogits = _float32_range(dlogits / n * sens)
+    dhidden = _float32_range(_float32_range(dlogits @ w2) * (1 - hidden ** 2))
     grads = {"fc1.weight": dhidden.T @ x, "fc1.bias": dhidden.sum(0), "fc2.weight": dlogits.T @ hidden,
              "fc2.bias": dlogits.sum(0)}
-    return loss, grads
+    return loss, {k: _float32_range(g) for k, g in grads.items()}
 
 
 class SGDMomentum:
@@ -90,9 +105,11 @@ class ReferenceTrainer:
         self.scales_used, self.overflows, self.grad_norms = [], [], []
 
     def micro_step(self, x, y) -> None:
-        _, grads = mlp_loss_and_grads(self.params, x, y)
-        self.scales_used.append(self.scale if self.scale is not None else 1.0)
-        self.window.append({k: g / self.k for k, g in grads.items()})
+        scale = self.scale if self.scale is not None else 1.0
+        _, scaled = mlp_loss_and_grads(self.params, x, y, sens=scale / self.k)  # multiply...
+        self.scales_used.append(scale)
+        with np.errstate(invalid="ignore"):
+            self.window.append({k: g / scale for k, g in scaled.items()})  # ...then divide
         if len(self.window) < self.k:
             self.overflows.append(False)
             self.grad_norms.append(0.0)

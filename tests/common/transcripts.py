@@ -1,8 +1,9 @@
 """Console transcripts in the docs: ```console blocks of `$ command` lines, each followed by what it prints.
 
 The blocks of one page are one session, run top to bottom in one directory, as a reader following the page
-would (a later block may use a run directory an earlier one made). A shown line matches a printed line when it is equal, `...` standing for any text within the line; a line
-that is only `...` stands for lines left out. `$ echo $?` shows the previous command's exit status.
+would (a later block may use a run directory an earlier one made). A shown line matches a printed line when
+it is equal, `...` standing for any text within the line; a line that is only `...` stands for lines left
+out. `$ echo $?` shows the previous command's exit status.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import re
 import runpy
 import shlex
 import sys
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, List, Optional
@@ -23,6 +25,7 @@ from markdown_it import MarkdownIt
 REPO = Path(__file__).resolve().parents[2]
 USER_PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md")), *sorted((REPO / "examples").rglob("*.md"))]
 ELIDED = "..."
+ECHO_STATUS = ["echo", "$?"]
 
 
 @dataclass
@@ -62,17 +65,12 @@ def parse(content: str) -> List[Command]:
     commands: List[Command] = []
     for line in content.splitlines():
         if line.startswith("$ "):
-            argv = shlex.split(line[2:])
-            if argv == ["echo", "$?"]:
-                commands[-1].status = None  # set by the next line
-                commands.append(Command(argv))
-            else:
-                commands.append(Command(argv))
-        elif commands and commands[-1].argv == ["echo", "$?"]:
-            commands[-2].status = int(line)
+            commands.append(Command(shlex.split(line[2:])))
+        elif commands and commands[-1].argv == ECHO_STATUS:
+            commands[-2].status = int(line)  # what `echo $?` printed: the status of the command before it
         elif commands:
             commands[-1].shown.append(line.rstrip())
-    return [command for command in commands if command.argv != ["echo", "$?"]]
+    return [command for command in commands if command.argv != ECHO_STATUS]
 
 
 def line_pattern(shown: str) -> re.Pattern:
@@ -120,7 +118,9 @@ def run_in_process(argv: List[str]) -> Printed:
     sys.argv = [argv[2], *argv[3:]]
     sys.path.insert(0, os.getcwd())
     try:
-        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr), warnings.catch_warnings():
+            # a module the tests imported already runs again as __main__, as `python -m` would run it afresh
+            warnings.filterwarnings("ignore", "'.*' found in sys.modules", RuntimeWarning)
             runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
     except SystemExit as stop:
         status = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)

@@ -64,12 +64,44 @@ def test_eval_images_are_normalised_records_in_file_order(cifar):
     np.testing.assert_array_equal(labels, written["test_labels"])
 
 
-def test_eval_resizes_to_image_size(cifar):
-    root, _ = cifar
-    data = Cifar10Data(root, image_size=8, eval_batch_size=16)
+def numpy_bilinear_downsize(images_hwc: np.ndarray, size: int) -> np.ndarray:
+    """Bilinear resize by a factor of 2 or 4 with half-pixel centres (OpenCV's INTER_LINEAR, which
+    ``vision.Resize`` uses): output pixel (y, x) samples the source at (f*y + f/2 - 0.5, f*x + f/2 - 0.5), halfway
+    between rows/columns f*y + f/2 - 1 and f*y + f/2, so it is the mean of that 2x2 block."""
+    factor = images_hwc.shape[1] // size
+    assert factor in (2, 4) and images_hwc.shape[1] == factor * size
+    first = factor * np.arange(size) + factor // 2 - 1  # the upper/left row and column of each 2x2 block
+    images = images_hwc.astype(np.float64)
+    return sum(images[:, first + dy][:, :, first + dx] for dy in (0, 1) for dx in (0, 1)) / 4
+
+
+@pytest.mark.parametrize("size", [8, 16])
+def test_eval_resizes_to_image_size_as_numpy_bilinear(cifar, size):
+    root, written = cifar
+    data = Cifar10Data(root, image_size=size, eval_batch_size=16)
     (images, labels), = batches(data.eval_dataset())
-    assert images.shape == (16, 3, 8, 8) and images.dtype == np.float32 and labels.shape == (16,)
-    assert np.isfinite(images).all()
+    assert images.shape == (16, 3, size, size) and images.dtype == np.float32 and labels.shape == (16,)
+    expected = numpy_bilinear_downsize(written["test_images"], size)
+    # uint8 in and out: the resize rounds to whole grey levels, so at most half a level from the exact mean
+    np.testing.assert_allclose(to_uint8_hwc(images), expected, rtol=0, atol=0.5 + 1e-9)
+    np.testing.assert_array_equal(labels, written["test_labels"])
+
+
+def test_train_time_resize_without_augment_is_numpy_bilinear(cifar, seed):
+    root, written = cifar
+    data = Cifar10Data(root, image_size=8, batch_size=8, augment=False)
+    out = batches(data.train_dataset())
+    assert len(out) == 5
+    expected = numpy_bilinear_downsize(written["train_images"], 8)
+    matched = []
+    for images, labels in out:
+        for image, label in zip(to_uint8_hwc(images), labels):
+            distance = np.abs(expected - image).max(axis=(1, 2, 3))
+            index = int(distance.argmin())
+            assert distance[index] <= 0.5 + 1e-9, distance[index]
+            assert label == written["train_labels"][index]
+            matched.append(index)
+    assert sorted(matched) == list(range(40))  # every record once, each resized as NumPy says
 
 
 def test_eval_is_deterministic_even_with_augment_on(cifar):
@@ -166,6 +198,7 @@ def test_official_size_files_read_through_cifar10dataset_match_numpy(tmp_path, m
     monkeypatch.setattr(cifar10_module.ds, "Cifar10Dataset", lambda *a, **k: calls.append(k) or real(*a, **k))
     data = Cifar10Data(str(tmp_path), image_size=32, eval_batch_size=2500)
     native = batches(data.eval_dataset())
+    assert len(native) == 4  # 10,000 records in batches of 2,500
     assert calls and calls[0]["usage"] == "test" and calls[0]["shuffle"] is False
     for i, (images, labels) in enumerate(native):
         part = slice(2500 * i, 2500 * (i + 1))
@@ -173,7 +206,7 @@ def test_official_size_files_read_through_cifar10dataset_match_numpy(tmp_path, m
         np.testing.assert_array_equal(labels, written["test_labels"][part])
     monkeypatch.setattr(Cifar10Data, "_native_readable", lambda *a: False)
     ours = batches(data.eval_dataset())
-    assert len(calls) == 1
+    assert len(calls) == 1 and len(ours) == len(native)
     for (a, la), (b, lb) in zip(native, ours):
         np.testing.assert_array_equal(a, b)
         np.testing.assert_array_equal(la, lb)

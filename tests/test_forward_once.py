@@ -1,0 +1,54 @@
+"""One call of the wrapper runs the forward pass once: batch-norm moving statistics move by exactly one update.
+
+`TrainOneStepCell`'s pattern (forward, then GradOperation's forward again) moves them twice in pynative mode.
+The expected statistics are one NumPy training-mode update per micro-batch, in MindSpore's convention
+(``mindspore/nn/layer/normalization.py``: ``moving = moving * momentum + batch * (1 - momentum)``, the
+primitive getting ``1 - momentum``), with the unbiased batch variance (n / (n - 1): what
+``nn.BatchNorm1d`` alone does on CPU in MindSpore 2.10, checked in both modes).
+"""
+import mindspore as ms
+import numpy as np
+import pytest
+from mindspore import nn
+
+from tests.common.models import TinyMLP, batches, initial_weights, loss_network
+from trainkit import TrainingWrapper
+
+MOMENTUM = 0.7  # TinyMLP's batch norm
+
+
+def numpy_batch_norm_update(mean, variance, x, w1, b1):
+    """One training-mode update of BatchNorm1d's moving statistics by the batch fc1(x)."""
+    features = x.astype(np.float64) @ w1.T + b1
+    n = len(features)
+    batch_mean = features.mean(axis=0)
+    batch_variance = features.var(axis=0) * n / (n - 1)
+    return (MOMENTUM * mean + (1 - MOMENTUM) * batch_mean,
+            MOMENTUM * variance + (1 - MOMENTUM) * batch_variance)
+
+
+def moving_statistics(net):
+    return net.bn.moving_mean.asnumpy().astype(np.float64), net.bn.moving_variance.asnumpy().astype(np.float64)
+
+
+@pytest.mark.parametrize("features", [
+    {},
+    {"accumulation_steps": 2},
+    {"accumulation_steps": 2, "loss_scale": 2.0 ** 8, "max_grad_norm": 1.0},
+], ids=["plain", "accumulation", "accumulation_scaling_clipping"])
+def test_each_call_moves_batch_norm_statistics_by_one_numpy_update(mode, features):
+    """lr 0: fc1 stays at its initial weights, so every expected update is computed from known inputs."""
+    net = TinyMLP(batch_norm=True)
+    wrapper = TrainingWrapper(loss_network(net), nn.SGD(net.trainable_params(), learning_rate=0.0), **features)
+    wrapper.set_train()
+    weights = initial_weights()
+    w1, b1 = weights["fc1.weight"].astype(np.float64), weights["fc1.bias"].astype(np.float64)
+    mean, variance = moving_statistics(net)
+    np.testing.assert_array_equal(mean, 0.0)
+    np.testing.assert_array_equal(variance, 1.0)
+    for x, y in batches(4, 8, seed=31):
+        wrapper(ms.Tensor(x), ms.Tensor(y, ms.int32))
+        mean, variance = numpy_batch_norm_update(mean, variance, x, w1, b1)
+        got_mean, got_variance = moving_statistics(net)
+        np.testing.assert_allclose(got_mean, mean, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got_variance, variance, rtol=1e-5, atol=1e-6)
