@@ -81,7 +81,8 @@ def hydra_config_of(run_dir: Path) -> Optional[DictConfig]:
     if not HydraConfig.initialized():
         return None
     hydra_cfg = HydraConfig.get()
-    return hydra_cfg if Path(hydra_cfg.runtime.output_dir).resolve() == run_dir else None
+    output_dir = OmegaConf.select(hydra_cfg, "runtime.output_dir", default=None, throw_on_missing=False)
+    return hydra_cfg if output_dir is not None and Path(output_dir).resolve() == run_dir else None
 
 
 def set_context(trainer: DictConfig) -> None:
