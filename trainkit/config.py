@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from importlib import resources
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, List, Optional
 
 from hydra import compose, initialize_config_module
 from hydra.core.config_store import ConfigStore
@@ -136,6 +136,16 @@ class WrapperConfig:
 
 
 @dataclass
+class ProfileConfig:
+    """``trainer.profile``: ``mindspore.profiler`` over a window of steps only (trainkit/profiling.py)."""
+
+    steps: int = 0  # steps to profile; 0: off
+    start_step: int = 1  # the first profiled step (1: the first, which includes compilation)
+    ranks: List[int] = field(default_factory=lambda: [0])  # the ranks that profile in data parallel
+    top_operators: int = 10  # operators listed in the summary at the end
+
+
+@dataclass
 class TrainerConfig:
     """How the loop runs: ``mindspore.train.Model.train`` and the callbacks around it."""
 
@@ -155,6 +165,7 @@ class TrainerConfig:
     resume: Optional[str] = None
     resume_data: ResumeData = ResumeData.exact
     max_nonfinite_steps: Optional[int] = 10
+    profile: ProfileConfig = field(default_factory=ProfileConfig)
 
 
 @dataclass
