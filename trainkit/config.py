@@ -129,8 +129,10 @@ class WrapperConfig:
     accumulation_steps: int = 1
     ema_decay: Optional[float] = None
     ema_warmup: bool = False
+    ema_every: int = 1
     compute_grad_norm: bool = True
     skip_nonfinite: bool = True
+    metrics_on_device: bool = True
 
 
 @dataclass
@@ -252,6 +254,7 @@ def check_config(cfg: DictConfig) -> None:
     if wrapper.ema_decay is not None:
         _check("wrapper.ema_decay", wrapper.ema_decay, "null (no EMA) or a number in [0, 1)",
                lambda v: 0 <= v < 1)
+    _check("wrapper.ema_every", wrapper.ema_every, "an integer >= 1", lambda v: v >= 1)
     if choice(wrapper.loss_scale) != "none":
         _check("wrapper.loss_scale_value", wrapper.loss_scale_value,
                "a number in [1, 2**32] (1/scale must stay a normal float32)", lambda v: 1 <= v <= 2.0 ** 32)
