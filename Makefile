@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "Installing trainkit, MindSpore 2.10 and the test tools into $(VENV) (a minute or two on a new machine)..."
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,digits]'
+	$(BIN)/python -m pip install --quiet -e '.[test,digits,torch]'  # torch: the PyTorch-import tests (CPU build)
 	@rm -f $(VENV)/.installed-* && touch $@
 
 train: $(STAMP)  ## train the quick-start recipe: a small CNN on the handwritten digits

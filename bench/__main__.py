@@ -22,6 +22,7 @@ from bench.common import Row, Settings, environment
 #: Benchmark modules and the rows each produces.
 MODULES = {
     "wrapper_overhead": ("1", "2", "3", "8"),
+    "peer_features": ("2", "3"),
     "app_overhead": ("4",),
     "pipeline": ("5",),
     "conv_impl": ("6", "9"),

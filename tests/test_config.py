@@ -7,6 +7,7 @@ from hydra.utils import instantiate
 
 from trainkit.config import best_metric, best_mode, check_config, compose_config, recipe_names
 from trainkit.errors import ConfigError
+from trainkit.finetune import model_arguments
 
 GROUPS = ("amp", "parallel", "model", "data", "loss", "metrics", "optimizer", "lr_schedule", "wrapper", "trainer",
           "logger")
@@ -32,7 +33,8 @@ def test_every_recipe_composes_and_builds_its_parts(recipe, tmp_path):
     if "resnet" in cfg.model._target_:  # the smallest of the family builds in a fraction of the time
         cfg = compose_config([f"recipe={recipe}", f"run_dir={tmp_path}", "model=resnet18"])
     check_config(cfg)
-    assert instantiate(cfg.model, **{k: v for k, v in FROM_DATA.items() if k in cfg.model}) is not None
+    assert instantiate(model_arguments(cfg.model), **{k: v for k, v in FROM_DATA.items() if k in cfg.model}) \
+        is not None
     assert instantiate(cfg.data) is not None
     schedule = instantiate(cfg.lr_schedule)
     assert len(schedule(lr=cfg.optimizer.lr, epochs=cfg.trainer.epochs, updates_per_epoch=3)) == 3 * cfg.trainer.epochs
@@ -41,7 +43,8 @@ def test_every_recipe_composes_and_builds_its_parts(recipe, tmp_path):
 def test_every_model_option_builds():
     for option in options("model"):
         cfg = compose_config([f"model={option}", "run_dir=unused"])
-        assert instantiate(cfg.model, **{k: v for k, v in FROM_DATA.items() if k in cfg.model}) is not None, option
+        built = instantiate(model_arguments(cfg.model), **{k: v for k, v in FROM_DATA.items() if k in cfg.model})
+        assert built is not None, option
 
 
 def test_resnet50_cifar10_recipe_is_the_seed_recipe():

@@ -8,7 +8,7 @@ import shutil
 import pytest
 import yaml
 
-from tests.common.transcripts import REPO, parse, run_in_process, transcripts, unmatched
+from tests.common.transcripts import REPO, page_files, parse, run_in_process, transcripts, unmatched
 
 TRANSCRIPTS = list(transcripts())
 EXAMPLE_PROJECT = REPO / "examples" / "my_project"
@@ -35,6 +35,8 @@ def test_the_docs_show_transcripts():
                          ids=lambda t: t.name)
 def test_transcript_prints_what_the_docs_show(transcript, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a page's commands share one folder: relative run directories, exports
+    for name, content in page_files(transcript.page).items():  # the files the page has the reader save
+        (tmp_path / name).write_text(content, encoding="utf-8")
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
     run_transcript(transcript)
 

@@ -93,3 +93,50 @@ def test_evaluating_with_ema_weights_between_steps_leaves_training_bitwise_uncha
     assert final[0].keys() == final[1].keys()
     for name in final[0]:
         np.testing.assert_array_equal(final[0][name], final[1][name], err_msg=name)
+
+
+@pytest.mark.parametrize("every", [1, 3])
+def test_ema_every_n_updates_on_every_nth_applied_step_with_the_decay_to_the_nth(mode, every):
+    """ema_every=N: after applied steps N, 2N, ... ema = d**N * ema + (1 - d**N) * w; between them nothing."""
+    decay, steps = 0.8, 7
+    net = TinyMLP(batch_norm=True)
+    opt = nn.Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9)
+    wrapper = TrainingWrapper(loss_network(net), opt, ema_decay=decay, ema_every=every)
+    expected = {k: v.astype(np.float64) for k, v in weights_of(net).items()}
+    for step, batch in enumerate(batches(steps, 4, seed=21), start=1):
+        run(wrapper, [batch])
+        if step % every == 0:
+            d = decay ** every
+            expected = {k: d * expected[k] + (1 - d) * v for k, v in weights_of(net).items()}
+        shadows = {p.name[4:]: p.asnumpy() for p in wrapper.get_parameters() if p.name.startswith("ema.")}
+        for name, value in expected.items():
+            np.testing.assert_allclose(shadows[name], value, rtol=1e-5, atol=1e-6, err_msg=f"{name} step {step}")
+    assert int(wrapper.ema.num_updates.asnumpy()) == steps // every
+
+
+def test_ema_every_n_resumes_bitwise(graph_mode, tmp_path):
+    """The calls since the last update (``ema_step``) are saved: 2 steps, checkpoint, a new wrapper, 3 steps
+    equal 5 steps in one go, bit for bit -- the update falls on step 3 either way."""
+    data = batches(5, 4, seed=22)
+
+    def build():
+        net = TinyMLP(batch_norm=True)
+        opt = nn.Adam(net.trainable_params(), learning_rate=0.05)
+        return TrainingWrapper(loss_network(net), opt, ema_decay=0.7, ema_every=3)
+
+    straight = build()
+    run(straight, data)
+    first = build()
+    run(first, data[:2])
+    path = str(tmp_path / "two_steps.ckpt")
+    ms.save_checkpoint(first, path)
+    resumed = build()
+    not_loaded, _ = ms.load_param_into_net(resumed, ms.load_checkpoint(path), strict_load=True)
+    assert not not_loaded and "ema_step" in ms.load_checkpoint(path)
+    run(resumed, data[2:])
+    expected = {p.name: p.asnumpy() for p in straight.get_parameters()}
+    got = {p.name: p.asnumpy() for p in resumed.get_parameters()}
+    assert got.keys() == expected.keys()
+    for name, value in expected.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
+    assert int(resumed.ema.num_updates.asnumpy()) == 1

@@ -11,6 +11,7 @@ from tests.common.models import TinyMLP, batches, loss_network, run
 from trainkit import TrainingWrapper
 from trainkit.errors import CheckpointError
 from trainkit.export import export_checkpoint, main, network_parameter_names
+from trainkit.finetune import model_arguments
 
 MLP_NAMES = {"fc1.weight", "fc1.bias", "bn.gamma", "bn.beta", "bn.moving_mean", "bn.moving_variance", "fc2.weight",
              "fc2.bias"}
@@ -79,7 +80,7 @@ def test_an_app_checkpoint_exports_into_the_apps_model(graph_mode, optimizer, tm
     source = ms.load_checkpoint(str(checkpoint))
     assert main([str(checkpoint), str(tmp_path / "ema.ckpt"), "--weights", "ema"]) == 0
     names = {p.name for p in result.network.get_parameters()}
-    model = instantiate(compose_config(overrides).model, num_classes=10, in_channels=3)
+    model = instantiate(model_arguments(compose_config(overrides).model), num_classes=10, in_channels=3)
     not_loaded, left_over = load_strictly(tmp_path / "ema.ckpt", model)
     assert not not_loaded and not left_over
     assert {p.name for p in model.get_parameters()} == names

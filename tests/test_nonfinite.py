@@ -20,8 +20,10 @@ def bn_wrapper(**kwargs):
 
 
 def wrapper_state(wrapper):
-    """Every Parameter of the wrapper but the guard's own window bookkeeping (which moves with each window)."""
-    return {p.name: p.asnumpy().copy() for p in wrapper.get_parameters() if not p.name.startswith("_window_start.")}
+    """Every Parameter of the wrapper but the window bookkeeping that moves with each window: the guard's
+    ``_window_start.*``, and the sums ``_grad_sum.*``/``_loss_sum`` that a window's first micro-batch overwrites."""
+    return {p.name: p.asnumpy().copy() for p in wrapper.get_parameters()
+            if not p.name.startswith(("_window_start.", "_grad_sum.", "_loss_sum"))}
 
 
 def planted(k, value, position):

@@ -16,6 +16,7 @@ import yaml
 
 from tests.common.callbacks import read_jsonl
 from tests.common.tensorboard_events import read_scalars
+from tests.common.transcripts import run_in_process
 from trainkit.app import train
 from trainkit.config import compose_config
 from trainkit.errors import ConfigError
@@ -140,6 +141,10 @@ def test_unknown_keys_and_bad_values_stop_before_anything_is_built_naming_key_an
 
 
 def test_a_float_label_with_cross_entropy_stops_before_compiling(project, tmp_path, monkeypatch):
+    # `python -m trainkit ... --cfg job` earlier in this process leaves Hydra's process-global config set: its
+    # choices (loss=l1) must not name the options in the in-process run's message.
+    monkeypatch.chdir(tmp_path)
+    assert run_in_process(["python", "-m", "trainkit", "recipe=wine_mlp", "loss=l1", "--cfg", "job"]).status == 0
     monkeypatch.setattr(ms.train.Model, "train", lambda *args, **kwargs: pytest.fail("Model.train was reached"))
     with pytest.raises(ConfigError) as error:
         train(config(project, tmp_path, "loss=cross_entropy"))

@@ -29,10 +29,12 @@ from trainkit import build, run
 from trainkit.callbacks import RunLog
 from trainkit.config import check_config, choice
 from trainkit.errors import ConfigError
+from trainkit.finetune import apply_finetuning
 from trainkit.fit_check import check_fit
 from trainkit.mixed_precision import applied_amp_level
 from trainkit.parallel import describe_job, job_metrics, prepare_data, scaled_learning_rate, setup_parallel
 from trainkit.stopping import continues_at, raise_if_interrupted, stop_metrics
+from trainkit.profiling import profile_window
 from trainkit.wrapper import TrainingWrapper
 
 log = logging.getLogger("trainkit")
@@ -81,11 +83,13 @@ def train(cfg: DictConfig) -> TrainResult:
                           f"({run.describe(data)}): no full batch per epoch")
     sink_size = run.sink_size_of(trainer, steps_per_epoch)
     run.check_accumulation(cfg, steps_per_epoch)
+    profiler = profile_window(cfg, run_dir, rank, sink_size)  # trainer.profile: checked here, runs as a callback
     backbone = build.build_model(cfg, data)
+    apply_finetuning(cfg.model, backbone)  # model.pretrained, model.freeze: before the optimizer takes the params
     loss_fn = build.build_loss_fn(cfg)
     metrics = build.build_metrics(cfg)
-    check_fit(backbone, loss_fn, eval_set, run.describe_choice(cfg, "loss"), run.describe_choice(cfg, "model"),
-              metrics)
+    check_fit(backbone, loss_fn, eval_set, run.describe_choice(cfg, "loss", run_dir),
+              run.describe_choice(cfg, "model", run_dir), metrics)
     user_callbacks = build.build_user_callbacks(cfg)
     with run.inside(run_dir):  # MindSpore's O1 rewrite writes rewritten_network/ into the current directory
         loss_network = build.build_loss_network_for(cfg, backbone, loss_fn)
@@ -123,6 +127,7 @@ def train(cfg: DictConfig) -> TrainResult:
                      continues_at=continues_at(resumed, run_dir) if writer else None)  # records after it leave
     hooks = build.build_callbacks(cfg, writer, run_dir, run_log, model, wrapper, eval_set, resumed,
                                   steps_per_epoch, sink_size, samples_per_step, group_size, user_callbacks)
+    hooks.callbacks.extend(profiler)
 
     log.info("%s: %s on %s, %d steps/epoch of %d samples (%d per rank x %d), %d epochs, %s mode, amp %s, run dir %s",
              run.describe_target(cfg.model), run.count_parameters(backbone), run.describe(data), steps_per_epoch,

@@ -25,6 +25,7 @@ from trainkit.callbacks.training_checkpoint import StartAt, TrainingCheckpoint
 from trainkit.checkpoint import TrainingCheckpoint as SavedCheckpoint
 from trainkit.config import best_metric, best_mode, choice
 from trainkit.errors import ConfigError
+from trainkit.finetune import model_arguments
 from trainkit.mixed_precision import Float32EvalCell, build_loss_network
 from trainkit.stopping import stop_callbacks
 from trainkit.targets import floats_where_expected, required_arguments
@@ -54,8 +55,8 @@ def group_error(group: str, node: DictConfig, error: BaseException) -> ConfigErr
 
 # ------------------------------------------------------------------- data and model
 def build_model(cfg: DictConfig, data: Any) -> nn.Cell:
-    """The backbone, with its keys left null filled from the data."""
-    return instantiate_group("model", cfg.model, **model_args_from_data(cfg.model, data))
+    """The backbone, with its keys left null filled from the data (fine-tuning keys are applied after building)."""
+    return instantiate_group("model", model_arguments(cfg.model), **model_args_from_data(cfg.model, data))
 
 
 # Data attributes that fill a model key of another name (the data-module protocol before keys matched).

@@ -24,6 +24,7 @@ from mindspore import nn
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit.errors import CheckpointError, ConfigError, DataError
+from trainkit.wrapper import RUNNING_TOTALS
 
 log = logging.getLogger("trainkit")
 
@@ -217,6 +218,7 @@ def check_resumable(checkpoint: TrainingCheckpoint, cfg: DictConfig, network: nn
 def restore(checkpoint: TrainingCheckpoint, network: nn.Cell) -> None:
     """Load every Parameter of `network` from `checkpoint` (checked first by :func:`check_resumable`)."""
     not_loaded, _ = ms.load_param_into_net(network, dict(checkpoint.parameters), strict_load=True)
+    not_loaded = [name for name in not_loaded if name not in RUNNING_TOTALS]  # metrics; absent from older files
     if not_loaded:
         raise ConfigError(f"checkpoint {checkpoint.path}: {_listing(not_loaded)} could not be loaded")
 
@@ -225,8 +227,9 @@ def restore(checkpoint: TrainingCheckpoint, network: nn.Cell) -> None:
 def _check_parameters(checkpoint: TrainingCheckpoint, network: nn.Cell) -> None:
     saved = checkpoint.parameters
     own = {p.name: p for p in network.get_parameters()}
-    missing = [name for name in own if name not in saved]
-    unknown = [name for name in saved if name not in own]
+    # The wrapper's running totals (metrics_on_device) may be on either side alone: metrics, not the model's state.
+    missing = [name for name in own if name not in saved and name not in RUNNING_TOTALS]
+    unknown = [name for name in saved if name not in own and name not in RUNNING_TOTALS]
     mismatched = [f"{name} {tuple(saved[name].shape)} in the checkpoint, {tuple(p.shape)} here"
                   for name, p in own.items() if name in saved and tuple(saved[name].shape) != tuple(p.shape)]
     mismatched += [f"{name} {saved[name].dtype} in the checkpoint, {p.dtype} here"

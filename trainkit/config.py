@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from importlib import resources
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, List, Optional
 
 from hydra import compose, initialize_config_module
 from hydra.core.config_store import ConfigStore
@@ -129,8 +129,20 @@ class WrapperConfig:
     accumulation_steps: int = 1
     ema_decay: Optional[float] = None
     ema_warmup: bool = False
+    ema_every: int = 1
     compute_grad_norm: bool = True
     skip_nonfinite: bool = True
+    metrics_on_device: bool = True
+
+
+@dataclass
+class ProfileConfig:
+    """``trainer.profile``: ``mindspore.profiler`` over a window of steps only (trainkit/profiling.py)."""
+
+    steps: int = 0  # steps to profile; 0: off
+    start_step: int = 1  # the first profiled step (1: the first, which includes compilation)
+    ranks: List[int] = field(default_factory=lambda: [0])  # the ranks that profile in data parallel
+    top_operators: int = 10  # operators listed in the summary at the end
 
 
 @dataclass
@@ -168,6 +180,7 @@ class TrainerConfig:
     resume_data: ResumeData = ResumeData.exact
     max_nonfinite_steps: Optional[int] = 10
     early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
+    profile: ProfileConfig = field(default_factory=ProfileConfig)
 
 
 @dataclass
@@ -257,6 +270,7 @@ def check_config(cfg: DictConfig) -> None:
     if wrapper.ema_decay is not None:
         _check("wrapper.ema_decay", wrapper.ema_decay, "null (no EMA) or a number in [0, 1)",
                lambda v: 0 <= v < 1)
+    _check("wrapper.ema_every", wrapper.ema_every, "an integer >= 1", lambda v: v >= 1)
     if choice(wrapper.loss_scale) != "none":
         _check("wrapper.loss_scale_value", wrapper.loss_scale_value,
                "a number in [1, 2**32] (1/scale must stay a normal float32)", lambda v: 1 <= v <= 2.0 ** 32)

@@ -13,18 +13,15 @@ the network's parameters only, with the live values or the EMA's, so that ``mind
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
 
 import mindspore as ms
 
-from trainkit.checkpoint import load_checkpoint_file
 from trainkit.errors import CheckpointError
+from trainkit.weights import EMA_PREFIX, WEIGHTS, network_weights, refuse_existing, write_checkpoint
 
-WEIGHTS = ("live", "ema")
-EMA_PREFIX = "ema."
 # Training state the TrainingWrapper adds under a prefix of its own or as a bare name.
 _WRAPPER_PREFIXES = (EMA_PREFIX, "_grad_sum.", "_window_start.", "loss_scale.")
 
@@ -72,32 +69,9 @@ def export_checkpoint(checkpoint: Union[str, Path], output: Union[str, Path], we
             is ``"ema"`` and it has no EMA, or `output` exists and `force` is False; each names the file.
         ValueError: `weights` is not ``"live"`` or ``"ema"``.
     """
-    if weights not in WEIGHTS:
-        raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}; got {weights!r}")
-    source, target = Path(checkpoint), Path(output)
-    if target.exists() and not force:
-        raise CheckpointError(f"{target} already exists: nothing was written; choose another output or pass --force "
-                              "to replace it")
-    saved = load_checkpoint_file(source)
-    names = network_parameter_names(list(saved))
-    if not names:
-        raise CheckpointError(f"{source} holds no network parameters (entries: {', '.join(list(saved)[:8])}, ...)")
-    if weights == "ema" and not any(EMA_PREFIX + name in saved for name in names):
-        raise CheckpointError(f"{source} holds no EMA weights (no ema.* entries): it was trained without "
-                              "wrapper.ema_decay; export --weights live")
-    entries = []
-    for name in names:
-        value = saved.get(EMA_PREFIX + name, saved[name]) if weights == "ema" else saved[name]
-        entries.append({"name": name, "data": ms.Tensor(value.asnumpy())})
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp.ckpt")  # save_checkpoint insists on .ckpt
-    try:
-        ms.save_checkpoint(entries, str(temporary))
-        os.replace(temporary, target)
-    finally:
-        if temporary.exists():
-            temporary.unlink()
-    return target
+    refuse_existing(output, force)
+    values = network_weights(checkpoint, weights)
+    return write_checkpoint([{"name": name, "data": ms.Tensor(value)} for name, value in values.items()], output)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -68,10 +68,23 @@ def save_config(cfg: DictConfig, run_dir: Path) -> None:
         folder = folder / f"resume-{number}"
     folder.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(cfg, folder / "config.yaml")
-    if HydraConfig.initialized():
-        hydra_cfg = HydraConfig.get()
+    hydra_cfg = hydra_config_of(run_dir)
+    if hydra_cfg is not None:
         OmegaConf.save(OmegaConf.create({"hydra": hydra_cfg}), folder / "hydra.yaml")
         OmegaConf.save(hydra_cfg.overrides.task, folder / "overrides.yaml")
+
+
+def hydra_config_of(run_dir: Path) -> Optional[DictConfig]:
+    """Hydra's own config when Hydra runs this run; None in-process (``compose_config``).
+
+    ``HydraConfig`` is process-global and outlives a Hydra run: after ``python -m trainkit`` ran in this process
+    (tests, notebooks), a later ``train(compose_config(...))`` would otherwise read that run's choices.
+    """
+    if not HydraConfig.initialized():
+        return None
+    hydra_cfg = HydraConfig.get()
+    output_dir = OmegaConf.select(hydra_cfg, "runtime.output_dir", default=None, throw_on_missing=False)
+    return hydra_cfg if output_dir is not None and Path(output_dir).resolve() == run_dir else None
 
 
 def set_context(trainer: DictConfig, run_dir: Path) -> None:
@@ -232,8 +245,9 @@ def count_parameters(network: nn.Cell) -> str:
     return f"{sum(int(np.prod(p.shape)) for p in network.trainable_params()):,} parameters"
 
 
-def describe_choice(cfg: DictConfig, group: str) -> str:
+def describe_choice(cfg: DictConfig, group: str, run_dir: Path) -> str:
     """How a message names a group: ``loss=mse (mindspore.nn.MSELoss)`` under Hydra, ``loss (...)`` otherwise."""
     target = cfg[group].get("_target_")
-    option = HydraConfig.get().runtime.choices.get(group) if HydraConfig.initialized() else None
+    hydra_cfg = hydra_config_of(run_dir)
+    option = hydra_cfg.runtime.choices.get(group) if hydra_cfg is not None else None
     return f"{group}={option} ({target})" if option else f"{group} ({target})"

@@ -22,6 +22,7 @@ from omegaconf import DictConfig, ListConfig
 
 from trainkit.checks import did_you_mean
 from trainkit.errors import ConfigError
+from trainkit.finetune import FINETUNE_KEYS
 
 TARGET_GROUPS = ("model", "data", "loss", "optimizer", "lr_schedule", "wrapper")
 # Arguments trainkit passes itself when it builds the group: a config key of that name would clash.
@@ -32,6 +33,7 @@ SUPPLIED = {
 }
 # trainkit's keys in those groups that are not the target's arguments.
 CONSUMED = {
+    "model": FINETUNE_KEYS,  # model.pretrained, model.freeze, ...: trainkit.finetune applies them after building
     "optimizer": ("lr",),
     "wrapper": ("loss_scale", "loss_scale_value", "scale_factor", "scale_window"),
 }

@@ -13,25 +13,36 @@ from trainkit.checks import check_number
 from trainkit.ema import ExponentialMovingAverage, ema_source_parameters
 from trainkit.loss_scale import LossScaleArg, make_loss_scaler, next_dynamic_scale
 
-_accumulate = ops.MultitypeFuncGraph("accumulate")
-_clear = ops.MultitypeFuncGraph("clear")
+#: The Parameters of ``metrics_on_device``: always finite (a non-finite loss is counted, not summed; a non-finite
+#: norm is not kept), so a checkpoint of a diverging run's last good state stays finite. Saved with the rest;
+#: a resume tolerates their absence on either side (``checkpoint.restore``).
+RUNNING_TOTALS = ("_loss_total", "_nonfinite_losses", "_skipped_total", "_last_grad_norm")
+
+_add = ops.MultitypeFuncGraph("add")
+_add_into = ops.MultitypeFuncGraph("add_into")
 _copy = ops.MultitypeFuncGraph("copy")
+_put = ops.MultitypeFuncGraph("put")
 _restore = ops.MultitypeFuncGraph("restore")
 _scale = ops.MultitypeFuncGraph("scale")
 _square_sum = ops.MultitypeFuncGraph("square_sum")
 _sum = ops.MultitypeFuncGraph("sum")
 
 
-@_accumulate.register("Tensor", "Tensor")
-def _accumulate_into(buffer, grad):
-    """Add `grad` into `buffer` and return the new sum."""
-    total = buffer + grad.astype(buffer.dtype)
-    return ops.depend(total, ops.assign(buffer, total))
+@_add.register("Tensor", "Tensor")
+def _add_to(buffer, grad):
+    """`buffer + grad`, a new tensor: the window's sum handed on without writing it back."""
+    return buffer + grad.astype(buffer.dtype)
 
 
-@_clear.register("Tensor")
-def _clear_buffer(buffer):
-    return ops.assign(buffer, ops.zeros_like(buffer))
+@_add_into.register("Tensor", "Tensor")
+def _add_in_place(buffer, grad):
+    return ops.assign_add(buffer, grad.astype(buffer.dtype))
+
+
+@_put.register("Tensor", "Tensor")
+def _put_into(buffer, grad):
+    """Overwrite `buffer` with `grad`: a window's first micro-step needs no cleared buffer."""
+    return ops.assign(buffer, grad.astype(buffer.dtype))
 
 
 @_copy.register("Tensor")
@@ -93,8 +104,8 @@ class TrainingWrapper(nn.Cell):
     Features, each turned on by one argument and free when off (decided here in Python,
     never by a branch in the compiled graph):
 
-    * loss scaling -- ``loss_scale``: static or dynamic; a window whose unscaled gradients
-      are not finite is skipped (the non-finite guard below is always on with scaling).
+    * loss scaling -- ``loss_scale``: static or dynamic; a window whose gradients are not
+      finite is skipped (the non-finite guard below is always on with scaling).
     * non-finite guard -- ``skip_nonfinite``: without loss scaling too, a window whose loss or
       gradients (standalone also: batch-norm moving statistics) are not finite is skipped:
       the weights, the optimizer state and the EMA stay as they were, and the moving
@@ -103,28 +114,37 @@ class TrainingWrapper(nn.Cell):
       ``_grad_sum``; the optimizer (and so the learning-rate schedule) steps once a window.
     * global-norm clipping -- ``max_grad_norm``: on the accumulated, unscaled, reduced
       gradient right before the optimizer, as ``torch.nn.utils.clip_grad_norm_``.
-    * EMA -- ``ema_decay``: shadow weights ``ema.<name>`` after every applied step.
+    * EMA -- ``ema_decay``: shadow weights ``ema.<name>`` after every applied step, or after
+      every ``ema_every``-th one with decay ``ema_decay ** ema_every``.
     * data parallel -- from the auto-parallel context: ``nn.DistributedGradReducer``
-      averages gradients before anything else touches them.
+      averages gradients (once per window) before anything else reads them.
+    * metrics on the device -- ``metrics_on_device``: the loss sum, the skipped-window count and
+      the latest gradient norm kept in Parameters (``running_totals``) that ``TrainMetrics``
+      reads once per record, so no step waits for the host to read its outputs.
 
     One call reads as (each phase a method a subclass may override)::
 
         scale = loss scale now (1 when off)
         statistics = save_moving_statistics()   # guard only: moving statistics at the window's start
-        loss, grads = compute_grads(scale / accumulation_steps, *inputs)
-        grads = reduce_grads(grads)              # data parallel only
-        grads = unscale_grads(grads, scale)      # loss scaling only
+        loss, grads = compute_grads(scale / accumulation_steps, *inputs)   # still scaled
         if accumulation_steps > 1:
-            grads = accumulate_grads(grads)      # sum so far in _grad_sum
-            loss = accumulate_loss(loss)         # guard only: sum so far in _loss_sum
-            if the window is not complete: return
-        optimizer_step(grads, loss, statistics):
-            clipped, grad_norm = transform_grads(grads)      # clipping; the norm before clipping
+            if the window is not complete:
+                accumulate_grads(grads)          # first micro-step: _grad_sum = g; later: += g
+                accumulate_loss(loss)            # guard only: the same into _loss_sum
+                return
+            grads = window_grads(grads)          # _grad_sum + g, not written back
+        grads = reduce_grads(grads)              # data parallel only: once per window
+        optimizer_step(grads, loss, statistics, scale):
+            clipped, grad_norm = unscale_and_transform(grads, scale)   # one pass over the gradients
             finite = step_finite(grads, grad_norm, loss)     # guard only
             update_loss_scale(finite)            # dynamic scaling only
             if finite: apply_grads(clipped)      # optimizer, then EMA
             else: restore_moving_statistics(statistics)
-        clear _grad_sum (and _loss_sum)          # accumulation only
+
+    The gradients stay multiplied by the loss scale until ``unscale_and_transform``, which
+    unscales and clips in one multiply: ``g_s * min(1, c / (||g_s|| / s + 1e-6)) / s`` from the
+    norm of the scaled gradients ``||g_s||`` (``unscale_grads`` then ``transform_grads`` when a
+    subclass overrides either of them: they see unscaled gradients, one pass more).
 
     Outputs ``(loss, overflow, loss_scale, grad_norm)``:
 
@@ -148,9 +168,13 @@ class TrainingWrapper(nn.Cell):
         accumulation_steps: micro-batches per optimizer step (>= 1).
         ema_decay: decay in [0, 1) of the shadow weights, or None.
         ema_warmup: use ``min(ema_decay, (1 + n) / (10 + n))`` for the n-th EMA update.
+        ema_every: update the shadows on every ``ema_every``-th applied step only, with the
+            decay raised to that power (the same time constant in steps); 1: every step.
         compute_grad_norm: report the gradient norm even when not clipping.
         skip_nonfinite: skip windows that are not finite also without loss scaling (on
             with loss scaling whatever this says).
+        metrics_on_device: keep the running totals ``TrainMetrics`` reads at record time
+            (``running_totals``) instead of reading every call's outputs.
 
     Raises:
         TypeError: `network`, `optimizer` or an argument has the wrong type.
@@ -163,10 +187,12 @@ class TrainingWrapper(nn.Cell):
                  accumulation_steps: int = 1,
                  ema_decay: Optional[float] = None,
                  ema_warmup: bool = False,
+                 ema_every: int = 1,
                  compute_grad_norm: bool = False,
-                 skip_nonfinite: bool = False):
+                 skip_nonfinite: bool = False,
+                 metrics_on_device: bool = False):
         super().__init__(auto_prefix=False)
-        _check_arguments(network, optimizer, max_grad_norm, accumulation_steps, ema_decay)
+        _check_arguments(network, optimizer, max_grad_norm, accumulation_steps, ema_decay, ema_every)
         self.network = network
         self.network.set_grad()
         self.optimizer = optimizer
@@ -189,6 +215,12 @@ class TrainingWrapper(nn.Cell):
             self.loss_scale_counter = self.loss_scaler.counter
             self.scale_factor = self.loss_scaler.scale_factor
             self.scale_window = self.loss_scaler.scale_window
+        # A static scale of 1 multiplies by 1: its gradients need no unscaling pass.
+        self.unscaling = self.loss_scaling and (
+            self.dynamic_loss_scale or float(self.loss_scaler.scale_value.asnumpy()) != 1.0)
+        # Unscale and clip in one multiply, unless a subclass changed either step (it sees unscaled gradients).
+        self.fused_unscale_clip = (type(self).transform_grads is TrainingWrapper.transform_grads
+                                   and type(self).unscale_grads is TrainingWrapper.unscale_grads)
 
         if self.accumulation_steps > 1:
             self._grad_sum = self.weights.clone(prefix="_grad_sum", init="zeros")
@@ -209,11 +241,20 @@ class TrainingWrapper(nn.Cell):
 
         self.ema = None
         if ema_decay is not None:
-            self.ema = ExponentialMovingAverage(ema_source_parameters(network), ema_decay, ema_warmup)
+            self.ema = ExponentialMovingAverage(ema_source_parameters(network), ema_decay, ema_warmup, ema_every)
 
         self.grad_reducer = None
         if _get_parallel_mode() in (ParallelMode.DATA_PARALLEL, ParallelMode.HYBRID_PARALLEL):
             self.grad_reducer = nn.DistributedGradReducer(self.weights, _get_gradients_mean(), _get_device_num())
+
+        self.metrics_on_device = bool(metrics_on_device)
+        if self.metrics_on_device:
+            self._loss_total = Parameter(Tensor(0.0, mstype.float32), name="_loss_total", requires_grad=False)
+            self._nonfinite_losses = Parameter(Tensor(0, mstype.int32), name="_nonfinite_losses", requires_grad=False)
+            self._skipped_total = Parameter(Tensor(0, mstype.int32), name="_skipped_total", requires_grad=False)
+            if self.compute_grad_norm:
+                self._last_grad_norm = Parameter(Tensor(0.0, mstype.float32), name="_last_grad_norm",
+                                                 requires_grad=False)
 
         self._one = Tensor(1.0, mstype.float32)
         self._zero = Tensor(0.0, mstype.float32)
@@ -225,26 +266,26 @@ class TrainingWrapper(nn.Cell):
         scale = self.current_loss_scale()
         statistics = self.save_moving_statistics()
         loss, grads = self.compute_grads(scale / self.accumulation_steps, *inputs)
-        grads = self.reduce_grads(grads)
-        grads = self.unscale_grads(grads, scale)
         if self.accumulation_steps == 1:
-            overflow, grad_norm = self.optimizer_step(grads, loss, statistics)
+            overflow, grad_norm = self.optimizer_step(self.reduce_grads(grads), loss, statistics, scale)
         else:
-            overflow, grad_norm = self._accumulation_step(grads, loss, statistics)
+            overflow, grad_norm = self._accumulation_step(grads, loss, statistics, scale)
+        if self.metrics_on_device:
+            self.add_to_running_totals(loss, overflow, grad_norm)
         return loss, overflow, scale, grad_norm
 
-    def _accumulation_step(self, grads, loss, statistics):
-        grads = self.accumulate_grads(grads)
-        window_loss = self.accumulate_loss(loss)
-        micro_step = (self.micro_step + 1) % self.accumulation_steps
-        ops.assign(self.micro_step, micro_step)
+    def _accumulation_step(self, grads, loss, statistics, scale):
+        micro_step = self.micro_step * 1  # read before the assign below
+        ops.assign(self.micro_step, (micro_step + 1) % self.accumulation_steps)
         overflow = self._false
         grad_norm = self._zero
-        if micro_step == 0:
-            overflow, grad_norm = self.optimizer_step(grads, window_loss, statistics)
-            self.hyper_map(_clear, self._grad_sum)
-            if self.skip_nonfinite:
-                ops.assign(self._loss_sum, self._zero)
+        if micro_step == self.accumulation_steps - 1:
+            window_loss = self.window_loss(loss)
+            overflow, grad_norm = self.optimizer_step(self.reduce_grads(self.window_grads(grads)), window_loss,
+                                                      statistics, scale)
+        else:
+            self.accumulate_grads(grads, micro_step == 0)
+            self.accumulate_loss(loss, micro_step == 0)
         return overflow, grad_norm
 
     # ------------------------------------------------------- override points
@@ -275,35 +316,54 @@ class TrainingWrapper(nn.Cell):
         return loss, grads
 
     def reduce_grads(self, grads: tuple) -> tuple:
-        """Average gradients over data-parallel ranks (identity when standalone)."""
+        """Average gradients over data-parallel ranks (identity when standalone); once per window."""
         if self.grad_reducer is None:
             return grads
         return self.grad_reducer(grads)
 
     def unscale_grads(self, grads: tuple, scale: Tensor) -> tuple:
-        """Divide gradients by the loss scale they were computed with (identity when scaling is off)."""
-        if not self.loss_scaling:
+        """Divide gradients by the loss scale they were computed with (identity when there is none)."""
+        if not self.unscaling:
             return grads
         return self.hyper_map(ops.partial(_scale, ops.reciprocal(scale)), grads)
 
-    def accumulate_grads(self, grads: tuple) -> tuple:
-        """Add a micro-batch's gradients into ``_grad_sum``; returns the sum so far."""
-        return self.hyper_map(_accumulate, self._grad_sum, grads)
+    def accumulate_grads(self, grads: tuple, first: Tensor) -> None:
+        """Keep a micro-batch's gradients in ``_grad_sum``: assigned on a window's first call, added after."""
+        if first:
+            self.hyper_map(_put, self._grad_sum, grads)
+        else:
+            self.hyper_map(_add_into, self._grad_sum, grads)
 
-    def accumulate_loss(self, loss: Tensor) -> Tensor:
-        """Add a micro-batch's loss into ``_loss_sum`` (guard only): finite only if every loss of the window is."""
+    def window_grads(self, grads: tuple) -> tuple:
+        """The window's sum on its last call: ``_grad_sum + grads``, handed on and not written back (the next
+        window's first call overwrites the buffer, so it is never cleared)."""
+        return self.hyper_map(_add, self._grad_sum, grads)
+
+    def accumulate_loss(self, loss: Tensor, first: Tensor) -> None:
+        """Keep a micro-batch's loss in ``_loss_sum`` (guard only): finite only if every loss of the window is."""
+        if self.skip_nonfinite:
+            if first:
+                ops.assign(self._loss_sum, loss.astype(mstype.float32))
+            else:
+                ops.assign_add(self._loss_sum, loss.astype(mstype.float32))
+
+    def window_loss(self, loss: Tensor) -> Tensor:
+        """The window's loss sum on its last call (guard only; else the call's loss)."""
         if not self.skip_nonfinite:
             return loss
-        return _accumulate_into(self._loss_sum, loss)
+        return self._loss_sum + loss.astype(mstype.float32)
 
     def step_finite(self, grads: tuple, grad_norm: Tensor, loss: Tensor) -> Tensor:
         """Whether a window may be applied (guard only; True otherwise).
 
         Its gradients must be finite: ``isfinite(grad_norm)`` when the norm is computed anyway
         (one scalar; the norm of non-finite gradients is not finite -- nor is one that overflows
-        float32), else one float32 sum of them all (``_all_finite``). Standalone, also its loss and the
-        moving statistics; in data parallel only the reduced gradients decide, the same on every
-        rank (a rank's non-finite loss reaches them through the reduction).
+        float32), else one float32 sum of them all (``_all_finite``). `grads` may still be
+        multiplied by the loss scale: a finite scale >= 1 changes neither answer, except that
+        values within a factor of the scale of float32's limit then count as not finite.
+        Standalone, also its loss and the moving statistics; in data parallel only the reduced
+        gradients decide, the same on every rank (a rank's non-finite loss reaches them through
+        the reduction).
         """
         if not self.skip_nonfinite:
             return self._true
@@ -325,14 +385,40 @@ class TrainingWrapper(nn.Cell):
             ops.assign(self.loss_scale_counter, counter)
 
     def transform_grads(self, grads: tuple) -> Tuple[tuple, Tensor]:
-        """Clip to ``max_grad_norm``; returns the gradients and their global norm before clipping."""
+        """Clip unscaled gradients to ``max_grad_norm``; returns them and their global norm before clipping."""
         if not self.compute_grad_norm:
             return grads, self._zero
-        grad_norm = ops.sqrt(ops.addn(self.hyper_map(_square_sum, grads)))
+        grad_norm = self.global_norm(grads)
         if self.max_grad_norm is None:
             return grads, grad_norm
-        clip_coef = ops.minimum(self.max_grad_norm / (grad_norm + 1e-6), 1.0)
-        return self.hyper_map(ops.partial(_scale, clip_coef), grads), grad_norm
+        return self.hyper_map(ops.partial(_scale, self.clip_coefficient(grad_norm)), grads), grad_norm
+
+    def unscale_and_transform(self, grads: tuple, scale: Tensor) -> Tuple[tuple, Tensor]:
+        """Unscale and clip still-scaled gradients; returns them and the unscaled norm before clipping.
+
+        One multiply per gradient, by ``min(1, max_grad_norm / (norm + 1e-6)) / scale`` where
+        ``norm = ||g_s|| / scale`` is taken from the scaled gradients; no pass at all without
+        scaling and clipping. A subclass overriding ``unscale_grads`` or ``transform_grads`` gets
+        them called in turn instead.
+        """
+        if not self.fused_unscale_clip:
+            return self.transform_grads(self.unscale_grads(grads, scale))
+        if not self.unscaling:
+            return self.transform_grads(grads)
+        if not self.compute_grad_norm:
+            return self.unscale_grads(grads, scale), self._zero
+        inverse_scale = ops.reciprocal(scale)
+        grad_norm = self.global_norm(grads) * inverse_scale
+        factor = inverse_scale if self.max_grad_norm is None else self.clip_coefficient(grad_norm) * inverse_scale
+        return self.hyper_map(ops.partial(_scale, factor), grads), grad_norm
+
+    def global_norm(self, grads: tuple) -> Tensor:
+        """The float32 global L2 norm of `grads`."""
+        return ops.sqrt(ops.addn(self.hyper_map(_square_sum, grads)))
+
+    def clip_coefficient(self, grad_norm: Tensor) -> Tensor:
+        """``min(1, max_grad_norm / (grad_norm + 1e-6))``, as ``torch.nn.utils.clip_grad_norm_``."""
+        return ops.minimum(self.max_grad_norm / (grad_norm + 1e-6), 1.0)
 
     def apply_grads(self, grads: tuple) -> Tensor:
         """Take the optimizer step, then update the EMA shadows."""
@@ -346,13 +432,17 @@ class TrainingWrapper(nn.Cell):
         if self.guard_moving_statistics:
             self.hyper_map(_restore, self.moving_statistics, statistics)
 
-    def optimizer_step(self, grads: tuple, loss: Tensor, statistics: tuple) -> Tuple[Tensor, Tensor]:
-        """Clip, check and apply one window's gradients; returns (overflow, grad_norm).
+    def optimizer_step(self, grads: tuple, loss: Tensor, statistics: tuple,
+                       scale: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        """Unscale, clip, check and apply one window's gradients; returns (overflow, grad_norm).
 
-        `loss` is the window's loss (summed over its micro-batches when the guard is on),
-        `statistics` what ``save_moving_statistics`` returned.
+        `grads` are the window's reduced gradients, still multiplied by `scale` (the loss scale
+        they were computed with; None: not scaled); `loss` is the window's loss (summed over its
+        micro-batches when the guard is on), `statistics` what ``save_moving_statistics`` returned.
         """
-        clipped, grad_norm = self.transform_grads(grads)
+        if scale is None:
+            scale = self._one
+        clipped, grad_norm = self.unscale_and_transform(grads, scale)
         finite = self.step_finite(grads, grad_norm, loss)
         if self.dynamic_loss_scale:  # decided here: a call that does nothing is an empty side-effect node in the graph
             self.update_loss_scale(finite)
@@ -365,6 +455,34 @@ class TrainingWrapper(nn.Cell):
         else:
             self.restore_moving_statistics(statistics)
         return ops.logical_not(finite), grad_norm
+
+    # ------------------------------------------------------ metrics on the device
+    def add_to_running_totals(self, loss: Tensor, overflow: Tensor, grad_norm: Tensor) -> None:
+        """Add this call to ``running_totals`` (``metrics_on_device`` only)."""
+        loss = loss.astype(mstype.float32)
+        finite = ops.isfinite(loss)
+        ops.assign_add(self._loss_total, ops.select(finite, loss, self._zero))
+        ops.assign_add(self._nonfinite_losses, ops.logical_not(finite).astype(mstype.int32))
+        ops.assign_add(self._skipped_total, overflow.astype(mstype.int32))
+        if self.compute_grad_norm:
+            kept = ops.logical_and(grad_norm != 0, ops.isfinite(grad_norm))
+            ops.assign(self._last_grad_norm, ops.select(kept, grad_norm, self._last_grad_norm))
+
+    def running_totals(self) -> Dict[str, Parameter]:
+        """What ``TrainMetrics`` reads at record time when ``metrics_on_device`` is on (else ``{}``).
+
+        * ``loss_sum``: the sum of the calls' finite losses since ``TrainMetrics`` last set it to 0;
+        * ``nonfinite_losses``: how many calls' losses were not finite, so far;
+        * ``skipped_steps``: the number of skipped windows so far;
+        * ``grad_norm``: the finite gradient norm of the latest window that computed one (0 before).
+        """
+        if not self.metrics_on_device:
+            return {}
+        totals = {"loss_sum": self._loss_total, "nonfinite_losses": self._nonfinite_losses,
+                  "skipped_steps": self._skipped_total}
+        if self.compute_grad_norm:
+            totals["grad_norm"] = self._last_grad_norm
+        return totals
 
     # ----------------------------------------------------------------- what the app records (issue 12's hook)
     def logged_scalars(self) -> Dict[str, Parameter]:
@@ -387,7 +505,7 @@ def moving_statistics_parameters(network: nn.Cell, weights) -> list:
                                                                             mstype.float64, mstype.bfloat16)]
 
 
-def _check_arguments(network, optimizer, max_grad_norm, accumulation_steps, ema_decay) -> None:
+def _check_arguments(network, optimizer, max_grad_norm, accumulation_steps, ema_decay, ema_every) -> None:
     """Raise TypeError/ValueError naming the argument and what is valid."""
     if not isinstance(network, nn.Cell):
         raise TypeError(f"network must be a mindspore.nn.Cell returning the loss; got {type(network).__name__}")
@@ -399,4 +517,5 @@ def _check_arguments(network, optimizer, max_grad_norm, accumulation_steps, ema_
                       lambda v: math.isfinite(v) and v > 0)
     if ema_decay is not None:
         check_number("ema_decay", ema_decay, "None or a number in [0, 1)", lambda v: 0 <= v < 1)
+    check_number("ema_every", ema_every, "an int >= 1", lambda v: v >= 1, types=(int,))
 

@@ -62,8 +62,8 @@ def test_stops_after_consecutive_skipped_updates_and_saves_the_last_good_state(m
     last_good = states.by_step[5 * k]
     checkpoint = ms.load_checkpoint(str(saved[0]))
     for name, value in last_good.items():
-        if name.startswith("_window_start."):
-            continue  # the guard's copy at the start of the current window
+        if name.startswith(("_window_start.", "_grad_sum.", "_loss_sum")):
+            continue  # the guard's copy at the start of the current window, the window sums its start overwrites
         np.testing.assert_array_equal(checkpoint[name].asnumpy(), value, err_msg=name)
     assert int(checkpoint["global_step"].asnumpy()) == 3  # windows 1, 2 and 5
 

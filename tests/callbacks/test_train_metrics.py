@@ -210,3 +210,78 @@ def test_a_resumed_run_continues_the_global_step(graph_mode, tmp_path):
         ms.train.Model(wrapper).train(3, dataset, callbacks=[metrics], dataset_sink_mode=False, initial_epoch=1)
     records = read_records(tmp_path / "metrics.jsonl")
     assert [(r["epoch"], r["step"]) for r in records] == [(2, 6), (2, 8), (3, 9), (3, 12)]
+
+
+class CountsCalls(TrainingWrapper):
+    """A subclass with a scalar of its own, logged through logged_scalars() alongside the running totals."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls = ms.Parameter(Tensor(0, ms.int32), name="calls", requires_grad=False)
+
+    def construct(self, *inputs):
+        ms.ops.assign_add(self.calls, ms.ops.ones((), ms.int32))
+        return super().construct(*inputs)
+
+    def logged_scalars(self):
+        return {"calls": self.calls}
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_running_totals_on_the_device_record_the_same_curves(graph_mode, tmp_path, k):
+    """metrics_on_device: the records hold the mean of every call's loss since the previous record, the skip count
+    and the latest window's gradient norm, as the per-step outputs (seen by a spy) say."""
+    steps, every, nan_at = 8, 3, 4
+    net = TinyMLP()
+    optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.05, momentum=0.9)
+    wrapper = CountsCalls(loss_network(net), optimizer, compute_grad_norm=True, loss_scale=64.0,
+                          accumulation_steps=k, metrics_on_device=True)
+    spy = LossSpy()
+    with RunLog(tmp_path) as log:
+        metrics = TrainMetrics(log, samples_per_step=BATCH, log_every_n_steps=every, scalars=wrapper.logged_scalars())
+        ms.train.Model(wrapper).train(2, dataset_with_nan(steps, nan_at), callbacks=[spy, metrics],
+                                      dataset_sink_mode=False)
+    records = read_records(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in records] == [3, 6, 8, 9, 12, 15, 16]
+    previous = 0
+    for record in records:
+        step = record["step"]
+        window = spy.losses[previous:step]
+        if any(math.isnan(loss) for loss in window):
+            assert math.isnan(record["train/loss"])
+        else:
+            assert record["train/loss"] == pytest.approx(np.mean(window), rel=1e-5)
+        assert record["train/skipped_steps"] == sum(spy.overflows[:step])
+        finite_norms = [g for g in spy.grad_norms[:step] if g and np.isfinite(g)]
+        assert record["train/grad_norm"] == pytest.approx(finite_norms[-1], rel=1e-6)  # a non-finite one: skipped
+        assert record["train/loss_scale"] == 64.0
+        assert record["train/calls"] == step
+        previous = step
+    assert metrics.skipped_steps == sum(spy.overflows) == 2
+    assert metrics.current_loss == records[-1]["train/loss"]  # what Progress shows: the latest record's value
+
+
+def test_running_totals_are_read_at_record_time_only(graph_mode):
+    """With totals on the device no step's outputs are read: outputs that cannot be read do not matter."""
+
+    class Unreadable:
+        def __getattr__(self, name):
+            raise AssertionError("a step's outputs were read")
+
+    net = TinyMLP()
+    wrapper = TrainingWrapper(loss_network(net), nn.SGD(net.trainable_params(), learning_rate=0.05),
+                              skip_nonfinite=True, metrics_on_device=True)
+    metrics = TrainMetrics(None, samples_per_step=BATCH, log_every_n_steps=4)
+    params = Params(cur_step_num=0, cur_epoch_num=1, train_network=wrapper, optimizer=None, net_outputs=Unreadable())
+    context = RunContext(params)
+    metrics.on_train_begin(context)
+    metrics.on_train_epoch_begin(context)
+    wrapper.set_train()
+    losses = []
+    for step, (x, y) in enumerate(batches(6, BATCH, seed=9), start=1):
+        losses.append(float(wrapper(Tensor(x), Tensor(y))[0].asnumpy()))
+        params.cur_step_num = step
+        metrics.on_train_step_end(context)
+    assert metrics.last["step"] == 4 and metrics.last["train/loss"] == pytest.approx(np.mean(losses[:4]), rel=1e-6)
+    metrics.on_train_epoch_end(context)
+    assert metrics.last["step"] == 6 and metrics.last["train/loss"] == pytest.approx(np.mean(losses[4:]), rel=1e-6)

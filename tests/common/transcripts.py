@@ -18,7 +18,7 @@ import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional
 
 from markdown_it import MarkdownIt
 
@@ -59,6 +59,16 @@ def transcripts(pages=USER_PAGES) -> Iterator[Transcript]:
                     if token.type == "fence" and token.info.strip() == "console" for command in parse(token.content)]
         if commands:
             yield Transcript(page, commands)
+
+
+def page_files(page: Path) -> Dict[str, str]:
+    """The files a page asks the reader to save: code blocks titled with a file name (```python title="x.py"```)."""
+    files = {}
+    for token in MarkdownIt("commonmark").parse(page.read_text(encoding="utf-8")):
+        title = re.search(r'title="([^"/]+)"', token.info) if token.type == "fence" else None
+        if title:
+            files[title.group(1)] = token.content
+    return files
 
 
 def parse(content: str) -> List[Command]:

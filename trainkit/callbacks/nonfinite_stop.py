@@ -7,7 +7,7 @@ from typing import Callable, Optional
 
 from mindspore.train import Callback
 
-from trainkit.callbacks.train_metrics import GlobalStep, step_outputs
+from trainkit.callbacks.train_metrics import GlobalStep, _scalar
 from trainkit.errors import TrainingError
 
 logger = logging.getLogger("trainkit")
@@ -56,7 +56,8 @@ class NonFiniteStop(Callback):
 
     def on_train_step_end(self, run_context) -> None:
         params = run_context.original_args()
-        overflow = step_outputs(params.net_outputs).overflow
+        outputs = params.net_outputs  # only the overflow flag is read: one device read a step, not four
+        overflow = bool(_scalar(outputs[1])) if isinstance(outputs, (tuple, list)) and len(outputs) > 1 else None
         step = self._global_step(params)
         if overflow:
             self.consecutive += 1

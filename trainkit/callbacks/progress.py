@@ -43,9 +43,10 @@ class Progress(Callback):
         samples_per_step: samples per step (the global batch size).
         stream: where the terminal line goes (default ``sys.stderr``); only used when it is a TTY.
         every_n_steps: log-line interval when not on a terminal.
-        train_metrics: when given, the loss shown is its latest record's ``train/loss`` -- the mean since the
-            record before, the value ``metrics.jsonl`` and TensorBoard hold for that step -- and its skipped-step
-            count is shown; without it, the last step's loss read from the network's outputs.
+        train_metrics: when given, its ``current_loss`` and skipped-step count are shown instead of reading
+            the network's outputs again: the latest step's loss, or -- with a wrapper that keeps its totals on
+            the device (the app's) -- the mean loss of its latest record, the value ``metrics.jsonl`` holds
+            for that step.
         refresh_seconds: the least time between two terminal redraws.
         smoothing: weight of the newest step time in the moving average, in (0, 1].
     """
@@ -116,6 +117,8 @@ class Progress(Callback):
 
     def on_train_epoch_end(self, run_context) -> None:
         step = int(run_context.original_args().cur_step_num)
+        if self.train_metrics is not None:  # its epoch-end record (made before this runs) is the epoch's last value
+            self._loss = self.train_metrics.current_loss
         elapsed = time.perf_counter() - self._epoch_start_time
         if self._tty:
             self._draw(f"{self.status_line(step)}  epoch time {format_duration(elapsed)}")
@@ -153,9 +156,8 @@ class Progress(Callback):
         return remaining * self.step_time
 
     def _current_loss(self, params) -> Optional[float]:
-        if self.train_metrics is not None:  # runs before this callback: its record of this step is written
-            recorded = self.train_metrics.last.get("train/loss")
-            return None if recorded is None else float(recorded)
+        if self.train_metrics is not None:  # its latest record's mean when it keeps totals on the device
+            return self.train_metrics.current_loss
         try:
             return step_outputs(params.net_outputs).loss
         except (AttributeError, IndexError, TypeError, ValueError, KeyError):

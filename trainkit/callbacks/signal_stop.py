@@ -188,13 +188,12 @@ def continue_command(run_dir: Path) -> str:
     import shlex
     import sys
 
-    from hydra.core.hydra_config import HydraConfig
-
     from trainkit.launch import command_flags, forwarded_hydra_overrides
+    from trainkit.run import hydra_config_of
 
-    if not HydraConfig.initialized():
+    hydra_cfg = hydra_config_of(Path(run_dir))  # None in-process, also after a Hydra run in this process
+    if hydra_cfg is None:
         return f"train(cfg) again with trainer.resume=auto and run_dir={run_dir}"
-    hydra_cfg = HydraConfig.get()
     task = [o for o in hydra_cfg.overrides.task if not o.lstrip("+~").startswith("trainer.resume=")]
     words = ["python", "-m", "trainkit", *command_flags(sys.argv[1:]), *task,
              *forwarded_hydra_overrides(hydra_cfg.overrides.hydra), f"hydra.run.dir={run_dir}", "trainer.resume=auto"]

@@ -74,6 +74,10 @@ def optimizer_learning_rate(optimizer: nn.Optimizer) -> float:
     return _scalar(rate(Tensor(np.array([step], np.int32), mstype.int32)))
 
 
+def _set_zero(parameter: Parameter) -> None:
+    parameter.set_data(Tensor(np.zeros(parameter.shape, mstype.dtype_to_nptype(parameter.dtype))))
+
+
 class GlobalStep:
     """The run's global step from Model's callback parameters, continuing across a resume.
 
@@ -123,7 +127,13 @@ class TrainMetrics(Callback):
     sinks' last losses and ``train/skipped_steps`` counts only overflows on the last step of a sink --
     it undercounts. Steps and throughput are exact, from ``cur_step_num``.
 
-    Each step reads the outputs to host (a device sync), as MindSpore's LossMonitor does.
+    Reads: a TrainingWrapper built with ``metrics_on_device=True`` (the app's) keeps the loss sum, the skipped
+    count and the latest gradient norm on the device (``TrainingWrapper.running_totals``): they are read once per
+    record, like ``scalars``, and no step waits for the host. ``train/loss`` is then the mean over every call
+    since the previous record (in sink mode too), and ``train/grad_norm`` the finite norm of the latest window
+    that computed one (a record whose interval saw a non-finite loss has ``train/loss`` NaN, as with per-step
+    reads). Any other network's outputs are read
+    every step (a device sync), as MindSpore's LossMonitor does.
 
     ``scalars`` (e.g. ``TrainingWrapper.logged_scalars()``) are recorded as ``train/<name>`` with their values at
     record time: read only then, they cost no per-step sync.
@@ -149,8 +159,9 @@ class TrainMetrics(Callback):
         self.learning_rate = learning_rate
         self.log_every_n_steps = log_every_n_steps
         self.scalars = checked_scalars(scalars or {})
-        self.skipped_steps = 0
-        self.current_loss: Optional[float] = None  # the latest step's loss, for a progress display
+        self._skipped_steps = 0
+        # for a progress display: the latest step's loss, or with running totals on the device the latest record's
+        self.current_loss: Optional[float] = None
         self.last: Dict[str, Any] = {}  # the latest record: {"step", "epoch", "train/...": value}
         self._optimizer: Optional[nn.Optimizer] = None
         self._global_step = GlobalStep()
@@ -159,17 +170,43 @@ class TrainMetrics(Callback):
         self._timing_started = False
         self._base_time = 0.0
         self._base_step = 0
+        self._network: Any = None
+        self._totals: Dict[str, Any] = {}  # the network's running_totals() when it keeps them on the device
+        self._device_skipped_start = 0
+        self._nonfinite_seen = 0  # the network's count of non-finite losses at the previous record
+
+    @property
+    def skipped_steps(self) -> int:
+        """Calls whose ``overflow`` output was True since this callback was created (or since the value set)."""
+        if "skipped_steps" in self._totals:
+            return self._skipped_steps + int(_scalar(self._totals["skipped_steps"])) - self._device_skipped_start
+        return self._skipped_steps
+
+    @skipped_steps.setter
+    def skipped_steps(self, value: int) -> None:
+        self._skipped_steps = int(value)
+        if "skipped_steps" in self._totals:
+            self._device_skipped_start = int(_scalar(self._totals["skipped_steps"]))
 
     def _reset_interval(self) -> None:
         self._losses = []
         self._scale: Any = None  # the latest loss-scale output, read when recorded
         self._grad_norms: list = []  # this interval's grad-norm outputs, read when recorded (the last non-zero)
-        self._has_overflow_output = False
+        self._has_overflow_output = "skipped_steps" in getattr(self, "_totals", {})
+        self._calls_since_record = 0
 
     # ------------------------------------------------------------------ hooks
     def on_train_begin(self, run_context) -> None:
         params = run_context.original_args()
         self._optimizer = find_optimizer(params)
+        self._network = params.get("train_network") if hasattr(params, "get") else None
+        totals = getattr(self._network, "running_totals", None)
+        skipped = self.skipped_steps
+        self._totals = dict(totals()) if callable(totals) else {}
+        if self._totals:  # a checkpoint may hold a partial interval's sum; the counts go on from here
+            _set_zero(self._totals["loss_sum"])
+            self._nonfinite_seen = int(_scalar(self._totals["nonfinite_losses"]))
+            self.skipped_steps = skipped
         self._global_step.reset()
         self._last_record_step = None
         self._timing_started = False
@@ -187,21 +224,10 @@ class TrainMetrics(Callback):
         step = self._global_step(params)
         if self._last_record_step is None:
             self._last_record_step = step - 1
-        # Loss and overflow are read every step (the interval's mean, the skip count); the loss scale and the
-        # gradient norm only when recorded: each read of a Tensor costs tens of microseconds.
-        outputs = params.net_outputs
-        values = list(outputs) + [None] * (4 - len(outputs)) if isinstance(outputs, (tuple, list)) else [outputs]
-        values += [None] * (4 - len(values))
-        loss, overflow, scale, grad_norm = values[:4]
-        self.current_loss = _scalar(loss)
-        self._losses.append(self.current_loss)
-        if overflow is not None:
-            self._has_overflow_output = True
-            self.skipped_steps += int(bool(_scalar(overflow)))
-        if scale is not None:
-            self._scale = scale
-        if grad_norm is not None:
-            self._grad_norms.append(grad_norm)
+        if self._totals:
+            self._calls_since_record = step - self._last_record_step
+        else:
+            self._read_outputs(params.net_outputs)
         if not self._timing_started:  # the first step (or sink) includes compilation: time from its end
             self._timing_started = True
             self._base_time, self._base_step = time.perf_counter(), step
@@ -209,9 +235,26 @@ class TrainMetrics(Callback):
         if step // n > self._last_record_step // n:
             self.record(params)
 
+    def _read_outputs(self, outputs: Any) -> None:
+        """Without running totals on the device: read this call's outputs now."""
+        # Loss and overflow are read every step (the interval's mean, the skip count); the loss scale and the
+        # gradient norm only when recorded: each read of a Tensor costs tens of microseconds.
+        values = list(outputs) + [None] * (4 - len(outputs)) if isinstance(outputs, (tuple, list)) else [outputs]
+        values += [None] * (4 - len(values))
+        loss, overflow, scale, grad_norm = values[:4]
+        self.current_loss = _scalar(loss)
+        self._losses.append(self.current_loss)
+        if overflow is not None:
+            self._has_overflow_output = True
+            self._skipped_steps += int(bool(_scalar(overflow)))
+        if scale is not None:
+            self._scale = scale
+        if grad_norm is not None:
+            self._grad_norms.append(grad_norm)
+
     def on_train_epoch_end(self, run_context) -> None:
         params = run_context.original_args()
-        if self._losses:
+        if self._losses or self._calls_since_record:
             self.record(params)
 
     # ------------------------------------------------------------------ records
@@ -220,7 +263,9 @@ class TrainMetrics(Callback):
         step = self._global_step(params)
         now = time.perf_counter()
         values: Dict[str, float] = {}
-        if self._losses:
+        if self._totals:
+            values.update(self._read_totals())
+        elif self._losses:
             values["train/loss"] = float(np.mean(np.asarray(self._losses, np.float64)))
         lr = self._current_learning_rate()
         if lr is not None:
@@ -244,6 +289,23 @@ class TrainMetrics(Callback):
         self._last_record_step = step
         self._reset_interval()
         return self.last
+
+    def _read_totals(self) -> Dict[str, float]:
+        """The device's running totals, read once for this record; the loss sum starts again from 0."""
+        values: Dict[str, float] = {}
+        if self._calls_since_record:
+            nonfinite = int(_scalar(self._totals["nonfinite_losses"]))
+            mean = _scalar(self._totals["loss_sum"]) / self._calls_since_record
+            values["train/loss"] = mean if nonfinite == self._nonfinite_seen else float("nan")
+            self._nonfinite_seen = nonfinite
+            _set_zero(self._totals["loss_sum"])
+            self.current_loss = values["train/loss"]
+        self._scale = getattr(self._network, "loss_scale_value", 1.0)  # a wrapper without scaling outputs 1.0
+        if "grad_norm" in self._totals:
+            grad_norm = _scalar(self._totals["grad_norm"])
+            if grad_norm != 0.0:
+                values["train/grad_norm"] = grad_norm
+        return values
 
     # ------------------------------------------------------------------ custom scalars (issue 12's hook)
     def _read_scalars(self) -> Dict[str, float]:

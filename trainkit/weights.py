@@ -1,0 +1,149 @@
+"""A network's weights as files: read them from any trainkit checkpoint, load them strictly, write them atomically.
+
+Export, convert, compare, evaluate and fine-tuning (``model.pretrained``) all take "the weights of a network" from
+one of three kinds of MindSpore checkpoint, told apart by their entries:
+
+- a training checkpoint (``checkpoints/trainkit-<epoch>_<step>.ckpt``, ``best.ckpt``): the TrainingWrapper's
+  state; the network's entries are picked out by :func:`trainkit.export.network_parameter_names`, with the live
+  values or the EMA shadows (``ema.<name>``);
+- an exported checkpoint (``python -m trainkit.export``) or a converted one (``python -m trainkit.convert``):
+  the network's parameters alone.
+"""
+from __future__ import annotations
+
+import fnmatch
+import logging
+import os
+from pathlib import Path
+from typing import Dict, Iterable, List, Sequence, Union
+
+import mindspore as ms
+import numpy as np
+from mindspore import nn
+
+from trainkit.checkpoint import load_checkpoint_file
+from trainkit.errors import CheckpointError
+
+log = logging.getLogger("trainkit")
+
+WEIGHTS = ("live", "ema")
+EMA_PREFIX = "ema."
+# What trainkit appends to a training checkpoint besides Parameters (checkpoint.save_training_checkpoint).
+_APPENDED = ("micro_steps", "steps_per_epoch", "skipped_steps", "group_size", "trainkit_config")
+
+
+def refuse_existing(output: Union[str, Path], force: bool) -> None:
+    """Raise CheckpointError when `output` exists and `force` is False -- before any work is done."""
+    if Path(output).exists() and not force:
+        raise CheckpointError(f"{output} already exists: nothing was written; choose another output or pass --force "
+                              "to replace it")
+
+
+def write_checkpoint(entries: Sequence[Dict], output: Union[str, Path]) -> Path:
+    """``mindspore.save_checkpoint(entries)`` to a temporary file beside `output`, renamed into place.
+
+    The output is never left half-written: a crash or an error leaves the previous file (or none).
+    """
+    target = Path(output)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp.ckpt")  # save_checkpoint insists on .ckpt
+    try:
+        ms.save_checkpoint(list(entries), str(temporary))
+        os.replace(temporary, target)
+    finally:
+        if temporary.exists():
+            temporary.unlink()
+    return target
+
+
+def is_training_checkpoint(saved: Dict) -> bool:
+    """Whether a loaded checkpoint is a TrainingWrapper's (optimizer state, appended position) or a bare network's."""
+    return "micro_steps" in saved or "global_step" in saved
+
+
+def network_weights(path: Union[str, Path], weights: str = "live") -> Dict[str, np.ndarray]:
+    """The network's parameters in `path`: a training, exported or converted MindSpore checkpoint.
+
+    Args:
+        path: the checkpoint file.
+        weights: ``live`` or ``ema`` (a training checkpoint's EMA shadows; parameters without one keep the live
+            value, as in :func:`trainkit.export.export_checkpoint`).
+
+    Raises:
+        CheckpointError: the file is missing or corrupt, holds no network parameters, or has no EMA for ``ema``.
+        ValueError: `weights` is not ``live`` or ``ema``.
+    """
+    from trainkit.export import network_parameter_names
+
+    if weights not in WEIGHTS:
+        raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}; got {weights!r}")
+    path = Path(path)
+    saved = load_checkpoint_file(path)
+    for key in _APPENDED:
+        saved.pop(key, None)
+    names = network_parameter_names(list(saved)) if is_training_checkpoint(saved) else list(saved)
+    if not names:
+        raise CheckpointError(f"{path} holds no network parameters (entries: {', '.join(list(saved)[:8])}, ...)")
+    if weights == "ema":
+        if not any(EMA_PREFIX + name in saved for name in names):
+            raise CheckpointError(f"{path} holds no EMA weights (no ema.* entries): only a training checkpoint of a "
+                                  "run with wrapper.ema_decay has them; use the live weights")
+        return {name: saved.get(EMA_PREFIX + name, saved[name]).asnumpy() for name in names}
+    return {name: saved[name].asnumpy() for name in names}
+
+
+def matching(names: Iterable[str], patterns: Sequence[str]) -> List[str]:
+    """The names matched by any shell-style pattern (``fc.*``, ``layer1.*``, ``*.bias``)."""
+    return [name for name in names if any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)]
+
+
+def load_weights(network: nn.Cell, values: Dict[str, np.ndarray], source: str, keep_initialised: Sequence[str] = (),
+                 option: str = "") -> List[str]:
+    """Set every Parameter of `network` from `values`, strictly; returns the names that kept their initialisation.
+
+    Args:
+        network: the network, freshly built (its initialisation is what `keep_initialised` names keep).
+        values: name -> array, e.g. from :func:`network_weights`.
+        source: how to name `values` in messages (the file).
+        keep_initialised: shell-style patterns of parameters that may be missing from `values` or shaped
+            differently (a classification head for another number of classes): those keep the network's own
+            initialisation. Those present with the right shape are loaded like any other.
+        option: the option that sets `keep_initialised`, for the message (e.g. ``--allow-missing``).
+
+    Raises:
+        CheckpointError: parameters are missing, unknown or shaped differently (outside `keep_initialised`);
+            nothing is loaded then.
+    """
+    own = {p.name: p for p in network.get_parameters()}
+    kept = set(matching(own, keep_initialised))
+    missing = [name for name in own if name not in values and name not in kept]
+    unknown = [name for name in values if name not in own and not matching([name], keep_initialised)]
+    mismatched = [f"{name} {tuple(values[name].shape)} in {source}, {tuple(p.shape)} in the network"
+                  for name, p in own.items() if name in values and name not in kept
+                  and tuple(values[name].shape) != tuple(p.shape)]
+    problems = []
+    if missing:
+        problems.append(f"missing from {source}: {listing(missing)}")
+    if unknown:
+        problems.append(f"not in the network: {listing(unknown)}")
+    if mismatched:
+        problems.append(f"shaped differently: {listing(mismatched)}")
+    if problems:
+        hint = (f"; to start a head of another shape from the network's own initialisation, name it in {option} "
+                "(e.g. ['fc.*'])" if option else "")
+        raise CheckpointError(f"{source} does not fit the network ({'; '.join(problems)}){hint}")
+    reinitialised = []
+    for name, parameter in own.items():
+        value = values.get(name)
+        if value is None or tuple(value.shape) != tuple(parameter.shape):
+            reinitialised.append(name)
+            continue
+        parameter.set_data(ms.Tensor(value.astype(ms.dtype_to_nptype(parameter.dtype))))
+    return reinitialised
+
+
+def listing(names: Sequence[str], shown: int = 6) -> str:
+    """``a, b, c and 4 more``."""
+    names = list(names)
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
