@@ -171,16 +171,34 @@ def test_the_same_command_under_an_external_msrun_trains_as_one_job(cifar10, tmp
     assert "finished:" in (log_dir / "worker_1.log").read_text()
 
 
-def test_a_data_parallel_run_resumes_in_place_and_ends_bitwise_equal(cifar10, tmp_path):
+RESUME_FEATURES = ["wrapper.accumulation_steps=2", "wrapper.ema_decay=0.9", "trainer.checkpoint_every_n_steps=1",
+                   "trainer.keep_checkpoints=20", "trainer.eval_interval=0"]
+
+
+@pytest.fixture(scope="module")
+def whole(cifar10, tmp_path_factory):
+    """A 2-worker run that nothing interrupts, the reference of the resumed ones."""
+    root, _ = cifar10
+    run_dir = tmp_path_factory.mktemp("whole")
+    result = trainkit(*tiny(root, *RESUME_FEATURES), f"hydra.run.dir={run_dir}", cwd=run_dir.parent)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return run_dir
+
+
+def assert_same_checkpoint(run_dir, reference, name=f"trainkit-{EPOCHS}_{STEPS_PER_EPOCH}.ckpt"):
+    expected = ms.load_checkpoint(str(reference / "checkpoints" / name))
+    actual = ms.load_checkpoint(str(run_dir / "checkpoints" / name))
+    arrays = [name for name, value in expected.items() if not isinstance(value, str)]
+    assert sorted(arrays) == sorted(name for name, value in actual.items() if not isinstance(value, str))
+    differing = [name for name in arrays if not np.array_equal(expected[name].asnumpy(), actual[name].asnumpy())]
+    assert not differing, differing[:5]
+
+
+def test_a_data_parallel_run_resumes_in_place_and_ends_bitwise_equal(cifar10, whole, tmp_path):
     """Both runs on 2 workers: the whole run, and a copy cut back to its checkpoint after micro-batch 3 (inside an
     epoch and an accumulation window), continued with trainer.resume=auto in its own directory."""
     root, _ = cifar10
-    features = ["wrapper.accumulation_steps=2", "wrapper.ema_decay=0.9", "trainer.checkpoint_every_n_steps=1",
-                "trainer.keep_checkpoints=20", "trainer.eval_interval=0"]
-    whole = tmp_path / "whole"
-    result = trainkit(*tiny(root, *features), f"hydra.run.dir={whole}", cwd=tmp_path)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-
+    features = RESUME_FEATURES
     cut = tmp_path / "cut"
     shutil.copytree(whole, cut)
     for path in (cut / "checkpoints").glob("trainkit-*.ckpt"):
@@ -190,11 +208,44 @@ def test_a_data_parallel_run_resumes_in_place_and_ends_bitwise_equal(cifar10, tm
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "resuming from" in (cut / "msrun_logs" / "worker_1.log").read_text()  # every rank resumed
     assert (cut / "msrun_logs-1" / "worker_0.log").exists()  # the first job's logs are kept
+    assert_same_checkpoint(cut, whole)
 
-    final = f"trainkit-{EPOCHS}_{STEPS_PER_EPOCH}.ckpt"
-    expected = ms.load_checkpoint(str(whole / "checkpoints" / final))
-    actual = ms.load_checkpoint(str(cut / "checkpoints" / final))
-    arrays = [name for name, value in expected.items() if not isinstance(value, str)]
-    assert sorted(arrays) == sorted(name for name, value in actual.items() if not isinstance(value, str))
-    differing = [name for name in arrays if not np.array_equal(expected[name].asnumpy(), actual[name].asnumpy())]
-    assert not differing, differing[:5]
+
+def test_sigterm_to_the_launcher_stops_every_rank_after_the_same_step_with_one_checkpoint_there(cifar10, whole,
+                                                                                               tmp_path):
+    """SIGTERM reaches the launcher only (as a scheduler sends it); it forwards it to both workers, which agree on the
+    step to stop after; rank 0 writes its checkpoint there, bitwise the uninterrupted run's at that step (so
+    resume=auto continues exactly, as the test above shows for any checkpoint); no process is left."""
+    import signal
+    import time
+
+    root, _ = cifar10
+    run_dir = tmp_path / "run"
+    slow = ["data._target_=tests.common.slow_data.SlowCifar10", "+data.batch_seconds=0.2"]
+    args = [sys.executable, "-m", "trainkit", *tiny(root, *RESUME_FEATURES, *slow), f"hydra.run.dir={run_dir}"]
+    env = {**os.environ, "GLOG_v": "3", "PYTHONPATH": str(REPO)}
+    launcher = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    second = run_dir / "checkpoints" / "trainkit-1_2.ckpt"
+    deadline = time.time() + 240
+    while time.time() < deadline and launcher.poll() is None and not second.exists():
+        time.sleep(0.02)
+    launcher.send_signal(signal.SIGTERM)
+    stdout, stderr = launcher.communicate(timeout=240)
+    assert launcher.returncode == 128 + signal.SIGTERM, stdout[-3000:] + stderr[-3000:]
+    assert "SIGTERM forwarded to the workers" in stderr
+    assert not processes_mentioning(str(run_dir))
+    stopped = {}
+    for rank in range(WORKERS):
+        lines = [line for line in (run_dir / "msrun_logs" / f"worker_{rank}.log").read_text().splitlines()
+                 if "stopped by SIGTERM after step" in line]
+        assert len(lines) == 1, rank
+        stopped[rank] = int(lines[0].split(" after step ")[1].split(" ")[0])
+    step = stopped[0]
+    assert stopped[1] == step < EPOCHS * STEPS_PER_EPOCH  # the same step on every rank
+    assert "stopped by SIGTERM" in stdout and "trainer.resume=auto" in stdout  # rank 0's line, on the console
+    epoch, in_epoch = divmod(step - 1, STEPS_PER_EPOCH)
+    at_stop = f"trainkit-{epoch + 1}_{in_epoch + 1}.ckpt"
+    assert sorted(p.name for p in (run_dir / "checkpoints").glob("trainkit-*.ckpt"))[-1] == at_stop
+    assert_same_checkpoint(run_dir, whole, at_stop)
+    train_steps = [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl") if "train/loss" in r]
+    assert train_steps == list(range(1, step + 1))

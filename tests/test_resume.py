@@ -155,9 +155,9 @@ def test_resuming_from_an_older_checkpoint_of_the_run_moves_the_later_ones_aside
 @pytest.mark.parametrize("change, message", [
     (["wrapper.accumulation_steps=1"], "wrapper.accumulation_steps: 2 in the checkpoint, 1 now"),
     (["model.width=8"], "model.width: 4 in the checkpoint, 8 now"),
-    (["trainer.epochs=4"], "trainer.epochs: 3 in the checkpoint, 4 now"),
+    (["trainer.epochs=4", "lr_schedule=cosine"], "changes the learning rate of updates already taken"),
     (["wrapper.ema_decay=null", "trainer.best_metric=accuracy"], None),
-], ids=["accumulation_steps", "model", "epochs", "no_ema"])
+], ids=["accumulation_steps", "model", "epochs_and_schedule", "no_ema"])
 def test_a_checkpoint_from_a_different_config_stops_naming_the_difference_and_changes_nothing(
         uninterrupted, cifar10, tmp_path, change, message):
     import shutil
@@ -243,3 +243,43 @@ def test_positions_name_files_by_epoch_in_progress_and_step_in_it():
     assert Position(5, 5).file_name() == "trainkit-1_5.ckpt"
     assert Position(6, 5).file_name() == "trainkit-2_1.ckpt"
     assert (Position(7, 5).epoch, Position(7, 5).step_in_epoch) == (1, 2)
+
+
+# ------------------------------------------------------------------- continuing a finished run for longer
+def with_epochs(root, epochs, *extra):
+    return [o for o in overrides(root) if not o.startswith("trainer.epochs=")] + [f"trainer.epochs={epochs}", *extra]
+
+
+def test_a_finished_run_continues_for_longer_when_the_past_learning_rates_stay(uninterrupted, cifar10, tmp_path):
+    """2 epochs, then trainer.epochs=3 with resume=auto (constant schedule: every update taken keeps its rate) ends
+    bitwise equal to the 3-epoch run; the same with a cosine schedule, which a third epoch would stretch, is refused
+    naming the keys, before anything is written."""
+    _, final_a = uninterrupted
+    run_dir = tmp_path / "run"
+    train(compose_config([*with_epochs(cifar10, 2), f"run_dir={run_dir}"]))
+    with pytest.raises(ConfigError, match="at the end of the run"):  # the same length: nothing left
+        train(compose_config([*with_epochs(cifar10, 2), f"run_dir={run_dir}", "trainer.resume=auto"]))
+
+    result = train(compose_config([*with_epochs(cifar10, EPOCHS), f"run_dir={run_dir}", "trainer.resume=auto"]))
+    assert_identical(parameters(result.wrapper), final_a)
+
+    # The same checkpoint as if its run had used a cosine schedule over 2 epochs: a third epoch changes every rate.
+    source = run_dir / "checkpoints" / f"trainkit-2_{STEPS_PER_EPOCH}.ckpt"
+    saved = ms.load_checkpoint(str(source))
+    cosine = compose_config([*with_epochs(cifar10, 2, "lr_schedule=cosine"), f"run_dir={run_dir}"])
+    from omegaconf import OmegaConf
+    append = {k: saved.pop(k) for k in ("micro_steps", "steps_per_epoch", "skipped_steps", "group_size",
+                                       "trainkit_config")}
+    append = {k: v if isinstance(v, str) else int(v.asnumpy()) for k, v in append.items()}
+    append["trainkit_config"] = OmegaConf.to_yaml(cosine, resolve=True)
+    cosine_run = tmp_path / "cosine"
+    (cosine_run / "checkpoints").mkdir(parents=True)
+    ms.save_checkpoint([{"name": k, "data": v} for k, v in saved.items()],
+                       str(cosine_run / "checkpoints" / source.name), append_dict=append)
+    before = tree_digest(cosine_run)
+    with pytest.raises(ConfigError) as error:
+        train(compose_config([*with_epochs(cifar10, EPOCHS, "lr_schedule=cosine"), f"run_dir={cosine_run}",
+                              "trainer.resume=auto"]))
+    assert "trainer.epochs: 2 in the checkpoint, 3 now" in str(error.value)
+    assert "changes the learning rate of updates already taken" in str(error.value)
+    assert tree_digest(cosine_run) == before

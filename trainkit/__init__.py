@@ -1,6 +1,22 @@
-"""trainkit: a configurable training loop for MindSpore."""
-from trainkit.ema import ExponentialMovingAverage
-from trainkit.wrapper import TrainingWrapper
+"""trainkit: a configurable training loop for MindSpore.
+
+``TrainingWrapper`` and ``ExponentialMovingAverage`` are imported on first use, not with the package: importing
+MindSpore reads its log level (``GLOG_v``) once, and ``python -m trainkit`` sets that level before it imports
+anything of MindSpore (``trainkit/__main__.py``).
+"""
+from typing import Any
 
 __all__ = ["TrainingWrapper", "ExponentialMovingAverage"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    if name == "TrainingWrapper":
+        from trainkit.wrapper import TrainingWrapper
+
+        return TrainingWrapper
+    if name == "ExponentialMovingAverage":
+        from trainkit.ema import ExponentialMovingAverage
+
+        return ExponentialMovingAverage
+    raise AttributeError(f"module 'trainkit' has no attribute {name!r}")

@@ -3,18 +3,34 @@
 ``--help`` lists the groups and recipes, ``--cfg job`` prints the composed config, ``-m`` sweeps.
 With ``parallel.workers=N`` (or ``parallel.nodes``) the command starts msrun, which runs it again on N
 worker processes (``trainkit/launch.py``); under msrun it trains as one rank of the job.
+
+Exit statuses: 0 done; 1 a run that could not go on (its message, and for a crash the traceback, are in
+``train.log``); 2 bad input; 128 + N stopped by signal N after a step, with a checkpoint there (143: SIGTERM,
+130: SIGINT).
 """
 import logging
 import os
 import sys
 
-os.environ.setdefault("GLOG_v", "3")  # MindSpore's C++ logs: errors only, unless the user asks for more
+_WARNINGS_KEY = "logger.mindspore_warnings="
 
-import hydra
-from omegaconf import DictConfig
 
-from trainkit.config import best_metric, register_configs
-from trainkit.errors import ConfigError, DataError, TrainingError
+def _mindspore_log_level(argv) -> str:
+    """MindSpore's ``GLOG_v``, which it reads once, when imported: errors only (3) unless
+    ``logger.mindspore_warnings=true`` is on the command line (2: warnings too) or GLOG_v is set already."""
+    asked = [a.split("=", 1)[1].strip().lower() for a in argv if a.lstrip("+").startswith(_WARNINGS_KEY)]
+    if asked:
+        return "2" if asked[-1] in ("true", "1", "yes", "on") else "3"
+    return os.environ.get("GLOG_v", "3")
+
+
+os.environ["GLOG_v"] = _mindspore_log_level(sys.argv[1:])  # before anything imports mindspore
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from trainkit.config import best_metric, register_configs  # noqa: E402
+from trainkit.errors import ConfigError, DataError, RunDirectoryInUse, RunInterrupted, TrainingError  # noqa: E402
 
 register_configs()
 log = logging.getLogger("trainkit")
@@ -23,8 +39,9 @@ log = logging.getLogger("trainkit")
 @hydra.main(version_base=None, config_path="pkg://trainkit.configs", config_name="config")
 def _hydra_main(cfg: DictConfig) -> float:
     """Train (or launch the workers that train); bad input ends the run with exit status 2, a run that cannot go
-    on with 1, each with one message."""
+    on with 1, a signal with 128 + its number, each with one message."""
     from trainkit.launch import launch_workers, needs_launch
+    from trainkit.parallel import close_log_files
 
     try:
         if needs_launch(cfg.parallel):
@@ -35,6 +52,10 @@ def _hydra_main(cfg: DictConfig) -> float:
         from trainkit.app import train
 
         result = train(cfg)
+    except RunDirectoryInUse as error:  # not a word into the run that is there
+        close_log_files()
+        print(f"trainkit: error: {error}", file=sys.stderr)
+        sys.exit(2)
     except (ConfigError, DataError) as error:
         log.error("%s", error)
         print(f"trainkit: error: {error}", file=sys.stderr)
@@ -42,7 +63,23 @@ def _hydra_main(cfg: DictConfig) -> float:
     except TrainingError as error:  # logged where it was raised
         print(f"trainkit: error: {error}", file=sys.stderr)
         sys.exit(1)
+    except RunInterrupted as stop:  # logged where it was raised; 128 + signal, as a shell reports a signal's end
+        sys.exit(stop.status)
+    except Exception as error:  # a crash: the traceback goes to train.log as well as the console
+        log.exception("the run crashed: %s: %s", type(error).__name__, error)
+        print(f"trainkit: error: the run crashed ({type(error).__name__}); the full traceback is in "
+              f"{_log_file()}", file=sys.stderr)
+        sys.exit(1)
     return result.metrics.get(best_metric(cfg), float("nan"))  # the objective for Hydra sweepers
+
+
+def _log_file() -> str:
+    """Where this process's log lines are written: train.log, or msrun's worker log on ranks other than 0."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            return handler.baseFilename
+    rank = os.environ.get("RANK_ID")
+    return f"msrun's worker_{rank}.log" if rank is not None else "the output above"
 
 
 def main() -> None:

@@ -33,6 +33,7 @@ from trainkit.finetune import apply_finetuning
 from trainkit.fit_check import check_fit
 from trainkit.mixed_precision import applied_amp_level
 from trainkit.parallel import describe_job, job_metrics, prepare_data, scaled_learning_rate, setup_parallel
+from trainkit.stopping import continues_at, raise_if_interrupted, stop_metrics
 from trainkit.profiling import profile_window
 from trainkit.wrapper import TrainingWrapper
 
@@ -64,7 +65,7 @@ def train(cfg: DictConfig) -> TrainResult:
     check_config(cfg)
     run_dir = run.run_dir_of(cfg)
     trainer = cfg.trainer
-    run.set_context(trainer)
+    run.set_context(trainer, run_dir)
     parallel = setup_parallel(cfg.parallel)
     rank, group_size = parallel.rank, parallel.group_size
     writer = parallel.writer  # the rank that writes config, metrics, events, progress and checkpoints
@@ -100,7 +101,11 @@ def train(cfg: DictConfig) -> TrainResult:
     model = build.build_model_runner(wrapper, loss_network, loss_fn, metrics)
 
     # 3. Resume: load the checkpoint and find where the data continues.
-    resumed = run.resume_checkpoint(cfg, run_dir, wrapper, steps_per_epoch, group_size)
+    def learning_rates(config: DictConfig) -> List[float]:  # of every update under `config` (the continuation rule)
+        rate = scaled_learning_rate(config.optimizer.lr, config.parallel, parallel)
+        return build.build_learning_rates(config, rate, steps_per_epoch, config.wrapper.accumulation_steps)
+
+    resumed = run.resume_checkpoint(cfg, run_dir, wrapper, steps_per_epoch, group_size, learning_rates)
     done = resumed.position.micro_steps if resumed else 0
     initial_epoch = run.initial_epoch_of(done, steps_per_epoch, sink_size, resumed)
 
@@ -118,7 +123,8 @@ def train(cfg: DictConfig) -> TrainResult:
     # With sink_size, Model.train counts each sink as an "epoch"; callbacks see those units.
     model_epochs = trainer.epochs * (steps_per_epoch // sink_size if sink_size > 0 else 1)
     run_log = RunLog(run_dir, tensorboard=cfg.logger.tensorboard and writer,
-                     metrics_file=cfg.logger.metrics_file if writer else None)
+                     metrics_file=cfg.logger.metrics_file if writer else None,
+                     continues_at=continues_at(resumed, run_dir) if writer else None)  # records after it leave
     hooks = build.build_callbacks(cfg, writer, run_dir, run_log, model, wrapper, eval_set, resumed,
                                   steps_per_epoch, sink_size, samples_per_step, group_size, user_callbacks)
     hooks.callbacks.extend(profiler)
@@ -140,10 +146,12 @@ def train(cfg: DictConfig) -> TrainResult:
     try:
         model.train(model_epochs, train_set, callbacks=hooks.callbacks, dataset_sink_mode=trainer.dataset_sink_mode,
                     sink_size=sink_size, initial_epoch=initial_epoch)
+        raise_if_interrupted(hooks.callbacks, run_dir, steps_per_epoch)  # a signal: RunInterrupted, 128 + signal
         elapsed = time.perf_counter() - start
         metrics = run.final_metrics(hooks.evaluation, hooks.train_metrics, optimizer, elapsed,
                                     trainer.epochs * steps_per_epoch - done, samples_per_step)
         metrics["amp_level"] = float(applied_amp_level(loss_network.backbone)[1])  # 2.0: O2 ran
+        metrics.update(stop_metrics(hooks.callbacks))  # early stopping: best_epoch, stopped_epoch
         if choice(cfg.parallel.mode) != "stand_alone":
             metrics.update(job_metrics(parallel, samples_per_step // group_size, accumulation_steps))
         run_log.hparams(run.hyper_parameters(cfg), {f"final/{k}": v for k, v in metrics.items()})

@@ -27,6 +27,7 @@ from trainkit.config import best_metric, best_mode, choice
 from trainkit.errors import ConfigError
 from trainkit.finetune import model_arguments
 from trainkit.mixed_precision import Float32EvalCell, build_loss_network
+from trainkit.stopping import stop_callbacks
 from trainkit.targets import floats_where_expected, required_arguments
 from trainkit.wrapper import TrainingWrapper
 
@@ -242,6 +243,7 @@ def build_callbacks(cfg: DictConfig, writer: bool, run_dir: Path, run_log: RunLo
             best = best_metric(cfg)
             callbacks.append(BestCheckpoint(evaluation, checkpoints, metric=eval_tag(best),
                                             mode=best_mode(best, trainer.best_mode), network=wrapper))
+    callbacks += stop_callbacks(cfg, evaluation, checkpointer, checkpoints, group_size, writer)  # signals, early stop
     return RunCallbacks(callbacks + list(user_callbacks), metrics_cb, evaluation)
 
 

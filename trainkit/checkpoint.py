@@ -17,7 +17,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import mindspore as ms
 from mindspore import nn
@@ -33,9 +33,13 @@ _NAME = re.compile(rf"^{PREFIX}-(\d+)_(\d+)\.ckpt$")
 
 # The config keys an exact resume depends on: a different value changes the parameters' shapes, the data
 # order or the step sequence. Differences elsewhere (clipping, logging, evaluation...) are allowed and logged.
-RESUME_KEYS = ("model", "data._target_", "data.batch_size", "data.image_size", "loss", "optimizer", "lr_schedule",
-               "wrapper._target_", "wrapper.accumulation_steps", "trainer.epochs", "trainer.seed",
-               "parallel.lr_scaling")
+RESUME_KEYS = ("model", "data._target_", "data.batch_size", "data.image_size", "loss", "optimizer",
+               "wrapper._target_", "wrapper.accumulation_steps", "trainer.seed")
+# Keys that reach the past only through the learning rate of each update: a change is allowed when every update
+# already taken keeps its rate (more epochs of a constant schedule, or of a step schedule whose milestones lie
+# ahead), and refused otherwise (a cosine stretched over more epochs changes every rate).
+SCHEDULE_KEYS = ("trainer.epochs", "lr_schedule", "optimizer.lr", "parallel.lr_scaling")
+_RATE_TABLE = "learning_rate"  # the Parameter a MindSpore optimizer keeps a list of rates in
 
 
 @dataclass
@@ -171,14 +175,27 @@ def find_resume_checkpoint(resume: str, run_dir: Path) -> Optional[TrainingCheck
 
 
 def check_resumable(checkpoint: TrainingCheckpoint, cfg: DictConfig, network: nn.Cell, steps_per_epoch: int,
-                    group_size: int) -> None:
-    """Raise ConfigError naming what differs between `checkpoint` and this run; log harmless differences."""
+                    group_size: int, learning_rates: Optional[Callable[[DictConfig], Sequence[float]]] = None) -> None:
+    """Raise ConfigError naming what differs between `checkpoint` and this run and would change its past; log the
+    differences that do not.
+
+    The rule: a resume continues the run the checkpoint belongs to, so the config may change whatever leaves the
+    steps already taken as they were. Keys that decide the network, the data and its order, or what one update
+    does (:data:`RESUME_KEYS`) must stay; keys that act through the learning-rate schedule (:data:`SCHEDULE_KEYS`)
+    may change when ``learning_rates(config)`` (one rate per update) gives every update already taken
+    (``global_step`` of the checkpoint) the same rate under both configs; anything else (clipping, logging,
+    evaluation, checkpoints) changes only what comes next.
+    """
     where = f"checkpoint {checkpoint.path}"
     if checkpoint.config is not None:
         now = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
         differences = [(key, before, after) for key, before, after in _differences(checkpoint.config, now)
                        if key != "run_dir" and not key.startswith("trainer.resume")]
-        decisive = [d for d in differences if _is_resume_key(d[0])]
+        decisive = [d for d in differences if _is_resume_key(d[0]) and not _is_schedule_key(d[0])]
+        scheduled = [d for d in differences if _is_schedule_key(d[0])]
+        if scheduled and not decisive:
+            _check_past_rates(checkpoint, now, scheduled, learning_rates)
+            _use_this_runs_rate_table(checkpoint, network)
         if decisive:
             shown = "; ".join(f"{key}: {_show(before)} in the checkpoint, {_show(after)} now"
                               for key, before, after in decisive[:6])
@@ -186,7 +203,8 @@ def check_resumable(checkpoint: TrainingCheckpoint, cfg: DictConfig, network: nn
                               f"same {', '.join(sorted({_resume_key(d[0]) for d in decisive}))}: {shown}. "
                               "Resume with the checkpoint's values (its run's .hydra/config.yaml) or start a new run")
         for key, before, after in differences:
-            log.info("resume: %s was %s in the checkpoint, now %s", key, _show(before), _show(after))
+            if not _is_schedule_key(key):
+                log.info("resume: %s was %s in the checkpoint, now %s", key, _show(before), _show(after))
     if checkpoint.group_size != group_size:
         raise ConfigError(f"{where} was written by a data-parallel job of {checkpoint.group_size} processes and this "
                           f"one has {group_size}: the data shards and steps differ; resume with "
@@ -243,8 +261,53 @@ def _differences(before: DictConfig, after: DictConfig, prefix: str = "") -> Ite
             yield name, old, new
 
 
+def _check_past_rates(checkpoint: TrainingCheckpoint, now: DictConfig, scheduled: List[Tuple[str, object, object]],
+                      learning_rates: Optional[Callable[[DictConfig], Sequence[float]]]) -> None:
+    """Refuse schedule changes that give an update already taken another learning rate (see check_resumable)."""
+    changed = "; ".join(f"{key}: {_show(before)} in the checkpoint, {_show(after)} now" for key, before, after in
+                        scheduled[:6])
+    keys = ", ".join(sorted({_schedule_key(key) for key, _, _ in scheduled}))
+    done = int(_scalar(checkpoint.parameters["global_step"])) if "global_step" in checkpoint.parameters else None
+    if learning_rates is None or done is None:
+        raise ConfigError(f"checkpoint {checkpoint.path} was written by a run configured differently, and an exact "
+                          f"resume needs the same {keys}: {changed}")
+    before, after = list(learning_rates(checkpoint.config))[:done], list(learning_rates(now))[:done]
+    for update, (old, new) in enumerate(zip(before, after)):
+        if old != new:
+            schedule = now.get("lr_schedule", {}).get("_target_", "the schedule")
+            raise ConfigError(
+                f"checkpoint {checkpoint.path} cannot be continued with {changed}: that changes the learning rate of "
+                f"updates already taken ({done} so far; update {update + 1} used {old:.6g}, under this config "
+                f"{new:.6g}, {schedule}), so the run would not be the one continued. Continue with the checkpoint's "
+                f"{keys}, change only what lies ahead (a constant schedule, or step milestones after epoch "
+                f"{int(checkpoint.position.epoch)}), or start a new run from the checkpoint's weights "
+                "(python -m trainkit.export)")
+    if len(after) < done:
+        raise ConfigError(f"checkpoint {checkpoint.path} has taken {done} updates and this config has {len(after)}: "
+                          f"{changed}")
+    for key, old, new in scheduled:
+        log.info("resume: %s was %s in the checkpoint, now %s (the %d updates taken keep their learning rates)",
+                 key, _show(old), _show(new), done)
+
+
+def _use_this_runs_rate_table(checkpoint: TrainingCheckpoint, network: nn.Cell) -> None:
+    """The optimizer's table of rates (``learning_rate``, one per update of the run) is the new config's: its past
+    entries were just found equal to the checkpoint's, its length and future entries are what changed."""
+    for parameter in network.get_parameters():
+        if parameter.name == _RATE_TABLE and _RATE_TABLE in checkpoint.parameters:
+            checkpoint.parameters[_RATE_TABLE] = ms.Parameter(ms.Tensor(parameter.asnumpy()), name=_RATE_TABLE)
+
+
 def _is_resume_key(key: str) -> bool:
     return any(key == k or key.startswith(k + ".") for k in RESUME_KEYS)
+
+
+def _is_schedule_key(key: str) -> bool:
+    return any(key == k or key.startswith(k + ".") for k in SCHEDULE_KEYS)
+
+
+def _schedule_key(key: str) -> str:
+    return next(k for k in SCHEDULE_KEYS if key == k or key.startswith(k + "."))
 
 
 def _resume_key(key: str) -> str:

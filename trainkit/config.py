@@ -146,6 +146,20 @@ class ProfileConfig:
 
 
 @dataclass
+class EarlyStoppingConfig:
+    """``trainer.early_stopping``: stop after `patience` evaluations that did not improve `metric` by > `min_delta`.
+
+    ``metric`` null: off; else one of accuracy, loss, ema_accuracy, ema_loss. ``mode``: auto (min for a loss, max
+    for an accuracy), min or max.
+    """
+
+    metric: Optional[str] = None
+    mode: str = "auto"
+    patience: int = 3
+    min_delta: float = 0.0
+
+
+@dataclass
 class TrainerConfig:
     """How the loop runs: ``mindspore.train.Model.train`` and the callbacks around it."""
 
@@ -165,6 +179,7 @@ class TrainerConfig:
     resume: Optional[str] = None
     resume_data: ResumeData = ResumeData.exact
     max_nonfinite_steps: Optional[int] = 10
+    early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
     profile: ProfileConfig = field(default_factory=ProfileConfig)
 
 
@@ -176,6 +191,7 @@ class LoggerConfig:
     metrics_file: Optional[str] = "metrics.jsonl"
     progress: ProgressStyle = ProgressStyle.auto
     log_every_n_steps: int = 10
+    mindspore_warnings: bool = False  # MindSpore's own warnings (GLOG_v=2); read on the command line only
 
 
 @dataclass
@@ -278,6 +294,7 @@ def check_config(cfg: DictConfig) -> None:
                           "of the run directory) or the path of a checkpoint or run directory")
     if trainer.evaluate:
         _check_best_metric(cfg)
+    _check_early_stopping(cfg)
     valid_targets = ("CPU", "GPU", "Ascend", "auto")
     if trainer.device_target not in valid_targets:
         raise ConfigError(f"trainer.device_target={trainer.device_target!r} is not valid: use one of "
@@ -362,6 +379,29 @@ def _check_best_metric(cfg: DictConfig) -> None:
     raise ConfigError(f"trainer.best_metric={best!r} is not valid: use one of {', '.join(names)} (the loss and the "
                       f"names in metrics); {did_you_mean(best, names)}or trainer.evaluate=false to train without "
                       "evaluating")
+
+
+def _check_early_stopping(cfg: DictConfig) -> None:
+    early = cfg.trainer.early_stopping
+    if early.metric is None:
+        return
+    if not cfg.trainer.evaluate:
+        raise ConfigError(f"trainer.early_stopping.metric={early.metric} needs evaluations: set trainer.evaluate=true "
+                          "or trainer.early_stopping.metric=null")
+    names = reported_metrics(cfg)
+    if early.metric not in names:
+        if early.metric.startswith("ema_") and cfg.wrapper.get("ema_decay") is None and early.metric[4:] in names:
+            raise ConfigError(f"trainer.early_stopping.metric={early.metric} needs EMA weights: set "
+                              f"wrapper.ema_decay (e.g. 0.999) or pick {'/'.join(names)}")
+        raise ConfigError(f"trainer.early_stopping.metric={early.metric!r} is not valid: use null (off) or one of "
+                          f"{', '.join(names)} (the loss and the names in metrics); {did_you_mean(early.metric, names)}")
+    if early.mode not in ("auto", "min", "max"):
+        raise ConfigError(f"trainer.early_stopping.mode={early.mode!r} is not valid: use auto (min for a loss or an "
+                          "error, max otherwise), min or max")
+    _check("trainer.early_stopping.patience", early.patience, "an integer >= 1 (evaluations without improvement)",
+           lambda v: isinstance(v, int) and v >= 1)
+    _check("trainer.early_stopping.min_delta", early.min_delta, "a finite number >= 0",
+           lambda v: math.isfinite(v) and v >= 0)
 
 
 def _check(key: str, value: Any, valid: str, in_range) -> None:

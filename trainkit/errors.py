@@ -20,3 +20,19 @@ class CheckpointError(DataError):
 
 class TrainingError(RuntimeError):
     """Training cannot go on (e.g. too many consecutive non-finite steps); the message names the step."""
+
+
+class RunInterrupted(Exception):
+    """A signal (SIGTERM, SIGINT) stopped the run after a step, with a checkpoint there; `status` is 128 + signal."""
+
+    def __init__(self, message: str, signal_number: int):
+        super().__init__(message)
+        self.signal_number = int(signal_number)
+
+    @property
+    def status(self) -> int:
+        return 128 + self.signal_number
+
+
+class RunDirectoryInUse(ConfigError):
+    """The run directory holds another run: it is refused without a byte written there (not even to its train.log)."""

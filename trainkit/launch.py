@@ -28,7 +28,7 @@ import psutil
 from omegaconf import DictConfig
 
 from trainkit.config import check_config, choice
-from trainkit.errors import ConfigError
+from trainkit.errors import ConfigError, RunDirectoryInUse
 from trainkit.parallel import check_parallel, close_log_files, launched_by_msrun
 
 log = logging.getLogger("trainkit")
@@ -40,6 +40,7 @@ _NATIVE_LOG_LINE = re.compile(r"\[(DEBUG|INFO|WARNING)\] [A-Z_]+\(")  # MindSpor
 _CONFIG_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd")
 _POLL_SECONDS = 0.2
 _GRACE_SECONDS = 10.0  # for msrun to stop its workers itself, and for processes to exit after SIGTERM
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 def needs_launch(parallel) -> bool:
@@ -64,8 +65,8 @@ def launch_workers(cfg: DictConfig) -> int:
     check_parallel(cfg.parallel, _device_target(choice(cfg.trainer.device_target)))
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir).resolve()
-    arguments = ["-m", "trainkit", *_config_flags(sys.argv[1:]), *hydra_cfg.overrides.task,
-                 *_forwarded_hydra_overrides(hydra_cfg.overrides.hydra), f"hydra.run.dir={_quoted(str(run_dir))}"]
+    arguments = ["-m", "trainkit", *command_flags(sys.argv[1:]), *hydra_cfg.overrides.task,
+                 *forwarded_hydra_overrides(hydra_cfg.overrides.hydra), f"hydra.run.dir={_quoted(str(run_dir))}"]
     return run_msrun(cfg.parallel, arguments, run_dir, resuming=cfg.trainer.resume is not None)
 
 
@@ -80,7 +81,7 @@ def run_msrun(parallel, arguments: Sequence[str], run_dir: Path, resuming: bool 
     log_dir = run_dir / LOG_DIR
     if log_dir.exists():
         if not resuming:
-            raise ConfigError(f"{run_dir} already holds a data-parallel run ({LOG_DIR}/): nothing was changed there; "
+            raise RunDirectoryInUse(f"{run_dir} already holds a data-parallel run ({LOG_DIR}/): nothing was changed there; "
                               "choose a new directory with hydra.run.dir=PATH, or continue it with trainer.resume=auto")
         number = 1
         while (run_dir / f"{LOG_DIR}-{number}").exists():
@@ -133,6 +134,16 @@ class _MsrunJob:
     _ranks: Dict[int, str] = field(default_factory=dict)  # worker pid -> RANK_ID
     _seen: Dict[int, psutil.Process] = field(default_factory=dict)
     _shown_bytes: int = 0
+    signals: List[int] = field(default_factory=list)  # the stop signals the launcher received, in order
+
+    def _on_signal(self, signum, frame) -> None:
+        self.signals.append(signum)
+        workers = [self._seen[pid] for pid in self._ranks if self._alive(pid)]
+        if len(self.signals) > 1 or not workers:
+            raise KeyboardInterrupt
+        for worker in workers:  # in sessions of their own: a terminal's Ctrl-C reaches only the launcher
+            with contextlib.suppress(psutil.Error):
+                worker.send_signal(signum)
 
     def run(self) -> int:
         process = subprocess.Popen(self.command, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -140,7 +151,9 @@ class _MsrunJob:
         reader = threading.Thread(target=self._read_msrun, args=(process,), daemon=True)
         reader.start()
         interrupted = False
-        previous_handler = signal.signal(signal.SIGTERM, _interrupt)  # a killed launcher still stops its job
+        # The first SIGTERM/SIGINT goes to every worker (they stop after the same step, rank 0 writes a checkpoint);
+        # a second one, or one before any worker runs, stops the whole job at once.
+        previous_handlers = {signum: signal.signal(signum, self._on_signal) for signum in _STOP_SIGNALS}
         try:
             while process.poll() is None:
                 self._watch(process)
@@ -153,15 +166,26 @@ class _MsrunJob:
             _signal_group(process, signal.SIGINT)  # msrun's handler kills its workers and the scheduler
             self._stop(process)
         finally:
-            signal.signal(signal.SIGTERM, previous_handler)
+            for signum, handler in previous_handlers.items():
+                signal.signal(signum, handler)
             self._kill_leftovers(process)
             reader.join(timeout=_GRACE_SECONDS)
             self._show_new_log_lines()
+        status = 128 + (self.signals[0] if self.signals else signal.SIGINT)
         if interrupted:
-            print("trainkit: interrupted: the job was stopped and its processes are gone", file=sys.stderr)
-            return 130
+            print(f"trainkit: interrupted: the job was stopped at once and its processes are gone (exit status "
+                  f"{status})", file=sys.stderr)
+            return status
         if self.failure is None and process.returncode == 0:
+            if self.signals:
+                print(f"trainkit: {signal.Signals(self.signals[0]).name} came when the workers had no step left to "
+                      "stop after: the run finished", file=sys.stderr)
             return 0
+        if self.signals:
+            print(f"trainkit: {signal.Signals(self.signals[0]).name} forwarded to the workers: they stopped after the "
+                  f"same step (rank 0's log above says where, with the command that continues the run); exit status "
+                  f"{status}", file=sys.stderr)
+            return status
         self._report_failure(process.returncode)
         if self.failure is not None:
             return self.failure.status if self.failure.status > 0 else 128 - self.failure.status
@@ -271,7 +295,7 @@ def _device_target(configured: str) -> str:
     return ms.get_context("device_target")
 
 
-def _config_flags(argv: Sequence[str]) -> List[str]:
+def command_flags(argv: Sequence[str]) -> List[str]:
     """Hydra's --config-path/--config-name/--config-dir flags of this command, for the workers' command."""
     flags = []
     for index, argument in enumerate(argv):
@@ -283,7 +307,7 @@ def _config_flags(argv: Sequence[str]) -> List[str]:
     return flags
 
 
-def _forwarded_hydra_overrides(overrides: Sequence[str]) -> List[str]:
+def forwarded_hydra_overrides(overrides: Sequence[str]) -> List[str]:
     """The user's ``hydra.*`` overrides (``hydra.searchpath``, logging...), without those that place this run."""
     placed = ("hydra.run.", "hydra.sweep.", "hydra.mode", "hydra.job.num", "hydra.job.id", "hydra.runtime.")
     return [o for o in overrides if not o.lstrip("+~").startswith(placed)]
@@ -314,10 +338,6 @@ def _running(process: psutil.Process) -> bool:
         return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
-
-
-def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
 
 
 def _signal_group(process: subprocess.Popen, sig: int) -> None:

@@ -25,7 +25,9 @@ from trainkit.callbacks import Evaluation, TrainMetrics
 from trainkit.checkpoint import TrainingCheckpoint as SavedCheckpoint
 from trainkit.checkpoint import check_resumable, checkpoint_files, find_resume_checkpoint, restore
 from trainkit.config import choice
-from trainkit.errors import ConfigError
+from trainkit.errors import ConfigError, RunDirectoryInUse
+from trainkit.callbacks.early_stopping import MARKER as EARLY_STOP_MARKER
+from trainkit.stopping import check_not_finished_early
 from trainkit.wrapper import TrainingWrapper
 
 log = logging.getLogger("trainkit")
@@ -48,7 +50,7 @@ def check_run_dir_is_new(run_dir: Path, metrics_file: Optional[str]) -> None:
     earlier = [name for name in (".hydra/config.yaml", metrics_file, "tensorboard", "checkpoints")
                if name and (run_dir / name).exists()]
     if earlier:
-        raise ConfigError(f"{run_dir} already holds a run ({', '.join(earlier)}): nothing was changed there; "
+        raise RunDirectoryInUse(f"{run_dir} already holds a run ({', '.join(earlier)}): nothing was changed there; "
                           "choose a new directory with hydra.run.dir=PATH (run_dir=PATH in-process), or continue "
                           "that run with trainer.resume=auto")
 
@@ -85,10 +87,11 @@ def hydra_config_of(run_dir: Path) -> Optional[DictConfig]:
     return hydra_cfg if output_dir is not None and Path(output_dir).resolve() == run_dir else None
 
 
-def set_context(trainer: DictConfig) -> None:
-    """Execution mode, device and every random seed from ``trainer``."""
+def set_context(trainer: DictConfig, run_dir: Path) -> None:
+    """Execution mode, device and every random seed from ``trainer``; MindSpore's compiler dumps into `run_dir`."""
     mode = ms.GRAPH_MODE if choice(trainer.mode) == "graph" else ms.PYNATIVE_MODE
     ms.set_context(mode=mode)
+    os.environ["MS_OM_PATH"] = str(run_dir)  # rank_0/om/analyze_fail.ir of a failed compile: not into the cwd
     if trainer.device_target != "auto":
         try:
             ms.set_context(device_target=trainer.device_target)
@@ -157,8 +160,12 @@ def continues_run_dir(resume: Optional[str], run_dir: Path) -> bool:
 
 
 def resume_checkpoint(cfg: DictConfig, run_dir: Path, wrapper: TrainingWrapper, steps_per_epoch: int,
-                      group_size: int) -> Optional[SavedCheckpoint]:
-    """Find, check and load the checkpoint `trainer.resume` names; None for a new run."""
+                      group_size: int, learning_rates=None) -> Optional[SavedCheckpoint]:
+    """Find, check and load the checkpoint `trainer.resume` names; None for a new run.
+
+    `learning_rates(config)` gives the rate of every update under a config, for the continuation rule of
+    :func:`trainkit.checkpoint.check_resumable` (more epochs when the updates taken keep their rates).
+    """
     resume = cfg.trainer.resume
     if resume is None:
         return None
@@ -166,12 +173,14 @@ def resume_checkpoint(cfg: DictConfig, run_dir: Path, wrapper: TrainingWrapper, 
     if checkpoint is None:
         log.info("trainer.resume=auto: no checkpoint in %s; starting a new run", run_dir / "checkpoints")
         return None
-    check_resumable(checkpoint, cfg, wrapper, steps_per_epoch, group_size)
+    check_resumable(checkpoint, cfg, wrapper, steps_per_epoch, group_size, learning_rates)
+    check_not_finished_early(checkpoint, run_dir)
     total = cfg.trainer.epochs * steps_per_epoch
     if checkpoint.position.micro_steps >= total:
         raise ConfigError(f"checkpoint {checkpoint.path} is at the end of the run ({checkpoint.position.micro_steps} "
                           f"of {total} micro-batches): nothing is left to train; its weights are ready to export "
-                          "(python -m trainkit.export)")
+                          "(python -m trainkit.export), or train it longer with a larger trainer.epochs (allowed when "
+                          "the updates taken keep their learning rates)")
     restore(checkpoint, wrapper)
     return checkpoint
 
@@ -190,6 +199,7 @@ def set_aside_later_checkpoints(resumed: SavedCheckpoint) -> None:
     """Resuming from an older checkpoint of this run: move the newer ones aside (never delete them)."""
     files = checkpoint_files(resumed.path.parent)
     later = files[files.index(resumed.path) + 1:] if resumed.path in files else []
+    later += [p for p in [resumed.path.parent / EARLY_STOP_MARKER] if p.exists()]  # it stopped later: stale now
     if not later:
         return
     folder = resumed.path.parent / time.strftime("superseded-%Y%m%d-%H%M%S")

@@ -444,7 +444,8 @@ class TrainingWrapper(nn.Cell):
             scale = self._one
         clipped, grad_norm = self.unscale_and_transform(grads, scale)
         finite = self.step_finite(grads, grad_norm, loss)
-        self.update_loss_scale(finite)
+        if self.dynamic_loss_scale:  # decided here: a call that does nothing is an empty side-effect node in the graph
+            self.update_loss_scale(finite)
         # Two branches on purpose: without the guard the graph holds no condition at all.
         if not self.skip_nonfinite:
             self.apply_grads(clipped)

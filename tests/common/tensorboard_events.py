@@ -99,3 +99,22 @@ def read_tags(log_dir: Union[str, Path], recursive: bool = False) -> Dict[str, s
                 for value in event.summary.value:
                     tags[value.tag] = value.metadata.plugin_data.plugin_name
     return tags
+
+
+def read_scalars_as_tensorboard_shows(log_dir: Union[str, Path]) -> Dict[str, List[Tuple[int, float]]]:
+    """Like :func:`read_scalars`, with TensorBoard's rule for a restarted run applied: a ``SessionLog.START`` event
+    at step s (what ``SummaryWriter(purge_step=s)`` writes) drops every value read before it, from the folder's files
+    in name order, at a step >= s (TensorBoard's ``EventAccumulator._Purge``, ``purge_orphaned_data`` on by default).
+    """
+    scalars: Dict[str, List[Tuple[int, float]]] = {}
+    for path in event_files(log_dir):
+        for event in read_events(path):
+            if event.HasField("session_log") and event.session_log.status == event.session_log.START:
+                scalars = {tag: [(step, value) for step, value in values if step < event.step]
+                           for tag, values in scalars.items()}
+            if not event.HasField("summary"):
+                continue
+            for value in event.summary.value:
+                if value.HasField("simple_value"):
+                    scalars.setdefault(value.tag, []).append((int(event.step), float(value.simple_value)))
+    return scalars

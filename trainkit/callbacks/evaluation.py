@@ -82,6 +82,7 @@ class Evaluation(Callback):
         self._last_epoch: Optional[int] = None
         self._completed_epoch: Optional[int] = None
         self._evaluated_epoch: Optional[int] = None
+        self._stopped_mid_epoch = False
         self._global_step = GlobalStep()
 
     @property
@@ -97,6 +98,7 @@ class Evaluation(Callback):
     # ------------------------------------------------------------------ hooks
     def on_train_begin(self, run_context) -> None:
         self._last_epoch = self._completed_epoch = self._evaluated_epoch = None
+        self._stopped_mid_epoch = False
         self._global_step.reset()
 
     def on_train_epoch_begin(self, run_context) -> None:
@@ -106,6 +108,9 @@ class Evaluation(Callback):
             self._last_epoch = int(params.cur_epoch_num) - 1 + int(params.epoch_num)
 
     def on_train_epoch_end(self, run_context) -> None:
+        if _stopped_mid_epoch(run_context):  # a signal stopped the run after a step: the epoch did not end
+            self._stopped_mid_epoch = True
+            return
         params = run_context.original_args()
         epoch = int(params.cur_epoch_num)
         self._completed_epoch = epoch
@@ -113,6 +118,8 @@ class Evaluation(Callback):
             self.evaluate(epoch, self._global_step(params))
 
     def on_train_end(self, run_context) -> None:
+        if self._stopped_mid_epoch:  # the run that continues this one evaluates as the schedule says
+            return
         if self._completed_epoch is not None and self._evaluated_epoch != self._completed_epoch:
             self.evaluate(self._completed_epoch, self._global_step(run_context.original_args()))
 
@@ -135,6 +142,12 @@ class Evaluation(Callback):
         logger.info("epoch %s evaluation (%.1f s): %s", epoch, seconds,
                     ", ".join(f"{k} {v:.4f}" for k, v in result.items() if k not in ("epoch", "step")))
         return result
+
+
+def _stopped_mid_epoch(run_context) -> bool:
+    """Whether Model is ending an epoch early because a callback asked it to stop after a step."""
+    params = run_context.original_args()
+    return run_context.get_stop_requested() and int(params.cur_step_num) % int(params.batch_num) != 0
 
 
 def _prefixed(prefix: str, metrics: Dict[str, Any]) -> Dict[str, float]:

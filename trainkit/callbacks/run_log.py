@@ -12,7 +12,7 @@ from typing import Any, Dict, Mapping, Optional, Union
 import numpy as np
 from tensorboardX import summary as tb_summary
 from tensorboardX.event_file_writer import EventsWriter
-from tensorboardX.proto.event_pb2 import Event
+from tensorboardX.proto.event_pb2 import Event, SessionLog
 
 PathLike = Union[str, Path]
 
@@ -32,22 +32,33 @@ class RunLog:
       so a crash loses nothing already recorded. Non-finite values are written as Python's ``json``
       writes them (``NaN``, ``Infinity``), which ``json.loads`` reads back.
 
+    A run continued from a checkpoint at step S passes ``continues_at=S``: the records after S, which the
+    continuation writes again, first leave the main record (see :func:`supersede_records`), and the new event
+    file starts with TensorBoard's purge marker, so each step has one record in both outputs.
+
     Args:
         run_dir: the run's directory (created if missing).
         tensorboard: write TensorBoard event files.
         metrics_file: file name of the JSON-lines file inside `run_dir`, or None for none.
+        continues_at: the step of the checkpoint this run continues from; None for a new run.
 
     Usable as a context manager; ``close()`` is idempotent.
     """
 
-    def __init__(self, run_dir: PathLike, tensorboard: bool = True, metrics_file: Optional[str] = "metrics.jsonl"):
+    def __init__(self, run_dir: PathLike, tensorboard: bool = True, metrics_file: Optional[str] = "metrics.jsonl",
+                 continues_at: Optional[int] = None):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.superseded: Optional[Path] = None
+        if continues_at is not None and metrics_file is not None:
+            self.superseded = supersede_records(self.run_dir / metrics_file, continues_at)
         self.tensorboard_dir: Optional[Path] = None
         self._writer = None
         if tensorboard:
             self.tensorboard_dir = self.run_dir / "tensorboard"
             self._writer = EventFile(self.tensorboard_dir)
+            if continues_at is not None:
+                self._writer.purge_after(continues_at)
         self.metrics_path: Optional[Path] = None
         self._metrics = None
         if metrics_file is not None:
@@ -144,10 +155,66 @@ class EventFile:
             self._writer.write_event(Event(wall_time=wall_time, step=int(step), summary=summary))
         self._writer.flush()
 
+    def purge_after(self, step: int) -> None:
+        """Hide every event of this folder's earlier files at a step after `step` from TensorBoard.
+
+        Writes what ``tensorboardX.SummaryWriter(purge_step=step + 1)`` writes: a ``SessionLog.START`` event at
+        ``step + 1``. TensorBoard, reading the folder's files in order, drops the events it has read so far at
+        steps >= that one (the records up to `step` stay, as in ``metrics.jsonl``).
+        """
+        self._writer.write_event(Event(step=int(step) + 1, wall_time=time.time(),
+                                       session_log=SessionLog(status=SessionLog.START)))
+        self._writer.flush()
+
     def close(self) -> None:
         if not self._closed:
             self._closed = True
             self._writer.close()
+
+
+def supersede_records(path: Path, step: int) -> Optional[Path]:
+    """Keep in JSON-lines file `path` only the records at steps <= `step`; move the others beside it.
+
+    For a run continued from a checkpoint at `step`: the records after it were written by the run that went on
+    past the checkpoint (then crashed, was stopped, or is being continued differently) and will be written again.
+    They go, in their order, to ``<stem>.superseded-<n>.jsonl`` (the first free n), and `path` is replaced
+    atomically (a temporary file renamed over it) by the records it keeps, so a crash leaves one or the other.
+    A line that does not parse (the last line of a killed run may be cut short) counts as superseded.
+
+    Returns:
+        The superseded file, or None when nothing was after `step` (nothing is written then).
+    """
+    path = Path(path)
+    if not path.is_file():
+        return None
+    kept, moved = [], []
+    for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
+        if not line.strip():
+            continue
+        try:
+            record_step = json.loads(line).get("step")
+        except (ValueError, AttributeError):
+            record_step = None
+        (kept if isinstance(record_step, int) and record_step <= step else moved).append(
+            line if line.endswith("\n") else line + "\n")
+    if not moved:
+        return None
+    number = 1
+    while path.with_name(f"{path.stem}.superseded-{number}{path.suffix}").exists():
+        number += 1
+    superseded = path.with_name(f"{path.stem}.superseded-{number}{path.suffix}")
+    _write_durably(superseded, "".join(moved))
+    temporary = path.with_name(path.name + ".tmp")
+    _write_durably(temporary, "".join(kept))
+    os.replace(temporary, path)
+    return superseded
+
+
+def _write_durably(path: Path, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as stream:
+        stream.write(text)
+        stream.flush()
+        os.fsync(stream.fileno())
 
 
 def flatten(mapping: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
