@@ -57,7 +57,7 @@ def _hydra_main(cfg: DictConfig) -> float:
         print(f"trainkit: error: {error}", file=sys.stderr)
         sys.exit(2)
     except (ConfigError, DataError) as error:
-        log.error("%s", error)
+        _record_in_log_file(error)  # the console gets the one stderr line below, not the same words twice
         print(f"trainkit: error: {error}", file=sys.stderr)
         sys.exit(2)
     except TrainingError as error:  # logged where it was raised
@@ -71,6 +71,14 @@ def _hydra_main(cfg: DictConfig) -> float:
               f"{_log_file()}", file=sys.stderr)
         sys.exit(1)
     return result.metrics.get(best_metric(cfg), float("nan"))  # the objective for Hydra sweepers
+
+
+def _record_in_log_file(error: Exception) -> None:
+    """Write the error into train.log only: on the console it is the one ``trainkit: error:`` line."""
+    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, "%s", (error,), None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
 
 
 def _log_file() -> str:
