@@ -187,7 +187,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         output = args.output or default_output(checkpoint, args.weights)
         refuse_existing(output, args.force)
         cfg = evaluation_config(target, checkpoint, args.overrides)
-        run.set_context(cfg.trainer)
+        run.set_context(cfg.trainer, output.parent)  # compiler dumps beside the output, not in the cwd
         if not launched_by_msrun():  # a data-parallel run's config evaluates in this one process
             OmegaConf.update(cfg, "parallel.mode", "stand_alone", merge=False)
         parallel = setup_parallel(cfg.parallel)
