@@ -54,7 +54,7 @@ def expected_float16_update():
 def test_float16_gradients_survive_with_a_scale_and_the_master_weights_move_by_the_numpy_amount(mode):
     expected, grads = expected_float16_update()
     true_grads = np.concatenate([TINY * g.ravel() for g in grads.values()])
-    assert 1e-10 < np.median(np.abs(true_grads)) and np.max(np.abs(true_grads)) < 2e-8  # below float16's range
+    assert np.median(np.abs(true_grads)) > 1e-10 and np.max(np.abs(true_grads)) < 2e-8  # below float16's range
     before, after = float16_update(amp.StaticLossScaler(2.0 ** 16))
     assert all(value.dtype == np.float32 for value in after.values())  # master weights
     for name, update in expected.items():

@@ -21,10 +21,10 @@ def _mindspore_log_level(argv) -> str:
     asked = [a.split("=", 1)[1].strip().lower() for a in argv if a.lstrip("+").startswith(_WARNINGS_KEY)]
     if asked:
         return "2" if asked[-1] in ("true", "1", "yes", "on") else "3"
-    return os.environ.get("GLOG_v", "3")
+    return os.environ.get("GLOG_v", "3")  # noqa: SIM112 (MindSpore reads GLOG_v)
 
 
-os.environ["GLOG_v"] = _mindspore_log_level(sys.argv[1:])  # before anything imports mindspore
+os.environ["GLOG_v"] = _mindspore_log_level(sys.argv[1:])  # noqa: SIM112 -- before anything imports mindspore
 
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402

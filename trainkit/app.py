@@ -33,8 +33,8 @@ from trainkit.finetune import apply_finetuning
 from trainkit.fit_check import check_fit
 from trainkit.mixed_precision import applied_amp_level
 from trainkit.parallel import describe_job, job_metrics, prepare_data, scaled_learning_rate, setup_parallel
-from trainkit.stopping import continues_at, raise_if_interrupted, stop_metrics
 from trainkit.profiling import profile_window
+from trainkit.stopping import continues_at, raise_if_interrupted, stop_metrics
 from trainkit.wrapper import TrainingWrapper
 
 log = logging.getLogger("trainkit")

@@ -394,7 +394,8 @@ def _check_early_stopping(cfg: DictConfig) -> None:
             raise ConfigError(f"trainer.early_stopping.metric={early.metric} needs EMA weights: set "
                               f"wrapper.ema_decay (e.g. 0.999) or pick {'/'.join(names)}")
         raise ConfigError(f"trainer.early_stopping.metric={early.metric!r} is not valid: use null (off) or one of "
-                          f"{', '.join(names)} (the loss and the names in metrics); {did_you_mean(early.metric, names)}")
+                          f"{', '.join(names)} (the loss and the names in metrics); "
+                          f"{did_you_mean(early.metric, names)}")
     if early.mode not in ("auto", "min", "max"):
         raise ConfigError(f"trainer.early_stopping.mode={early.mode!r} is not valid: use auto (min for a loss or an "
                           "error, max otherwise), min or max")

@@ -81,8 +81,9 @@ def run_msrun(parallel, arguments: Sequence[str], run_dir: Path, resuming: bool 
     log_dir = run_dir / LOG_DIR
     if log_dir.exists():
         if not resuming:
-            raise RunDirectoryInUse(f"{run_dir} already holds a data-parallel run ({LOG_DIR}/): nothing was changed there; "
-                              "choose a new directory with hydra.run.dir=PATH, or continue it with trainer.resume=auto")
+            raise RunDirectoryInUse(f"{run_dir} already holds a data-parallel run ({LOG_DIR}/): nothing was changed "
+                                    "there; choose a new directory with hydra.run.dir=PATH, or continue it with "
+                                    "trainer.resume=auto")
         number = 1
         while (run_dir / f"{LOG_DIR}-{number}").exists():
             number += 1

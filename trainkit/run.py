@@ -22,11 +22,11 @@ from omegaconf.errors import InterpolationResolutionError
 
 from trainkit.build import metric_name
 from trainkit.callbacks import Evaluation, TrainMetrics
+from trainkit.callbacks.early_stopping import MARKER as EARLY_STOP_MARKER
 from trainkit.checkpoint import TrainingCheckpoint as SavedCheckpoint
 from trainkit.checkpoint import check_resumable, checkpoint_files, find_resume_checkpoint, restore
 from trainkit.config import choice
 from trainkit.errors import ConfigError, RunDirectoryInUse
-from trainkit.callbacks.early_stopping import MARKER as EARLY_STOP_MARKER
 from trainkit.stopping import check_not_finished_early
 from trainkit.wrapper import TrainingWrapper
 

@@ -169,7 +169,6 @@ def agree_over_ranks(flag: bool, steps: int) -> Tuple[bool, int]:
     MindSpore's CPU all-reduce only sums, so the proposal travels as a one-hot vector over powers of two: the
     smallest non-zero entry of the sum is the smallest proposal.
     """
-    import mindspore as ms
     import numpy as np
     from mindspore import Tensor, ops
 
