@@ -16,7 +16,7 @@ from trainkit.loss_scale import LossScaleArg, make_loss_scaler, next_dynamic_sca
 #: The Parameters of ``metrics_on_device``: always finite (a non-finite loss is counted, not summed; a non-finite
 #: norm is not kept), so a checkpoint of a diverging run's last good state stays finite. Saved with the rest;
 #: a resume tolerates their absence on either side (``checkpoint.restore``).
-RUNNING_TOTALS = ("_loss_total", "_nonfinite_losses", "_skipped_total", "_last_grad_norm")
+RUNNING_TOTALS = ("_loss_total", "_nonfinite_losses", "_skipped_total", "_last_grad_norm", "_last_loss_scale")
 
 _add = ops.MultitypeFuncGraph("add")
 _add_into = ops.MultitypeFuncGraph("add_into")
@@ -117,7 +117,7 @@ class TrainingWrapper(nn.Cell):
     * EMA -- ``ema_decay``: shadow weights ``ema.<name>`` after every applied step, or after
       every ``ema_every``-th one with decay ``ema_decay ** ema_every``.
     * data parallel -- from the auto-parallel context: ``nn.DistributedGradReducer``
-      averages gradients (once per window) before anything else reads them.
+      averages gradients (every micro-batch, so ranks hold the same window sum) before anything else reads them.
     * metrics on the device -- ``metrics_on_device``: the loss sum, the skipped-window count and
       the latest gradient norm kept in Parameters (``running_totals``) that ``TrainMetrics``
       reads once per record, so no step waits for the host to read its outputs.
@@ -129,11 +129,11 @@ class TrainingWrapper(nn.Cell):
         loss, grads = compute_grads(scale / accumulation_steps, *inputs)   # still scaled
         if accumulation_steps > 1:
             if the window is not complete:
-                accumulate_grads(grads)          # first micro-step: _grad_sum = g; later: += g
+                accumulate_grads(reduce_grads(grads))  # first micro-step: _grad_sum = g; later: += g
                 accumulate_loss(loss)            # guard only: the same into _loss_sum
                 return
-            grads = window_grads(grads)          # _grad_sum + g, not written back
-        grads = reduce_grads(grads)              # data parallel only: once per window
+            grads = window_grads(reduce_grads(grads))   # _grad_sum + g, not written back
+        grads = reduce_grads(grads)              # data parallel, no accumulation
         optimizer_step(grads, loss, statistics, scale):
             clipped, grad_norm = unscale_and_transform(grads, scale)   # one pass over the gradients
             finite = step_finite(grads, grad_norm, loss)     # guard only
@@ -255,6 +255,9 @@ class TrainingWrapper(nn.Cell):
             if self.compute_grad_norm:
                 self._last_grad_norm = Parameter(Tensor(0.0, mstype.float32), name="_last_grad_norm",
                                                  requires_grad=False)
+            if self.loss_scaling:  # the scale the latest call used (the scaler's own may have moved on since)
+                self._last_loss_scale = Parameter(Tensor(1.0, mstype.float32), name="_last_loss_scale",
+                                                  requires_grad=False)
 
         self._one = Tensor(1.0, mstype.float32)
         self._zero = Tensor(0.0, mstype.float32)
@@ -271,7 +274,7 @@ class TrainingWrapper(nn.Cell):
         else:
             overflow, grad_norm = self._accumulation_step(grads, loss, statistics, scale)
         if self.metrics_on_device:
-            self.add_to_running_totals(loss, overflow, grad_norm)
+            self.add_to_running_totals(loss, overflow, grad_norm, scale)
         return loss, overflow, scale, grad_norm
 
     def _accumulation_step(self, grads, loss, statistics, scale):
@@ -279,10 +282,12 @@ class TrainingWrapper(nn.Cell):
         ops.assign(self.micro_step, (micro_step + 1) % self.accumulation_steps)
         overflow = self._false
         grad_norm = self._zero
+        # Data parallel: reduced every micro-step, so every rank holds the same window sum and rank 0's checkpoint
+        # (written mid-window too: checkpoint_every_n_steps, a polite stop) restores every rank exactly.
+        grads = self.reduce_grads(grads)
         if micro_step == self.accumulation_steps - 1:
             window_loss = self.window_loss(loss)
-            overflow, grad_norm = self.optimizer_step(self.reduce_grads(self.window_grads(grads)), window_loss,
-                                                      statistics, scale)
+            overflow, grad_norm = self.optimizer_step(self.window_grads(grads), window_loss, statistics, scale)
         else:
             self.accumulate_grads(grads, micro_step == 0)
             self.accumulate_loss(loss, micro_step == 0)
@@ -316,7 +321,7 @@ class TrainingWrapper(nn.Cell):
         return loss, grads
 
     def reduce_grads(self, grads: tuple) -> tuple:
-        """Average gradients over data-parallel ranks (identity when standalone); once per window."""
+        """Average gradients over data-parallel ranks (identity when standalone); every micro-batch."""
         if self.grad_reducer is None:
             return grads
         return self.grad_reducer(grads)
@@ -457,7 +462,7 @@ class TrainingWrapper(nn.Cell):
         return ops.logical_not(finite), grad_norm
 
     # ------------------------------------------------------ metrics on the device
-    def add_to_running_totals(self, loss: Tensor, overflow: Tensor, grad_norm: Tensor) -> None:
+    def add_to_running_totals(self, loss: Tensor, overflow: Tensor, grad_norm: Tensor, scale: Tensor) -> None:
         """Add this call to ``running_totals`` (``metrics_on_device`` only)."""
         loss = loss.astype(mstype.float32)
         finite = ops.isfinite(loss)
@@ -467,6 +472,8 @@ class TrainingWrapper(nn.Cell):
         if self.compute_grad_norm:
             kept = ops.logical_and(grad_norm != 0, ops.isfinite(grad_norm))
             ops.assign(self._last_grad_norm, ops.select(kept, grad_norm, self._last_grad_norm))
+        if self.loss_scaling:
+            ops.assign(self._last_loss_scale, scale)
 
     def running_totals(self) -> Dict[str, Parameter]:
         """What ``TrainMetrics`` reads at record time when ``metrics_on_device`` is on (else ``{}``).
@@ -474,7 +481,8 @@ class TrainingWrapper(nn.Cell):
         * ``loss_sum``: the sum of the calls' finite losses since ``TrainMetrics`` last set it to 0;
         * ``nonfinite_losses``: how many calls' losses were not finite, so far;
         * ``skipped_steps``: the number of skipped windows so far;
-        * ``grad_norm``: the finite gradient norm of the latest window that computed one (0 before).
+        * ``grad_norm``: the finite gradient norm of the latest window that computed one (0 before);
+        * ``loss_scale``: the scale the latest call was computed with (with loss scaling).
         """
         if not self.metrics_on_device:
             return {}
@@ -482,6 +490,8 @@ class TrainingWrapper(nn.Cell):
                   "skipped_steps": self._skipped_total}
         if self.compute_grad_norm:
             totals["grad_norm"] = self._last_grad_norm
+        if self.loss_scaling:
+            totals["loss_scale"] = self._last_loss_scale
         return totals
 
     # ----------------------------------------------------------------- what the app records (issue 12's hook)

@@ -300,7 +300,7 @@ class TrainMetrics(Callback):
             self._nonfinite_seen = nonfinite
             _set_zero(self._totals["loss_sum"])
             self.current_loss = values["train/loss"]
-        self._scale = getattr(self._network, "loss_scale_value", 1.0)  # a wrapper without scaling outputs 1.0
+        self._scale = self._totals.get("loss_scale", 1.0)  # the latest call's scale; 1.0 without scaling
         if "grad_norm" in self._totals:
             grad_norm = _scalar(self._totals["grad_norm"])
             if grad_norm != 0.0:
