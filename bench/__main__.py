@@ -27,6 +27,7 @@ MODULES = {
     "pipeline": ("5",),
     "conv_impl": ("6", "9"),
     "memory": ("7",),
+    "kernel_passes": ("10",),
 }
 
 

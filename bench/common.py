@@ -104,6 +104,22 @@ def alternate(sides: Dict[str, Callable[[], object]], reps: int) -> Dict[str, Li
     return seconds
 
 
+def alternate_blocks(blocks: Dict[str, Dict[str, Callable[[], object]]], reps: int) -> Dict[str, List[float]]:
+    """`alternate` within each block (one framework's sides), the blocks taking turns too; each block starts with
+    one untimed call of its first side, so the first timed side does not pay for waking that framework's threads
+    after the other framework ran (PyTorch's OpenMP pool, MindSpore's actor threads)."""
+    order = list(blocks)
+    seconds: Dict[str, List[float]] = {name: [] for block in blocks.values() for name in block}
+    for rep in range(reps):
+        for block_name in (order if rep % 2 == 0 else order[::-1]):
+            block = blocks[block_name]
+            names = list(block)
+            block[names[0]]()
+            for name in (names if rep % 2 == 0 else names[::-1]):
+                seconds[name].append(timed(block[name]))
+    return seconds
+
+
 def ratio(seconds: Dict[str, List[float]], numerator: str, denominator: str):
     """Median ratio of paired repetitions and its spread (min-max of the per-repetition ratios)."""
     pairs = [a / b for a, b in zip(seconds[numerator], seconds[denominator])]

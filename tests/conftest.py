@@ -30,3 +30,14 @@ def _work_outside_the_repo(tmp_path_factory):
     os.chdir(tmp_path_factory.mktemp("cwd"))
     yield
     os.chdir(previous)
+
+
+@pytest.fixture(scope="session")
+def tiny_cifar10(tmp_path_factory):
+    """CIFAR-10's binary files with 5 x 8 training and 8 test images (seed 5): shared by every test that trains a
+    few steps on them and does not write into the folder."""
+    from tests.common.cifar10_files import write_cifar10
+
+    root = tmp_path_factory.mktemp("tiny_cifar10")
+    write_cifar10(str(root), train_per_file=8, test_records=8, seed=5)
+    return root

@@ -18,7 +18,6 @@ import mindspore as ms
 import numpy as np
 import pytest
 
-from tests.common.cifar10_files import write_cifar10
 from trainkit.app import train
 from trainkit.callbacks.training_checkpoint import TrainingCheckpoint
 from trainkit.checkpoint import Position, checkpoint_files, newest_valid_checkpoint
@@ -40,17 +39,10 @@ def overrides(root):
 
 
 @pytest.fixture(scope="module")
-def cifar10(tmp_path_factory):
-    root = tmp_path_factory.mktemp("cifar10")
-    write_cifar10(str(root), train_per_file=8, test_records=8, seed=5)
-    return root
-
-
-@pytest.fixture(scope="module")
-def uninterrupted(cifar10, tmp_path_factory):
+def uninterrupted(tiny_cifar10, tmp_path_factory):
     """Run A: all epochs without stopping; returns its run directory and final wrapper Parameters."""
     run_dir = tmp_path_factory.mktemp("uninterrupted")
-    result = train(compose_config([*overrides(cifar10), f"run_dir={run_dir}"]))
+    result = train(compose_config([*overrides(tiny_cifar10), f"run_dir={run_dir}"]))
     return run_dir, parameters(result.wrapper)
 
 
@@ -76,7 +68,7 @@ def tree_digest(folder: Path):
 
 @pytest.mark.parametrize("name, done", [("trainkit-1_5.ckpt", 5), ("trainkit-2_2.ckpt", 7)],
                          ids=["epoch_end_mid_window", "mid_epoch_mid_window"])
-def test_resume_ends_bitwise_equal_to_the_uninterrupted_run(uninterrupted, cifar10, tmp_path, name, done):
+def test_resume_ends_bitwise_equal_to_the_uninterrupted_run(uninterrupted, tiny_cifar10, tmp_path, name, done):
     run_a, final_a = uninterrupted
     source = run_a / "checkpoints" / name
     saved = ms.load_checkpoint(str(source))
@@ -85,7 +77,7 @@ def test_resume_ends_bitwise_equal_to_the_uninterrupted_run(uninterrupted, cifar
     assert any(np.abs(saved[k].asnumpy()).sum() > 0 for k in saved if k.startswith("_grad_sum."))
     assert int(saved["global_step"].asnumpy()) == done // 2
 
-    result = train(compose_config([*overrides(cifar10), f"run_dir={tmp_path}", f"trainer.resume={source}"]))
+    result = train(compose_config([*overrides(tiny_cifar10), f"run_dir={tmp_path}", f"trainer.resume={source}"]))
 
     assert_identical(parameters(result.wrapper), final_a)
     assert result.metrics["optimizer_steps"] == TOTAL // 2
@@ -96,11 +88,11 @@ def test_resume_ends_bitwise_equal_to_the_uninterrupted_run(uninterrupted, cifar
     assert checkpoint_files(tmp_path / "checkpoints")[-1].name == f"trainkit-{EPOCHS}_{STEPS_PER_EPOCH}.ckpt"
 
 
-def test_sigkill_then_resume_auto_skips_a_broken_newest_checkpoint_and_ends_identical(uninterrupted, cifar10,
+def test_sigkill_then_resume_auto_skips_a_broken_newest_checkpoint_and_ends_identical(uninterrupted, tiny_cifar10,
                                                                                        tmp_path):
     run_a, final_a = uninterrupted
     run_dir = tmp_path / "run"
-    command = [sys.executable, "-m", "trainkit", *overrides(cifar10), f"hydra.run.dir={run_dir}"]
+    command = [sys.executable, "-m", "trainkit", *overrides(tiny_cifar10), f"hydra.run.dir={run_dir}"]
     env = dict(os.environ, GLOG_v="3")
     process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 120
@@ -129,14 +121,14 @@ def test_sigkill_then_resume_auto_skips_a_broken_newest_checkpoint_and_ends_iden
     assert (run_dir / ".hydra" / "config.yaml").exists() and (run_dir / ".hydra" / "resume-1" / "config.yaml").exists()
 
 
-def test_resume_auto_in_a_new_directory_starts_a_new_run(cifar10, tmp_path):
-    result = train(compose_config([*overrides(cifar10), f"run_dir={tmp_path}", "trainer.resume=auto",
+def test_resume_auto_in_a_new_directory_starts_a_new_run(tiny_cifar10, tmp_path):
+    result = train(compose_config([*overrides(tiny_cifar10), f"run_dir={tmp_path}", "trainer.resume=auto",
                                    "trainer.epochs=1", "trainer.keep_checkpoints=2"]))
     assert result.metrics["optimizer_steps"] == STEPS_PER_EPOCH // 2
     assert [p.name for p in checkpoint_files(tmp_path / "checkpoints")] == ["trainkit-1_4.ckpt", "trainkit-1_5.ckpt"]
 
 
-def test_resuming_from_an_older_checkpoint_of_the_run_moves_the_later_ones_aside(uninterrupted, cifar10,
+def test_resuming_from_an_older_checkpoint_of_the_run_moves_the_later_ones_aside(uninterrupted, tiny_cifar10,
                                                                                  tmp_path):
     import shutil
 
@@ -145,7 +137,7 @@ def test_resuming_from_an_older_checkpoint_of_the_run_moves_the_later_ones_aside
     shutil.copytree(run_a, run_dir)
     later = [p.name for p in checkpoint_files(run_dir / "checkpoints")][12:]
     source = run_dir / "checkpoints" / "trainkit-3_2.ckpt"
-    result = train(compose_config([*overrides(cifar10), f"run_dir={run_dir}", f"trainer.resume={source}"]))
+    result = train(compose_config([*overrides(tiny_cifar10), f"run_dir={run_dir}", f"trainer.resume={source}"]))
     assert_identical(parameters(result.wrapper), final_a)
     aside = list((run_dir / "checkpoints").glob("superseded-*"))
     assert len(aside) == 1 and sorted(p.name for p in aside[0].iterdir()) == sorted(later)
@@ -159,7 +151,7 @@ def test_resuming_from_an_older_checkpoint_of_the_run_moves_the_later_ones_aside
     (["wrapper.ema_decay=null", "trainer.best_metric=accuracy"], None),
 ], ids=["accumulation_steps", "model", "epochs_and_schedule", "no_ema"])
 def test_a_checkpoint_from_a_different_config_stops_naming_the_difference_and_changes_nothing(
-        uninterrupted, cifar10, tmp_path, change, message):
+        uninterrupted, tiny_cifar10, tmp_path, change, message):
     import shutil
 
     run_a, _ = uninterrupted
@@ -168,7 +160,7 @@ def test_a_checkpoint_from_a_different_config_stops_naming_the_difference_and_ch
     (run_dir / "checkpoints" / f"trainkit-{EPOCHS}_{STEPS_PER_EPOCH}.ckpt").unlink()  # so there is work left
     before = tree_digest(run_dir)
     with pytest.raises(ConfigError) as error:
-        train(compose_config([*overrides(cifar10), f"run_dir={run_dir}", "trainer.resume=auto", *change]))
+        train(compose_config([*overrides(tiny_cifar10), f"run_dir={run_dir}", "trainer.resume=auto", *change]))
     if message is None:  # EMA turned off: clipping etc. may change, but the parameters no longer fit
         assert "not in this run's network: ema." in str(error.value)
     else:
@@ -176,14 +168,14 @@ def test_a_checkpoint_from_a_different_config_stops_naming_the_difference_and_ch
     assert tree_digest(run_dir) == before
 
 
-def test_a_checkpoint_of_another_model_names_the_parameters_that_do_not_fit(cifar10, tmp_path):
+def test_a_checkpoint_of_another_model_names_the_parameters_that_do_not_fit(tiny_cifar10, tmp_path):
     from mindspore import nn
 
     other = tmp_path / "other.ckpt"
     ms.save_checkpoint(nn.Dense(3, 2), str(other), append_dict={"micro_steps": 2, "steps_per_epoch": 5})
     run_dir = tmp_path / "run"
     with pytest.raises(ConfigError) as error:
-        train(compose_config([*overrides(cifar10), f"run_dir={run_dir}", f"trainer.resume={other}"]))
+        train(compose_config([*overrides(tiny_cifar10), f"run_dir={run_dir}", f"trainer.resume={other}"]))
     text = str(error.value)
     assert str(other) in text and "missing from the checkpoint:" in text and "not in this run's network: weight" in text
     assert not (run_dir / ".hydra").exists() and not (run_dir / "checkpoints").exists()
@@ -191,20 +183,20 @@ def test_a_checkpoint_of_another_model_names_the_parameters_that_do_not_fit(cifa
 
 @pytest.mark.parametrize("content, message", [(b"", "is corrupt"), (b"\x00garbage" * 40, "is corrupt"),
                                               (None, "does not exist")])
-def test_a_missing_or_corrupt_checkpoint_is_named(cifar10, tmp_path, content, message):
+def test_a_missing_or_corrupt_checkpoint_is_named(tiny_cifar10, tmp_path, content, message):
     path = tmp_path / "broken.ckpt"
     if content is not None:
         path.write_bytes(content)
     with pytest.raises(DataError, match=message) as error:
-        train(compose_config([*overrides(cifar10), f"run_dir={tmp_path / 'run'}", f"trainer.resume={path}"]))
+        train(compose_config([*overrides(tiny_cifar10), f"run_dir={tmp_path / 'run'}", f"trainer.resume={path}"]))
     assert str(path) in str(error.value)
     assert not (tmp_path / "run" / ".hydra").exists()
 
 
-def test_a_finished_run_has_nothing_to_resume(uninterrupted, cifar10, tmp_path):
+def test_a_finished_run_has_nothing_to_resume(uninterrupted, tiny_cifar10, tmp_path):
     run_a, _ = uninterrupted
     with pytest.raises(ConfigError, match="at the end of the run"):
-        train(compose_config([*overrides(cifar10), f"run_dir={tmp_path}", f"trainer.resume={run_a}"]))
+        train(compose_config([*overrides(tiny_cifar10), f"run_dir={tmp_path}", f"trainer.resume={run_a}"]))
 
 
 # ------------------------------------------------------------------- retention
@@ -250,23 +242,23 @@ def with_epochs(root, epochs, *extra):
     return [o for o in overrides(root) if not o.startswith("trainer.epochs=")] + [f"trainer.epochs={epochs}", *extra]
 
 
-def test_a_finished_run_continues_for_longer_when_the_past_learning_rates_stay(uninterrupted, cifar10, tmp_path):
+def test_a_finished_run_continues_for_longer_when_the_past_learning_rates_stay(uninterrupted, tiny_cifar10, tmp_path):
     """2 epochs, then trainer.epochs=3 with resume=auto (constant schedule: every update taken keeps its rate) ends
     bitwise equal to the 3-epoch run; the same with a cosine schedule, which a third epoch would stretch, is refused
     naming the keys, before anything is written."""
     _, final_a = uninterrupted
     run_dir = tmp_path / "run"
-    train(compose_config([*with_epochs(cifar10, 2), f"run_dir={run_dir}"]))
+    train(compose_config([*with_epochs(tiny_cifar10, 2), f"run_dir={run_dir}"]))
     with pytest.raises(ConfigError, match="at the end of the run"):  # the same length: nothing left
-        train(compose_config([*with_epochs(cifar10, 2), f"run_dir={run_dir}", "trainer.resume=auto"]))
+        train(compose_config([*with_epochs(tiny_cifar10, 2), f"run_dir={run_dir}", "trainer.resume=auto"]))
 
-    result = train(compose_config([*with_epochs(cifar10, EPOCHS), f"run_dir={run_dir}", "trainer.resume=auto"]))
+    result = train(compose_config([*with_epochs(tiny_cifar10, EPOCHS), f"run_dir={run_dir}", "trainer.resume=auto"]))
     assert_identical(parameters(result.wrapper), final_a)
 
     # The same checkpoint as if its run had used a cosine schedule over 2 epochs: a third epoch changes every rate.
     source = run_dir / "checkpoints" / f"trainkit-2_{STEPS_PER_EPOCH}.ckpt"
     saved = ms.load_checkpoint(str(source))
-    cosine = compose_config([*with_epochs(cifar10, 2, "lr_schedule=cosine"), f"run_dir={run_dir}"])
+    cosine = compose_config([*with_epochs(tiny_cifar10, 2, "lr_schedule=cosine"), f"run_dir={run_dir}"])
     from omegaconf import OmegaConf
     append = {k: saved.pop(k) for k in ("micro_steps", "steps_per_epoch", "skipped_steps", "group_size",
                                        "trainkit_config")}
@@ -278,7 +270,7 @@ def test_a_finished_run_continues_for_longer_when_the_past_learning_rates_stay(u
                        str(cosine_run / "checkpoints" / source.name), append_dict=append)
     before = tree_digest(cosine_run)
     with pytest.raises(ConfigError) as error:
-        train(compose_config([*with_epochs(cifar10, EPOCHS, "lr_schedule=cosine"), f"run_dir={cosine_run}",
+        train(compose_config([*with_epochs(tiny_cifar10, EPOCHS, "lr_schedule=cosine"), f"run_dir={cosine_run}",
                               "trainer.resume=auto"]))
     assert "trainer.epochs: 2 in the checkpoint, 3 now" in str(error.value)
     assert "changes the learning rate of updates already taken" in str(error.value)

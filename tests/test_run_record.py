@@ -19,7 +19,6 @@ import psutil
 import pytest
 
 from tests.common.callbacks import read_jsonl
-from tests.common.cifar10_files import write_cifar10
 from tests.common.tensorboard_events import read_scalars_as_tensorboard_shows
 from trainkit.app import train
 from trainkit.checkpoint import checkpoint_files, newest_valid_checkpoint
@@ -42,16 +41,9 @@ def overrides(root, checkpoint_every=3):
 
 
 @pytest.fixture(scope="module")
-def cifar10(tmp_path_factory):
-    root = tmp_path_factory.mktemp("cifar10")
-    write_cifar10(str(root), train_per_file=8, test_records=8, seed=5)
-    return root
-
-
-@pytest.fixture(scope="module")
-def uninterrupted(cifar10, tmp_path_factory):
+def uninterrupted(tiny_cifar10, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("uninterrupted")  # a checkpoint after every step, to compare stops with
-    train(compose_config([*overrides(cifar10, checkpoint_every=1), f"run_dir={run_dir}"]))
+    train(compose_config([*overrides(tiny_cifar10, checkpoint_every=1), f"run_dir={run_dir}"]))
     return run_dir
 
 
@@ -155,16 +147,16 @@ def stop_with(process, sent, run_dir):
     return step
 
 
-def test_sigint_then_sigkill_between_checkpoints_then_resume_keep_one_record_per_step(uninterrupted, cifar10,
+def test_sigint_then_sigkill_between_checkpoints_then_resume_keep_one_record_per_step(uninterrupted, tiny_cifar10,
                                                                                       tmp_path):
     """Ctrl-C stops the run politely; the continuation is killed (SIGKILL) between two checkpoints; the second
     continuation ends as the run that never stopped, record included."""
     run_dir = tmp_path / "run"
-    process = start(cifar10, run_dir, tmp_path)
+    process = start(tiny_cifar10, run_dir, tmp_path)
     wait_for_record(run_dir, 4, process)
     stopped_at = stop_with(process, signal.SIGINT, run_dir)
 
-    process = start(cifar10, run_dir, tmp_path, "trainer.resume=auto")
+    process = start(tiny_cifar10, run_dir, tmp_path, "trainer.resume=auto")
     next_checkpoint = (stopped_at // 3 + 1) * 3  # checkpoints every 3 steps
     killed_at = wait_for_record(run_dir, next_checkpoint + 1, process)
     process.send_signal(signal.SIGKILL)
@@ -174,7 +166,7 @@ def test_sigint_then_sigkill_between_checkpoints_then_resume_keep_one_record_per
     recorded = [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl") if "train/loss" in r]
     assert recorded[-1] >= killed_at > continued_from  # records the continuation writes again
 
-    resume(cifar10, run_dir, tmp_path)
+    resume(tiny_cifar10, run_dir, tmp_path)
 
     assert_same_final_weights(run_dir, uninterrupted)
     assert_same_record(run_dir, uninterrupted)
@@ -183,11 +175,12 @@ def test_sigint_then_sigkill_between_checkpoints_then_resume_keep_one_record_per
     assert not (run_dir / "metrics.superseded-2.jsonl").exists()  # the polite stop left nothing past its checkpoint
 
 
-def test_sigterm_stops_after_the_step_with_the_uninterrupted_runs_checkpoint_there(uninterrupted, cifar10, tmp_path):
+def test_sigterm_stops_after_the_step_with_the_uninterrupted_runs_checkpoint_there(uninterrupted, tiny_cifar10,
+                                                                                  tmp_path):
     """The checkpoint written at a SIGTERM stop is bitwise the uninterrupted run's at that step, so resume=auto
     continues exactly (as the test above shows for a SIGINT stop, and tests/test_resume.py for any checkpoint)."""
     run_dir = tmp_path / "run"
-    process = start(cifar10, run_dir, tmp_path)
+    process = start(tiny_cifar10, run_dir, tmp_path)
     wait_for_record(run_dir, 8, process)
     stopped_at = stop_with(process, signal.SIGTERM, run_dir)
     epoch, in_epoch = divmod(stopped_at - 1, STEPS_PER_EPOCH)

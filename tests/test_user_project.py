@@ -131,6 +131,7 @@ def test_evaluation_switched_off(graph_mode, project, tmp_path):
     (["optimizer.eps=-1"], "optimizer (mindspore.nn.Adam): For 'Adam', the 'eps' must be float and must > 0"),
     (["trainer.best_metric=maee"], "trainer.best_metric='maee' is not valid: use one of mae, mse, loss (the loss and "
                                    "the names in metrics); did you mean mae?"),
+    (["trainer.best_metric=mea"], "did you mean mae or mse?"),  # tied: both offered, not the last one alone
 ])
 def test_unknown_keys_and_bad_values_stop_before_anything_is_built_naming_key_and_fix(overrides, message, project,
                                                                                        tmp_path):

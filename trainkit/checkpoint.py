@@ -24,6 +24,7 @@ from mindspore import nn
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit.errors import CheckpointError, ConfigError, DataError
+from trainkit.parameter_fit import fit_problems, listing
 from trainkit.wrapper import RUNNING_TOTALS
 
 log = logging.getLogger("trainkit")
@@ -220,28 +221,15 @@ def restore(checkpoint: TrainingCheckpoint, network: nn.Cell) -> None:
     not_loaded, _ = ms.load_param_into_net(network, dict(checkpoint.parameters), strict_load=True)
     not_loaded = [name for name in not_loaded if name not in RUNNING_TOTALS]  # metrics; absent from older files
     if not_loaded:
-        raise ConfigError(f"checkpoint {checkpoint.path}: {_listing(not_loaded)} could not be loaded")
+        raise ConfigError(f"checkpoint {checkpoint.path}: {listing(not_loaded)} could not be loaded")
 
 
 # ------------------------------------------------------------------- helpers
 def _check_parameters(checkpoint: TrainingCheckpoint, network: nn.Cell) -> None:
-    saved = checkpoint.parameters
     own = {p.name: p for p in network.get_parameters()}
     # The wrapper's running totals (metrics_on_device) may be on either side alone: metrics, not the model's state.
-    missing = [name for name in own if name not in saved and name not in RUNNING_TOTALS]
-    unknown = [name for name in saved if name not in own and name not in RUNNING_TOTALS]
-    mismatched = [f"{name} {tuple(saved[name].shape)} in the checkpoint, {tuple(p.shape)} here"
-                  for name, p in own.items() if name in saved and tuple(saved[name].shape) != tuple(p.shape)]
-    mismatched += [f"{name} {saved[name].dtype} in the checkpoint, {p.dtype} here"
-                   for name, p in own.items() if name in saved and tuple(saved[name].shape) == tuple(p.shape)
-                   and saved[name].dtype != p.dtype]
-    problems = []
-    if missing:
-        problems.append(f"missing from the checkpoint: {_listing(missing)}")
-    if unknown:
-        problems.append(f"not in this run's network: {_listing(unknown)}")
-    if mismatched:
-        problems.append(f"different shape or type: {_listing(mismatched)}")
+    problems = fit_problems(own, checkpoint.parameters, "the checkpoint", "this run's network",
+                            excused=RUNNING_TOTALS.__contains__, dtypes=True)
     if problems:
         raise ConfigError(f"checkpoint {checkpoint.path} does not fit this run's model and training state "
                           f"({'; '.join(problems)}): was it written by another model or with other wrapper "
@@ -328,11 +316,6 @@ def _plain(value):
 
 def _show(value) -> str:
     return "absent" if value is _ABSENT else repr(_plain(value))
-
-
-def _listing(names: List[str], shown: int = 5) -> str:
-    more = f" and {len(names) - shown} more" if len(names) > shown else ""
-    return ", ".join(names[:shown]) + more
 
 
 def _scalar(value):

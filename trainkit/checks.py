@@ -35,6 +35,13 @@ def check_bool(name: str, value: Any) -> bool:
 
 
 def did_you_mean(name: str, valid: Iterable[str], prefix: str = "") -> str:
-    """``"did you mean trainer.epochs? "`` for the closest of `valid` to `name` (difflib), or ``""``."""
-    close = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.6)
-    return f"did you mean {prefix}{close[0]}? " if close else ""
+    """``"did you mean trainer.epochs? "`` for the closest of `valid` to `name`, or ``""``.
+
+    Closeness is difflib's ratio with ``get_close_matches``' cutoff (0.6); names tied for the closest are all
+    offered (``mea`` is as close to ``mae`` as to ``mse``: picking one would guess).
+    """
+    scores = {candidate: difflib.SequenceMatcher(None, candidate, name).ratio() for candidate in valid}
+    best = max(scores.values(), default=0.0)
+    if best < 0.6:
+        return ""
+    return f"did you mean {' or '.join(prefix + c for c, score in scores.items() if score == best)}? "

@@ -26,9 +26,10 @@ from mindspore import nn
 
 from trainkit.errors import CheckpointError, ConfigError, DataError
 from trainkit.name_mapping import NameMapping, Rule, load_rules, map_names
+from trainkit.parameter_fit import listing
 from trainkit.state_dict import StateDict, read_state_dict
 from trainkit.tool_config import build_data, build_network, describe_network, set_device, tool_config
-from trainkit.weights import listing, matching, refuse_existing, write_checkpoint
+from trainkit.weights import matching, refuse_existing, write_checkpoint
 
 log = logging.getLogger("trainkit")
 

@@ -17,7 +17,8 @@ from mindspore import nn
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit.errors import CheckpointError, ConfigError
-from trainkit.weights import WEIGHTS, listing, load_weights, matching, network_weights
+from trainkit.parameter_fit import listing
+from trainkit.weights import WEIGHTS, load_weights, matching, network_weights
 
 log = logging.getLogger("trainkit")
 

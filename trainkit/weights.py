@@ -23,6 +23,7 @@ from mindspore import nn
 
 from trainkit.checkpoint import load_checkpoint_file
 from trainkit.errors import CheckpointError
+from trainkit.parameter_fit import fit_problems
 
 log = logging.getLogger("trainkit")
 
@@ -115,19 +116,8 @@ def load_weights(network: nn.Cell, values: Dict[str, np.ndarray], source: str, k
             nothing is loaded then.
     """
     own = {p.name: p for p in network.get_parameters()}
-    kept = set(matching(own, keep_initialised))
-    missing = [name for name in own if name not in values and name not in kept]
-    unknown = [name for name in values if name not in own and not matching([name], keep_initialised)]
-    mismatched = [f"{name} {tuple(values[name].shape)} in {source}, {tuple(p.shape)} in the network"
-                  for name, p in own.items() if name in values and name not in kept
-                  and tuple(values[name].shape) != tuple(p.shape)]
-    problems = []
-    if missing:
-        problems.append(f"missing from {source}: {listing(missing)}")
-    if unknown:
-        problems.append(f"not in the network: {listing(unknown)}")
-    if mismatched:
-        problems.append(f"shaped differently: {listing(mismatched)}")
+    problems = fit_problems(own, values, source, "the network",
+                            excused=lambda name: bool(matching([name], keep_initialised)))
     if problems:
         hint = (f"; to start a head of another shape from the network's own initialisation, name it in {option} "
                 "(e.g. ['fc.*'])" if option else "")
@@ -141,9 +131,3 @@ def load_weights(network: nn.Cell, values: Dict[str, np.ndarray], source: str, k
         parameter.set_data(ms.Tensor(value.astype(ms.dtype_to_nptype(parameter.dtype))))
     return reinitialised
 
-
-def listing(names: Sequence[str], shown: int = 6) -> str:
-    """``a, b, c and 4 more``."""
-    names = list(names)
-    more = f" and {len(names) - shown} more" if len(names) > shown else ""
-    return ", ".join(names[:shown]) + more

@@ -12,7 +12,7 @@ import mindspore as ms
 from mindspore import nn
 from mindspore.train import Callback
 
-from trainkit.callbacks.evaluation import Evaluation
+from trainkit.callbacks.evaluation import Evaluation, check_watched
 
 logger = logging.getLogger("trainkit")
 
@@ -51,12 +51,7 @@ class BestCheckpoint(Callback):
     def __init__(self, evaluation: Evaluation, directory: Union[str, Path], metric: str = "eval/accuracy",
                  mode: str = "max", network: Optional[nn.Cell] = None):
         super().__init__()
-        if mode not in ("max", "min"):
-            raise ValueError(f"BestCheckpoint mode must be 'max' or 'min'; got {mode!r}")
-        valid = evaluation.metric_names
-        if valid is not None and metric not in valid:
-            raise ValueError(f"BestCheckpoint metric {metric!r} is not recorded by the Evaluation callback; "
-                             f"valid metrics: {', '.join(valid)}")
+        check_watched("BestCheckpoint", evaluation, metric, mode)
         self.evaluation = evaluation
         self.directory = Path(directory)
         self.metric = metric

@@ -10,7 +10,7 @@ from typing import Any, Dict, Optional
 
 from mindspore.train import Callback
 
-from trainkit.callbacks.evaluation import Evaluation
+from trainkit.callbacks.evaluation import Evaluation, check_watched
 
 log = logging.getLogger("trainkit")
 
@@ -40,16 +40,11 @@ class EarlyStopping(Callback):
     def __init__(self, evaluation: Evaluation, metric: str, mode: str = "min", patience: int = 3,
                  min_delta: float = 0.0, marker_directory: Optional[Path] = None):
         super().__init__()
-        if mode not in ("min", "max"):
-            raise ValueError(f"EarlyStopping mode must be 'min' or 'max'; got {mode!r}")
+        check_watched("EarlyStopping", evaluation, metric, mode)
         if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
             raise ValueError(f"EarlyStopping patience must be an int >= 1; got {patience!r}")
         if not (isinstance(min_delta, (int, float)) and math.isfinite(min_delta) and min_delta >= 0):
             raise ValueError(f"EarlyStopping min_delta must be a finite number >= 0; got {min_delta!r}")
-        valid = evaluation.metric_names
-        if valid is not None and metric not in valid:
-            raise ValueError(f"EarlyStopping metric {metric!r} is not recorded by the Evaluation callback; "
-                             f"valid metrics: {', '.join(valid)}")
         self.evaluation = evaluation
         self.metric = metric
         self.mode = mode

@@ -144,6 +144,17 @@ class Evaluation(Callback):
         return result
 
 
+def check_watched(watcher: str, evaluation: Evaluation, metric: str, mode: str) -> None:
+    """Raise ValueError, naming `watcher` (the callback's name), unless `mode` is "max" or "min" and `metric` is
+    one `evaluation` records."""
+    if mode not in ("max", "min"):
+        raise ValueError(f"{watcher} mode must be 'max' or 'min'; got {mode!r}")
+    valid = evaluation.metric_names
+    if valid is not None and metric not in valid:
+        raise ValueError(f"{watcher} metric {metric!r} is not recorded by the Evaluation callback; "
+                         f"valid metrics: {', '.join(valid)}")
+
+
 def _stopped_mid_epoch(run_context) -> bool:
     """Whether Model is ending an epoch early because a callback asked it to stop after a step."""
     params = run_context.original_args()
