@@ -150,3 +150,41 @@ def test_loss_scaling_protects_the_moving_statistics_too(mode):
     assert bool(outputs[0][1])
     for name in ("bn.moving_mean", "bn.moving_variance"):
         np.testing.assert_array_equal(weights_of(net)[name], before[name])
+
+
+class LossWithSideStatistics(nn.Cell):
+    """Cross-entropy, and a batch norm beside the network whose output is not used: when the batch's first label
+    is 2 its input is scaled by 1e30, so its moving variance overflows to inf while the loss and every gradient
+    stay finite. Only the guard's check of the moving statistics can catch that step."""
+
+    def __init__(self, network):
+        super().__init__()
+        self.loss = loss_network(network)
+        self.side = nn.BatchNorm1d(4, momentum=0.5)
+
+    def construct(self, x, y):
+        flag = ops.stop_gradient((y[0] == 2).astype(x.dtype))
+        unused = self.side(ops.stop_gradient(x * (1.0 + flag * 1e30)))
+        return ops.depend(self.loss(x, y), unused)
+
+
+def test_non_finite_moving_statistics_alone_skip_the_step_and_are_put_back(mode):
+    data = batches(3, 4, seed=8)
+    for i, (_, y) in enumerate(data):
+        y[0] = 2 if i == 1 else 0
+    net = TinyMLP()
+    loss = LossWithSideStatistics(net)
+    opt = nn.SGD(net.trainable_params(), learning_rate=0.1)
+    wrapper = TrainingWrapper(loss, opt, skip_nonfinite=True, compute_grad_norm=True)
+    run(wrapper, data[:1])
+    before = {**weights_of(net), **weights_of(loss.side)}
+    outputs = run(wrapper, data[1:2])
+    assert np.isfinite(outputs[0][0]) and np.isfinite(outputs[0][3])  # loss and gradient norm: finite
+    assert bool(outputs[0][1])  # skipped
+    after = {**weights_of(net), **weights_of(loss.side)}
+    for name, value in before.items():
+        np.testing.assert_array_equal(after[name], value, err_msg=name)
+    assert int(opt.global_step.asnumpy()) == 1
+    run(wrapper, data[2:])  # the next step applies from the restored statistics
+    assert int(opt.global_step.asnumpy()) == 2
+    assert all(np.all(np.isfinite(v)) for v in weights_of(loss.side).values())
