@@ -2,8 +2,8 @@
 
 MindSpore 2.10 has no multi-tensor kernels on CPU: a map over N tensors is N kernels or more, each with a fixed
 launch cost. Reductions (the global norm, the finiteness check) therefore treat small tensors together: those of
-at most ``SMALL_TENSOR`` values are concatenated and reduced by one kernel (a ResNet-50 has 106 batch-norm
-gradients of 64-2048 values, a small CNN nothing larger), large ones are reduced one by one, rows first.
+at most ``SMALL_TENSOR`` values are concatenated and reduced by one kernel (127 of ResNet-50's 161 gradients, 3.2 MB;
+all of a small CNN's), large ones are reduced one by one, rows first.
 """
 from __future__ import annotations
 
