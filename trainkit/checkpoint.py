@@ -80,17 +80,26 @@ class TrainingCheckpoint:
     config: Optional[DictConfig]
 
 
+def config_text(config: Optional[DictConfig]) -> Optional[str]:
+    """The run's config as a checkpoint stores it (resolved YAML), or None without one."""
+    return None if config is None else OmegaConf.to_yaml(config, resolve=True)
+
+
 def save_training_checkpoint(wrapper: nn.Cell, path: Path, position: Position, *, skipped_steps: int,
-                             group_size: int, config: Optional[DictConfig]) -> Path:
-    """Write `wrapper` and the run's position to `path`, durably (renamed into place, then fsync'ed)."""
+                             group_size: int, config_text: Optional[str]) -> Path:
+    """Write `wrapper` and the run's position to `path`, durably (renamed into place, then fsync'ed).
+
+    `config_text` is :func:`config_text` of the run's config (made once per run: it costs more than the save of
+    a small model), or None.
+    """
     append = {
         "micro_steps": int(position.micro_steps),
         "steps_per_epoch": int(position.steps_per_epoch),
         "skipped_steps": int(skipped_steps),
         "group_size": int(group_size),
     }
-    if config is not None:
-        append["trainkit_config"] = OmegaConf.to_yaml(config, resolve=True)
+    if config_text is not None:
+        append["trainkit_config"] = config_text
     path = Path(path)
     ms.save_checkpoint(wrapper, str(path), append_dict=append)  # written as <name>.tmp, then renamed
     _fsync(path)
