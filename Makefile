@@ -25,7 +25,7 @@ train: $(STAMP)  ## train the quick-start recipe: a small CNN on the handwritten
 test: $(STAMP)  ## run the test suite (two workers: the CI machine's two cores; a file's tests stay together)
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 
-bench: $(STAMP)  ## run the benchmarks (about 10 min on 2 cores), print the table, write results/bench.{json,md}
+bench: $(STAMP)  ## run the benchmarks (about 13 min on 2 cores), print the table, write results/bench.{json,md}
 	$(BIN)/python -m pip install --quiet -e '.[bench]' || echo "PyTorch not installed: rows 6 and 9 skip their PyTorch part"
 	$(BIN)/python -m bench $(BENCH_ARGS)
 

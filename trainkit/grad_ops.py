@@ -59,18 +59,21 @@ def _scale_grad(factor, grad):
     return grad * factor.astype(grad.dtype)
 
 
+def _float32_rows(tensor):
+    # Summing rows first is 2-5x faster on CPU than one reduction over every axis.
+    rows = tensor.reshape((tensor.shape[0], -1)) if tensor.ndim >= 2 else tensor.reshape((1, -1))
+    return rows.astype(mstype.float32)
+
+
 @_square_sum.register("Tensor")
 def _square_sum_of(grad):
-    # Summing rows first is 2-5x faster on CPU than one reduction over every axis.
-    rows = grad.reshape((grad.shape[0], -1)) if grad.ndim >= 2 else grad.reshape((1, -1))
-    rows = rows.astype(mstype.float32)
+    rows = _float32_rows(grad)
     return ops.reduce_sum(ops.reduce_sum(rows * rows, 1))
 
 
 @_sum.register("Tensor")
 def _sum_of(tensor):
-    rows = tensor.reshape((tensor.shape[0], -1)) if tensor.ndim >= 2 else tensor.reshape((1, -1))
-    return ops.reduce_sum(ops.reduce_sum(rows.astype(mstype.float32), 1))
+    return ops.reduce_sum(ops.reduce_sum(_float32_rows(tensor), 1))
 
 
 SizeGroups = Tuple[Tuple[int, ...], Tuple[int, ...]]
@@ -107,7 +110,7 @@ def all_finite(hyper_map, tensors: tuple, groups: SizeGroups) -> Tensor:
 
     A sum is NaN or infinite when any term is (inf - inf is NaN), so this answers as
     ``mindspore.amp.all_finite`` does -- except that finite values whose sum overflows float32
-    (beyond 3.4e38) count as not finite, as a norm that overflows does. Summed rows first, it is
+    (beyond 3.4e38) count as not finite, as a norm that overflows does. Summed as :func:`float32_total` sums, it is
     6-8x faster on CPU than ``amp.all_finite`` (ResNet-50's gradients: 15 ms against 100-120 ms).
     """
     return ops.isfinite(float32_total(hyper_map, tensors, groups, squared=False))
