@@ -1,4 +1,4 @@
-"""Row 4: the whole app (`python -m trainkit`'s `trainkit.app.train`) against a bare `Model.train` script.
+"""Row 4: the whole app (`python -m trainkit`'s `trainkit.app.training.train`) against a bare `Model.train` script.
 
 Steps/s are taken in steady state, from the step-10 record to the last one, on both sides: the first steps hold
 the compilation, reported apart (it is row 8's business) along with each side's whole `Model.train` time.
@@ -18,7 +18,7 @@ from mindspore.train import Accuracy, Callback, Model
 
 from bench.common import Row, Settings, alternate, ratio, setup
 from trainkit.app import train
-from trainkit.config import compose_config
+from trainkit.app.config import compose_config
 from trainkit.data.digits import DigitsData
 from trainkit.models import SmallCNN
 

@@ -16,9 +16,9 @@ from mindspore import dtype as mstype
 
 from bench.common import Row, Settings, setup, threads, timed
 from bench.conv_impl import torch_available
-from trainkit.ema import _update_shadow
-from trainkit.grad_ops import add_into, added, float32_total, put_into, size_groups
 from trainkit.models import resnet18, resnet50
+from trainkit.step.ema import _update_shadow
+from trainkit.step.grad_ops import add_into, added, float32_total, put_into, size_groups
 
 _scaled = ops.MultitypeFuncGraph("scaled")
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from hydra.utils import instantiate
 
-from trainkit.config import compose_config
+from trainkit.app.config import compose_config
 from trainkit.errors import ConfigError
 from trainkit.losses import CrossEntropy
 

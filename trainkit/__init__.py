@@ -12,11 +12,11 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str) -> Any:
     if name == "TrainingWrapper":
-        from trainkit.wrapper import TrainingWrapper
+        from trainkit.step.wrapper import TrainingWrapper
 
         return TrainingWrapper
     if name == "ExponentialMovingAverage":
-        from trainkit.ema import ExponentialMovingAverage
+        from trainkit.step.ema import ExponentialMovingAverage
 
         return ExponentialMovingAverage
     raise AttributeError(f"module 'trainkit' has no attribute {name!r}")

@@ -2,7 +2,7 @@
 
 ``--help`` lists the groups and recipes, ``--cfg job`` prints the composed config, ``-m`` sweeps.
 With ``parallel.workers=N`` (or ``parallel.nodes``) the command starts msrun, which runs it again on N
-worker processes (``trainkit/launch.py``); under msrun it trains as one rank of the job.
+worker processes (``trainkit/distributed/launch.py``); under msrun it trains as one rank of the job.
 
 Exit statuses: 0 done; 1 a run that could not go on (its message, and for a crash the traceback, are in
 ``train.log``); 2 bad input; 128 + N stopped by signal N after a step, with a checkpoint there (143: SIGTERM,
@@ -29,7 +29,7 @@ os.environ["GLOG_v"] = _mindspore_log_level(sys.argv[1:])  # noqa: SIM112 -- bef
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from trainkit.config import best_metric, register_configs  # noqa: E402
+from trainkit.app.config import best_metric, register_configs  # noqa: E402
 from trainkit.errors import ConfigError, DataError, RunDirectoryInUse, RunInterrupted, TrainingError  # noqa: E402
 
 register_configs()
@@ -40,11 +40,14 @@ log = logging.getLogger("trainkit")
 def _hydra_main(cfg: DictConfig) -> float:
     """Train (or launch the workers that train); bad input ends the run with exit status 2, a run that cannot go
     on with 1, a signal with 128 + its number, each with one message."""
-    from trainkit.launch import launch_workers, needs_launch
-    from trainkit.parallel import close_log_files
+    from trainkit.distributed.launch import launch_workers, needs_launch
+    from trainkit.distributed.parallel import close_log_files
 
     try:
         if needs_launch(cfg.parallel):
+            from trainkit.app.config import check_config
+
+            check_config(cfg)  # every value, before any process starts
             status = launch_workers(cfg)
             if status:
                 sys.exit(status)

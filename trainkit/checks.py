@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import numbers
+from enum import Enum
 from typing import Any, Callable, Iterable, Tuple
 
 import numpy as np
@@ -45,3 +46,8 @@ def did_you_mean(name: str, valid: Iterable[str], prefix: str = "") -> str:
     if best < 0.6:
         return ""
     return f"did you mean {' or '.join(prefix + c for c, score in scores.items() if score == best)}? "
+
+
+def choice(value: Any) -> str:
+    """A config choice as its string: structured configs hold enum members (``ExecutionMode.graph``)."""
+    return value.value if isinstance(value, Enum) else str(value)

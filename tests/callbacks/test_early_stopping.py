@@ -10,8 +10,8 @@ import pytest
 from tests.common.callbacks import read_jsonl
 from tests.common.cifar10_files import write_cifar10
 from trainkit.app import train
+from trainkit.app.config import compose_config
 from trainkit.callbacks.early_stopping import EarlyStopping
-from trainkit.config import compose_config
 from trainkit.errors import ConfigError
 
 

@@ -12,7 +12,7 @@ from tests.common.callbacks import Snapshots
 from tests.common.models import TinyMLP, batches, loss_network
 from trainkit import ExponentialMovingAverage, TrainingWrapper
 from trainkit.callbacks import Evaluation, RunLog, ema_weights
-from trainkit.ema import ema_source_parameters
+from trainkit.step.ema import ema_source_parameters
 
 EVAL_BATCH = 5
 

@@ -128,7 +128,7 @@ def test_a_diverging_run_stops_with_exit_status_1_and_leaves_the_last_good_state
 def test_with_the_limit_off_a_diverging_run_goes_on_and_counts_its_skipped_updates(graph_mode, tmp_path):
     from tests.common.callbacks import read_jsonl
     from trainkit.app import train
-    from trainkit.config import compose_config
+    from trainkit.app.config import compose_config
 
     root = tmp_path / "cifar10"
     write_cifar10(str(root), train_per_file=8, test_records=8)
@@ -145,7 +145,7 @@ def test_with_the_limit_off_a_diverging_run_goes_on_and_counts_its_skipped_updat
 
 
 def test_config_default_and_a_bad_limit(tmp_path):
-    from trainkit.config import check_config, compose_config
+    from trainkit.app.config import check_config, compose_config
     from trainkit.errors import ConfigError
 
     cfg = compose_config([f"run_dir={tmp_path}"])

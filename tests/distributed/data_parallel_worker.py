@@ -11,7 +11,7 @@ from mindspore import amp, nn
 from mindspore.communication import get_group_size, get_rank, init
 
 from tests.common.models import TinyMLP, loss_network, run, weights_of
-from tests.test_data_parallel import NAN_MICRO_BATCH, SETTINGS, global_batches
+from tests.distributed.test_data_parallel import NAN_MICRO_BATCH, SETTINGS, global_batches
 from trainkit import TrainingWrapper
 
 

@@ -12,7 +12,7 @@ from mindspore.train import Callback, Model
 
 from trainkit.callbacks.run_log import RunLog
 from trainkit.callbacks.train_metrics import GlobalStep
-from trainkit.ema import ExponentialMovingAverage
+from trainkit.step.ema import ExponentialMovingAverage
 
 logger = logging.getLogger("trainkit")
 
@@ -172,3 +172,14 @@ def _prefixed(prefix: str, metrics: Dict[str, Any]) -> Dict[str, float]:
             continue
         result[f"{prefix}/{name}"] = float(array.reshape(-1)[0])
     return result
+
+
+def eval_tag(metric: str) -> str:
+    """``ema_accuracy`` -> ``eval_ema/accuracy``, ``loss`` -> ``eval/loss``."""
+    return f"eval_ema/{metric[4:]}" if metric.startswith("ema_") else f"eval/{metric}"
+
+
+def metric_name(tag: str) -> str:
+    """The inverse of :func:`eval_tag`."""
+    group, name = tag.split("/", 1)
+    return f"ema_{name}" if group == "eval_ema" else name

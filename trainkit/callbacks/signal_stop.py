@@ -178,22 +178,3 @@ def agree_over_ranks(flag: bool, steps: int) -> Tuple[bool, int]:
     total = ops.AllReduce()(Tensor(sent)).asnumpy()
     return bool(total[0] > 0), 2 ** int(np.flatnonzero(total[1:])[0])
 
-def continue_command(run_dir: Path) -> str:
-    """The command that continues this run: this command's overrides, its run directory and ``trainer.resume=auto``.
-
-    Outside ``python -m trainkit`` (``train(cfg)`` in-process) there is no command line to repeat: the answer says
-    what to change in the config instead.
-    """
-    import shlex
-    import sys
-
-    from trainkit.launch import command_flags, forwarded_hydra_overrides
-    from trainkit.run import hydra_config_of
-
-    hydra_cfg = hydra_config_of(Path(run_dir))  # None in-process, also after a Hydra run in this process
-    if hydra_cfg is None:
-        return f"train(cfg) again with trainer.resume=auto and run_dir={run_dir}"
-    task = [o for o in hydra_cfg.overrides.task if not o.lstrip("+~").startswith("trainer.resume=")]
-    words = ["python", "-m", "trainkit", *command_flags(sys.argv[1:]), *task,
-             *forwarded_hydra_overrides(hydra_cfg.overrides.hydra), f"hydra.run.dir={run_dir}", "trainer.resume=auto"]
-    return " ".join(shlex.quote(word) for word in words)

@@ -9,7 +9,7 @@ from mindspore import nn
 from mindspore.train import Callback
 from omegaconf import DictConfig
 
-from trainkit.checkpoint import Position, checkpoint_files, config_text, save_training_checkpoint
+from trainkit.rundir.checkpoint import Position, checkpoint_files, config_text, save_training_checkpoint
 
 log = logging.getLogger("trainkit")
 

@@ -1,7 +1,7 @@
 """A user's callback: appends the epoch and the rank to a file at each epoch end."""
 from mindspore.train import Callback
 
-from trainkit.parallel import current_setup
+from trainkit.distributed import current_setup
 
 
 class EpochLog(Callback):

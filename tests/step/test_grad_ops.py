@@ -1,0 +1,41 @@
+"""The wrapper's reductions treat small tensors together and large ones one by one: both paths against NumPy."""
+import numpy as np
+import pytest
+from mindspore import Tensor, nn, ops
+
+from trainkit.step.grad_ops import SMALL_TENSOR, all_finite, float32_total, size_groups
+
+SHAPES = [(3,), (SMALL_TENSOR,), (SMALL_TENSOR + 1,), (4, 5, 3, 3), (300, 300), (7, 1)]
+
+
+class Totals(nn.Cell):
+    def __init__(self, shapes):
+        super().__init__()
+        self.groups = size_groups([np.empty(s) for s in shapes])
+        self.hyper_map = ops.HyperMap()
+
+    def construct(self, tensors):
+        return (float32_total(self.hyper_map, tensors, self.groups, squared=True),
+                float32_total(self.hyper_map, tensors, self.groups, squared=False),
+                all_finite(self.hyper_map, tensors, self.groups))
+
+
+def test_size_groups_split_at_small_tensor():
+    small, large = size_groups([np.empty(s) for s in SHAPES])
+    assert small == (0, 1, 3, 5) and large == (2, 4)
+
+
+@pytest.mark.parametrize("planted", [None, (1, np.nan), (2, np.inf), (4, -np.inf)],
+                         ids=["finite", "nan-small", "inf-large", "neg-inf-large"])
+def test_totals_equal_numpy_on_small_and_large_tensors(mode, planted):
+    rng = np.random.RandomState(0)
+    arrays = [rng.randn(*shape).astype(np.float32) for shape in SHAPES]
+    if planted is not None:
+        index, value = planted
+        arrays[index].flat[5] = value
+    squares, total, finite = Totals(SHAPES)(tuple(Tensor(a) for a in arrays))
+    wide = [a.astype(np.float64) for a in arrays]
+    assert bool(finite.asnumpy()) == (planted is None)
+    if planted is None:
+        np.testing.assert_allclose(squares.asnumpy(), sum((a * a).sum() for a in wide), rtol=1e-5)
+        np.testing.assert_allclose(total.asnumpy(), sum(a.sum() for a in wide), rtol=1e-4, atol=1e-2)

@@ -1,0 +1,87 @@
+"""The package's wings and their import rules (``[tool.importlinter]`` in pyproject.toml): a higher wing may import a
+lower one, never the reverse; no module imports itself through others; no PyTorch needed to import any module."""
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import grimp
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+
+
+def lint_imports(package_parent: Path) -> subprocess.CompletedProcess:
+    """import-linter on the package found in ``package_parent``, with the project's contracts."""
+    return subprocess.run([str(LINT_IMPORTS), "--config", str(REPO / "pyproject.toml"), "--no-cache"],
+                          cwd=package_parent, capture_output=True, text=True,
+                          env={"PYTHONPATH": str(package_parent), "PATH": "/usr/bin:/bin"})
+
+
+def test_the_wings_import_rules_hold():
+    result = lint_imports(REPO)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "BROKEN" not in result.stdout and "KEPT" in result.stdout
+
+
+@pytest.mark.parametrize("module, crossing", [
+    ("step/wrapper.py", "from trainkit.app import build as _crossing  # noqa"),          # step -> app
+    ("callbacks/progress.py", "from trainkit.app.build import build_model as _crossing"),  # callbacks -> builders
+    ("rundir/weights.py", "from trainkit.tools import export as _crossing"),               # the old circle
+    ("bridge/convert.py", "from trainkit.tools import evaluate as _crossing"),             # sibling wings
+])
+def test_a_wall_crossed_by_hand_is_caught(tmp_path, module, crossing):
+    shutil.copytree(REPO / "trainkit", tmp_path / "trainkit", ignore=shutil.ignore_patterns("__pycache__"))
+    path = tmp_path / "trainkit" / module
+    path.write_text(path.read_text() + f"\n{crossing}\n")
+    result = lint_imports(tmp_path)
+    assert result.returncode != 0 and "BROKEN" in result.stdout, result.stdout
+
+
+def _cycles(graph) -> list:
+    """Each import circle (a module reaching itself through direct imports, lazy ones included), as a chain."""
+    modules = sorted(graph.modules)
+    state, stack, found = {}, [], []
+
+    def visit(module):
+        state[module] = "open"
+        stack.append(module)
+        for imported in sorted(graph.find_modules_directly_imported_by(module)):
+            if state.get(imported) == "open":
+                found.append(stack[stack.index(imported):] + [imported])
+            elif imported not in state:
+                visit(imported)
+        stack.pop()
+        state[module] = "done"
+
+    for module in modules:
+        if module not in state:
+            visit(module)
+    return found
+
+
+def test_no_import_circle():
+    graph = grimp.build_graph("trainkit", cache_dir=None)
+    # a package's __init__ that re-exports its own submodule is not a circle between concerns
+    for package in [m for m in graph.modules if graph.find_children(m)]:
+        for child in graph.find_children(package):
+            if graph.direct_import_exists(importer=package, imported=child):
+                graph.remove_import(importer=package, imported=child)
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_a_circle():
+    graph = grimp.ImportGraph()
+    for importer, imported in (("a", "b"), ("b", "c"), ("c", "a"), ("c", "d")):
+        graph.add_import(importer=importer, imported=imported)
+    assert _cycles(graph) == [["a", "b", "c", "a"]]
+
+
+def test_every_module_imports_without_pytorch():
+    modules = [".".join(p.relative_to(REPO).with_suffix("").parts) for p in sorted((REPO / "trainkit").rglob("*.py"))]
+    modules = [m.removesuffix(".__init__") for m in modules if not m.endswith("__main__")]
+    code = "import sys; sys.modules['torch'] = None\n" + "\n".join(f"import {m}" for m in modules)
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                            env={"GLOG_v": "3", "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 0, result.stderr[-3000:]

@@ -1,0 +1,268 @@
+"""Build what a config describes -- data, model, loss network, optimizer, wrapper, Model, callbacks -- with the
+checks that belong to each, so every bad value stops naming its key before anything compiles.
+
+``trainkit.app.training.train`` calls these in order; each takes the composed config (or one group of it) and
+the objects built before it.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import mindspore as ms
+import mindspore.dataset as ds
+from hydra.errors import InstantiationException
+from hydra.utils import get_object, instantiate
+from mindspore import amp, nn
+from mindspore.train import Loss, Metric, Model
+from omegaconf import DictConfig, OmegaConf
+
+from trainkit.app.config import best_metric, best_mode
+from trainkit.app.finetune import model_arguments
+from trainkit.app.stopping import stop_callbacks
+from trainkit.app.targets import floats_where_expected, required_arguments
+from trainkit.callbacks import BestCheckpoint, Evaluation, NonFiniteStop, Progress, RunLog, TrainMetrics
+from trainkit.callbacks.evaluation import eval_tag
+from trainkit.callbacks.train_metrics import checked_scalars
+from trainkit.callbacks.training_checkpoint import StartAt, TrainingCheckpoint
+from trainkit.checks import choice
+from trainkit.errors import ConfigError
+from trainkit.rundir.checkpoint import TrainingCheckpoint as SavedCheckpoint
+from trainkit.step.mixed_precision import Float32EvalCell, build_loss_network
+from trainkit.step.wrapper import TrainingWrapper
+
+log = logging.getLogger("trainkit")
+
+
+# ------------------------------------------------------------------- instantiating `_target_` nodes
+def instantiate_group(group: str, node: DictConfig, **kwargs):
+    """``hydra.utils.instantiate`` with errors that name the config group."""
+    try:
+        return instantiate(node, **kwargs)
+    except InstantiationException as error:
+        cause = error.__cause__ if error.__cause__ is not None else error
+        raise group_error(group, node, cause) from error
+
+
+def group_error(group: str, node: DictConfig, error: BaseException) -> ConfigError:
+    """``data.batch_size must be ...`` when the message starts with an argument's name, else the group and target."""
+    message = " ".join(str(error).split())  # one line: Hydra's and Python's messages can span several
+    name = message.split(" ", 1)[0]
+    if name.isidentifier() and name in node and message.startswith(f"{name} must"):
+        return ConfigError(f"{group}.{message}")
+    return ConfigError(f"{group} ({node.get('_target_')}): {message}")
+
+
+# ------------------------------------------------------------------- data and model
+def build_model(cfg: DictConfig, data: Any) -> nn.Cell:
+    """The backbone, with its keys left null filled from the data (fine-tuning keys are applied after building)."""
+    return instantiate_group("model", model_arguments(cfg.model), **model_args_from_data(cfg.model, data))
+
+
+# Data attributes that fill a model key of another name (the data-module protocol before keys matched).
+DATA_ALIASES = {"in_channels": "image_channels"}
+
+
+def model_args_from_data(model: DictConfig, data: Any) -> Dict[str, Any]:
+    """The model's keys left null, filled from the data module's attributes of the same name (``num_classes``,
+    ``in_channels``, ``in_features``, ``out_features``, ...); a key set by hand must agree with the data (for
+    ``num_classes``: at least the data's)."""
+    filled = {}
+    required = required_arguments(get_object(model._target_))
+    for key in model:
+        key = str(key)
+        if key.startswith("_"):
+            continue
+        attribute = key if getattr(data, key, None) is not None else DATA_ALIASES.get(key, key)
+        actual = getattr(data, attribute, None)
+        given = model[key]
+        if given is None and actual is None and key in required:
+            raise ConfigError(f"model.{key} is null, and the data ({type(data).__name__}) has no {key} to fill it "
+                              f"from: set model.{key}")
+        if actual is None or callable(actual):
+            continue
+        if given is None:
+            filled[key] = actual
+        elif key == "num_classes":
+            if given < actual:
+                raise ConfigError(f"model.num_classes={given} but the data has {actual} classes: "
+                                  f"set model.num_classes={actual} or null")
+        elif given != actual:
+            what = f"{actual}-channel images" if key == "in_channels" else f"{attribute}={actual}"
+            raise ConfigError(f"model.{key}={given} but the data has {what}: set model.{key}={actual} or null")
+    return filled
+
+
+def build_loss_fn(cfg: DictConfig) -> nn.Cell:
+    """The ``loss`` group's Cell, called as ``loss(network_output, label)``."""
+    loss_fn = instantiate_group("loss", cfg.loss)
+    if not isinstance(loss_fn, nn.Cell):
+        raise ConfigError(f"loss._target_={cfg.loss._target_} built a {type(loss_fn).__name__}, not a "
+                          "mindspore.nn.Cell called as loss(network_output, label)")
+    return loss_fn
+
+
+def build_metrics(cfg: DictConfig) -> Optional[Dict[str, Metric]]:
+    """``{name: Metric}`` from ``metrics``, and ``loss``; None with ``trainer.evaluate=false``."""
+    if not cfg.trainer.evaluate:
+        return None
+    metrics: Dict[str, Metric] = {}
+    for name, node in (cfg.get("metrics") or {}).items():
+        metric = instantiate_group(f"metrics.{name}", node)
+        if not isinstance(metric, Metric):
+            raise ConfigError(f"metrics.{name}._target_={node._target_} built a {type(metric).__name__}, not a "
+                              "mindspore.train.Metric")
+        metrics[str(name)] = metric
+    metrics["loss"] = Loss()
+    return metrics
+
+
+def build_user_callbacks(cfg: DictConfig) -> List[ms.train.Callback]:
+    """The ``callbacks`` list's Callbacks, run after trainkit's own."""
+    callbacks = []
+    for index, node in enumerate(cfg.get("callbacks") or []):
+        callback = instantiate_group(f"callbacks[{index}]", node)
+        if not isinstance(callback, ms.train.Callback):
+            raise ConfigError(f"callbacks[{index}]._target_={node._target_} built a {type(callback).__name__}, not "
+                              "a mindspore.train.Callback")
+        callbacks.append(callback)
+    return callbacks
+
+
+def build_loss_network_for(cfg: DictConfig, backbone: nn.Cell, loss_fn: nn.Cell) -> nn.Cell:
+    """The backbone under ``amp.level`` with a float32 loss after it."""
+    return build_loss_network(backbone, loss_fn, choice(cfg.amp.level))
+
+
+# ------------------------------------------------------------------- optimisation
+def build_learning_rates(cfg: DictConfig, lr: float, steps_per_epoch: int, accumulation_steps: int) -> List[float]:
+    """One learning rate per optimizer update over the whole run (windows may straddle epochs), from base rate `lr`."""
+    schedule = instantiate_group("lr_schedule", cfg.lr_schedule)
+    try:
+        return schedule(lr=lr, epochs=cfg.trainer.epochs,
+                        updates_per_epoch=steps_per_epoch / accumulation_steps)
+    except (TypeError, ValueError) as error:
+        raise group_error("lr_schedule", cfg.lr_schedule, error) from error
+
+
+def build_optimizer(cfg: DictConfig, backbone: nn.Cell, learning_rates: List[float]) -> nn.Optimizer:
+    """``optimizer._target_(backbone.trainable_params(), learning_rate=learning_rates, **the other keys)``."""
+    node = OmegaConf.to_container(cfg.optimizer, resolve=True)
+    node.pop("lr")
+    node = floats_where_expected(node)
+    factory = instantiate_group("optimizer", OmegaConf.create(node), _partial_=True)
+    try:
+        return factory(backbone.trainable_params(), learning_rate=learning_rates)
+    except (TypeError, ValueError, KeyError, RuntimeError) as error:  # MindSpore's validators and Adam's kwargs
+        raise group_error("optimizer", cfg.optimizer, error) from error
+
+
+def build_wrapper(cfg: DictConfig, loss_network: nn.Cell, optimizer: nn.Optimizer) -> TrainingWrapper:
+    """``wrapper._target_(loss_network, optimizer, loss_scale=<built from the loss_scale* keys>, **the rest)``."""
+    node = OmegaConf.to_container(cfg.wrapper, resolve=True, enum_to_str=True)
+    kind, value = node.pop("loss_scale"), node.pop("loss_scale_value")
+    factor, window = node.pop("scale_factor"), node.pop("scale_window")
+    loss_scale = {"none": lambda: None,
+                  "static": lambda: amp.StaticLossScaler(value),
+                  "dynamic": lambda: amp.DynamicLossScaler(value, factor, window)}[kind]()
+    factory = instantiate_group("wrapper", OmegaConf.create(node), _partial_=True)
+    try:
+        wrapper = factory(loss_network, optimizer, loss_scale=loss_scale)
+    except (TypeError, ValueError) as error:
+        raise group_error("wrapper", cfg.wrapper, error) from error
+    if not isinstance(wrapper, TrainingWrapper):
+        raise ConfigError(f"wrapper._target_={cfg.wrapper._target_} built a {type(wrapper).__name__}, not a "
+                          "trainkit.TrainingWrapper (subclass it)")
+    try:
+        checked_scalars(wrapper.logged_scalars())
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"wrapper ({cfg.wrapper._target_}).logged_scalars(): {error}") from error
+    return wrapper
+
+
+def build_model_runner(wrapper: TrainingWrapper, loss_network: nn.Cell, loss_fn: nn.Cell,
+                       metrics: Optional[Dict[str, Metric]]) -> Model:
+    """``mindspore.train.Model`` training `wrapper` and evaluating the backbone with a float32 loss and `metrics`
+    (none: no evaluation)."""
+    if metrics is None:
+        return Model(wrapper)
+    return Model(wrapper, eval_network=Float32EvalCell(loss_network.backbone, loss_fn), eval_indexes=[0, 1, 2],
+                 metrics=metrics)
+
+
+# ------------------------------------------------------------------- callbacks
+@dataclass
+class RunCallbacks:
+    """The callbacks of a run in the order they run, and the two whose results the run reports."""
+
+    callbacks: List[ms.train.Callback]
+    train_metrics: TrainMetrics
+    evaluation: Optional[Evaluation]  # None with trainer.evaluate=false
+
+
+def build_callbacks(cfg: DictConfig, writer: bool, run_dir: Path, run_log: RunLog, model: Model,
+                    wrapper: TrainingWrapper, eval_set: ds.Dataset, resumed: Optional[SavedCheckpoint],
+                    steps_per_epoch: int, sink_size: int, samples_per_step: int, group_size: int,
+                    user_callbacks: List[ms.train.Callback]) -> RunCallbacks:
+    """The callbacks of a run, in the order they must run: trainkit's, then the user's."""
+    trainer = cfg.trainer
+    # With sink_size, Model.train counts each sink as an "epoch"; callbacks see those units.
+    sinks_per_epoch = steps_per_epoch // sink_size if sink_size > 0 else 1
+    model_epochs = trainer.epochs * sinks_per_epoch
+    metrics_cb = TrainMetrics(run_log, samples_per_step=samples_per_step,
+                              log_every_n_steps=cfg.logger.log_every_n_steps, scalars=wrapper.logged_scalars())
+    if resumed:
+        metrics_cb.skipped_steps = resumed.skipped_steps
+    eval_interval = trainer.eval_interval * sinks_per_epoch if trainer.eval_interval else model_epochs
+    evaluation = None
+    if trainer.evaluate:
+        evaluation = Evaluation(model, eval_set, run_log, interval=eval_interval, ema=wrapper.ema,
+                                dataset_sink_mode=False)
+    callbacks: List[ms.train.Callback] = [StartAt(resumed.position.micro_steps if resumed else 0), metrics_cb]
+    progress = choice(cfg.logger.progress)
+    if writer and progress != "off":
+        stream = None if progress == "auto" else _ForcedStream(progress == "bar")
+        callbacks.append(Progress(model_epochs, sink_size if sink_size > 0 else steps_per_epoch, samples_per_step,
+                                  stream=stream, every_n_steps=cfg.logger.log_every_n_steps,
+                                  train_metrics=metrics_cb))
+    checkpoints = run_dir / "checkpoints"
+    checkpointer = None
+    if writer:  # with trainer.save_checkpoints=false it saves only when NonFiniteStop asks
+        checkpointer = TrainingCheckpoint(wrapper, checkpoints, steps_per_epoch, at_epoch_end=trainer.save_checkpoints,
+                                          every_n_steps=trainer.checkpoint_every_n_steps if trainer.save_checkpoints
+                                          else 0, keep=trainer.keep_checkpoints,
+                                          skipped_steps=lambda: metrics_cb.skipped_steps, group_size=group_size,
+                                          config=cfg)
+        callbacks.append(checkpointer)
+    nonfinite_limit = trainer.max_nonfinite_steps  # without loss scaling, skipped updates do not fix themselves
+    if nonfinite_limit and getattr(wrapper, "skip_nonfinite", False) and not wrapper.loss_scaling:
+        callbacks.append(NonFiniteStop(nonfinite_limit, save_checkpoint=checkpointer.save if checkpointer else None))
+    if evaluation is not None:
+        callbacks.append(evaluation)
+        if writer and trainer.save_checkpoints:
+            best = best_metric(cfg)
+            callbacks.append(BestCheckpoint(evaluation, checkpoints, metric=eval_tag(best),
+                                            mode=best_mode(best, trainer.best_mode), network=wrapper))
+    callbacks += stop_callbacks(cfg, evaluation, checkpointer, checkpoints, group_size, writer)  # signals, early stop
+    return RunCallbacks(callbacks + list(user_callbacks), metrics_cb, evaluation)
+
+
+class _ForcedStream:
+    """stderr that reports itself as a terminal (``logger.progress=bar``) or not (``log``)."""
+
+    def __init__(self, tty: bool):
+        import sys
+
+        self._stream = sys.stderr
+        self._tty = tty
+
+    def isatty(self) -> bool:
+        return self._tty
+
+    def write(self, text: str) -> int:
+        return self._stream.write(text)
+
+    def flush(self) -> None:
+        self._stream.flush()

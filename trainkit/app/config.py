@@ -1,0 +1,410 @@
+"""The app's configuration: structured schemas registered in Hydra, recipes, and value checks.
+
+Hydra validates what it can before anything runs: a typo in a key or a wrong type fails on the
+schemas below, an unknown group choice (``amp=O5``) fails on the config groups in
+``trainkit/configs``. What a type cannot say (``accumulation_steps=0``, ``ema_decay=1.5``) is
+checked by :func:`check_config`, which names the key and what is valid.
+
+Two kinds of groups:
+
+* trainkit's own (``trainer``, ``logger``, ``parallel``, ``amp`` and the top level) are closed: their keys are
+  the dataclass fields below. Hydra refuses ``trainer.epoch=3``; ``+trainer.epoch=3`` and ``+foo=1`` get past
+  Hydra (``+`` adds keys to any node), so :func:`check_config` refuses them too, with a did-you-mean.
+* ``_target_`` groups (``model``, ``data``, ``loss``, ``metrics``, ``optimizer``, ``lr_schedule``, ``wrapper``,
+  ``callbacks``) are open: they take whatever arguments their target accepts, with or without ``+``, and
+  ``trainkit.app.targets`` checks those keys against the target's signature before anything is built.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from enum import Enum
+from importlib import resources
+from typing import Any, Iterable, List, Optional
+
+from hydra import compose, initialize_config_module
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from trainkit.checks import choice, did_you_mean
+from trainkit.errors import ConfigError
+
+CONFIG_MODULE = "trainkit.configs"
+RECIPES_MODULE = "trainkit.recipes"
+OPEN_GROUPS = ("model", "data", "loss", "metrics", "optimizer", "lr_schedule", "wrapper", "callbacks")
+# Metric names whose smaller values are better, for trainer.best_mode=auto (and any name containing "loss" or
+# "error").
+SMALLER_IS_BETTER = ("mae", "mse", "rmse", "mape", "perplexity", "hausdorff_distance", "mean_surface_distance",
+                     "root_mean_square_distance")
+
+
+class ExecutionMode(Enum):
+    graph = "graph"
+    pynative = "pynative"
+
+
+class AmpLevel(Enum):
+    O0 = "O0"
+    O1 = "O1"
+    O2 = "O2"
+    O3 = "O3"
+
+
+class ParallelMode(Enum):
+    stand_alone = "stand_alone"
+    data_parallel = "data_parallel"
+    semi_auto_parallel = "semi_auto_parallel"
+    auto_parallel = "auto_parallel"
+    hybrid_parallel = "hybrid_parallel"
+
+
+class LrScaling(Enum):
+    none = "none"      # optimizer.lr as given, whatever the number of workers
+    linear = "linear"  # optimizer.lr x the number of data-parallel workers (Goyal et al., 2017)
+
+
+class LossScale(Enum):
+    none = "none"
+    static = "static"
+    dynamic = "dynamic"
+
+
+class ResumeData(Enum):
+    exact = "exact"  # replay the data pipeline to the checkpoint: the same samples and the same augmentations
+    fast = "fast"  # jump there: the same samples in the same order, random augmentations drawn anew
+
+
+class BestMode(Enum):
+    auto = "auto"  # min for a loss or an error (loss, mae, mse, ...), max otherwise
+    min = "min"
+    max = "max"
+
+
+class ProgressStyle(Enum):
+    auto = "auto"  # an updating line on a terminal, log lines otherwise
+    bar = "bar"
+    log = "log"
+    off = "off"
+
+
+@dataclass
+class AmpConfig:
+    """``mindspore.amp.auto_mixed_precision(network, level)``; the loss stays float32."""
+
+    level: AmpLevel = AmpLevel.O0
+
+
+@dataclass
+class ParallelConfig:
+    """``mindspore.set_auto_parallel_context(parallel_mode=mode, gradients_mean=...)`` and the ``msrun`` launch.
+
+    ``workers`` processes per machine on ``nodes`` machines; ``node_rank``, ``master_addr`` and ``master_port``
+    are msrun's ``--node_rank``, ``--master_addr`` and ``--master_port`` (null port: a free one, one machine only).
+    ``lr_scaling`` turns ``optimizer.lr`` into the rate of the whole job before the schedule.
+    """
+
+    mode: ParallelMode = ParallelMode.stand_alone
+    gradients_mean: bool = True
+    workers: int = 1
+    nodes: int = 1
+    node_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: Optional[int] = None
+    lr_scaling: LrScaling = LrScaling.none
+
+
+@dataclass
+class WrapperConfig:
+    """The TrainingWrapper's arguments; ``loss_scale*``/``scale_*`` build its loss scaler.
+
+    Open: a TrainingWrapper subclass's own arguments may be added (checked against its signature).
+    """
+
+    _target_: str = "trainkit.TrainingWrapper"
+    loss_scale: LossScale = LossScale.none
+    loss_scale_value: float = 65536.0
+    scale_factor: int = 2
+    scale_window: int = 1000
+    max_grad_norm: Optional[float] = None
+    accumulation_steps: int = 1
+    ema_decay: Optional[float] = None
+    ema_warmup: bool = False
+    ema_every: int = 1
+    compute_grad_norm: bool = True
+    skip_nonfinite: bool = True
+    metrics_on_device: bool = True
+
+
+@dataclass
+class ProfileConfig:
+    """``trainer.profile``: ``mindspore.profiler`` over a window of steps only (trainkit/app/profiling.py)."""
+
+    steps: int = 0  # steps to profile; 0: off
+    start_step: int = 1  # the first profiled step (1: the first, which includes compilation)
+    ranks: List[int] = field(default_factory=lambda: [0])  # the ranks that profile in data parallel
+    top_operators: int = 10  # operators listed in the summary at the end
+
+
+@dataclass
+class EarlyStoppingConfig:
+    """``trainer.early_stopping``: stop after `patience` evaluations that did not improve `metric` by > `min_delta`.
+
+    ``metric`` null: off; else one of accuracy, loss, ema_accuracy, ema_loss. ``mode``: auto (min for a loss, max
+    for an accuracy), min or max.
+    """
+
+    metric: Optional[str] = None
+    mode: str = "auto"
+    patience: int = 3
+    min_delta: float = 0.0
+
+
+@dataclass
+class TrainerConfig:
+    """How the loop runs: ``mindspore.train.Model.train`` and the callbacks around it."""
+
+    epochs: int = 1
+    mode: ExecutionMode = ExecutionMode.graph
+    device_target: str = "auto"
+    dataset_sink_mode: bool = False
+    sink_size: int = -1
+    seed: int = 0
+    eval_interval: int = 1
+    save_checkpoints: bool = True
+    keep_checkpoints: int = 3
+    evaluate: bool = True
+    best_metric: Optional[str] = None
+    best_mode: BestMode = BestMode.auto
+    checkpoint_every_n_steps: int = 0
+    resume: Optional[str] = None
+    resume_data: ResumeData = ResumeData.exact
+    max_nonfinite_steps: Optional[int] = 10
+    early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
+    profile: ProfileConfig = field(default_factory=ProfileConfig)
+
+
+@dataclass
+class LoggerConfig:
+    """What the run records: TensorBoard events, a JSON-lines metrics file, progress on the console."""
+
+    tensorboard: bool = True
+    metrics_file: Optional[str] = "metrics.jsonl"
+    progress: ProgressStyle = ProgressStyle.auto
+    log_every_n_steps: int = 10
+    mindspore_warnings: bool = False  # MindSpore's own warnings (GLOG_v=2); read on the command line only
+
+
+@dataclass
+class TrainkitConfig:
+    """The whole run. ``model``, ``data``, ``loss``, ``optimizer`` and ``lr_schedule`` are ``_target_`` nodes,
+    ``metrics`` maps names to ``_target_`` nodes, ``callbacks`` is a list of them."""
+
+    model: Any = MISSING
+    data: Any = MISSING
+    loss: Any = MISSING
+    metrics: Any = MISSING
+    optimizer: Any = MISSING
+    lr_schedule: Any = MISSING
+    callbacks: Any = field(default_factory=list)
+    amp: AmpConfig = field(default_factory=AmpConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    wrapper: WrapperConfig = field(default_factory=WrapperConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    run_dir: str = "${hydra:runtime.output_dir}"
+
+
+def recipe_names() -> list:
+    """The recipes shipped in ``trainkit/recipes``."""
+    return sorted(p.name[:-5] for p in resources.files(RECIPES_MODULE).iterdir() if p.name.endswith(".yaml"))
+
+
+def schema_node() -> DictConfig:
+    """:class:`TrainkitConfig` with the ``_target_`` groups open (not in struct mode), so that Hydra lets their
+    nodes take any key, with or without ``+``; the closed groups stay in Hydra's struct mode."""
+    node = OmegaConf.structured(TrainkitConfig)
+    for group in OPEN_GROUPS:
+        if group not in ("wrapper", "callbacks"):
+            node[group] = {}
+        OmegaConf.set_struct(node[group], False)
+    return node
+
+
+def register_configs() -> None:
+    """Store the schemas and the recipes in Hydra's ConfigStore (idempotent).
+
+    Recipes live in ``trainkit/recipes/`` and are offered as the config group ``recipe``,
+    merged at the global level (each is an experiment overlay on the defaults).
+    """
+    store = ConfigStore.instance()
+    store.store(name="trainkit_schema", node=schema_node())
+    folder = resources.files(RECIPES_MODULE)
+    for name in recipe_names():
+        recipe = OmegaConf.create((folder / f"{name}.yaml").read_text(encoding="utf-8"))
+        store.store(group="recipe", name=name, node=recipe, package="_global_")
+
+
+def compose_config(overrides: Iterable[str] = ()) -> DictConfig:
+    """The config ``python -m trainkit OVERRIDES...`` would run, for scripts and tests.
+
+    Pass ``run_dir=PATH`` among the overrides: outside a Hydra run there is no output directory.
+    """
+    register_configs()
+    with initialize_config_module(CONFIG_MODULE, version_base=None):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+# --------------------------------------------------------------------------- checks
+def check_config(cfg: DictConfig) -> None:
+    """Raise ConfigError naming the first key that is unknown or whose value is impossible, and what is valid.
+
+    Unknown keys of trainkit's own groups come first, then values, then the ``_target_`` groups' keys against
+    their targets' signatures (``trainkit.app.targets``, which imports the targets but builds nothing).
+    """
+    check_closed_keys(cfg)
+    wrapper, trainer, logger = cfg.wrapper, cfg.trainer, cfg.logger
+    _check("wrapper.accumulation_steps", wrapper.accumulation_steps, "an integer >= 1", lambda v: v >= 1)
+    if wrapper.max_grad_norm is not None:
+        _check("wrapper.max_grad_norm", wrapper.max_grad_norm, "null (no clipping) or a finite number > 0",
+               lambda v: math.isfinite(v) and v > 0)
+    if wrapper.ema_decay is not None:
+        _check("wrapper.ema_decay", wrapper.ema_decay, "null (no EMA) or a number in [0, 1)",
+               lambda v: 0 <= v < 1)
+    _check("wrapper.ema_every", wrapper.ema_every, "an integer >= 1", lambda v: v >= 1)
+    if choice(wrapper.loss_scale) != "none":
+        _check("wrapper.loss_scale_value", wrapper.loss_scale_value,
+               "a number in [1, 2**32] (1/scale must stay a normal float32)", lambda v: 1 <= v <= 2.0 ** 32)
+    if choice(wrapper.loss_scale) == "dynamic":
+        _check("wrapper.scale_factor", wrapper.scale_factor, "an integer >= 2", lambda v: v >= 2)
+        _check("wrapper.scale_window", wrapper.scale_window, "an integer >= 1", lambda v: v >= 1)
+    _check("trainer.epochs", trainer.epochs, "an integer >= 1", lambda v: v >= 1)
+    _check("trainer.seed", trainer.seed, "an integer in [0, 2**32)", lambda v: 0 <= v < 2 ** 32)
+    _check("trainer.sink_size", trainer.sink_size, "-1 (a whole epoch per sink) or an integer >= 1",
+           lambda v: v == -1 or v >= 1)
+    _check("trainer.eval_interval", trainer.eval_interval, "an integer >= 0 (0: evaluate after the last epoch only)",
+           lambda v: v >= 0)
+    if trainer.max_nonfinite_steps is not None:
+        _check("trainer.max_nonfinite_steps", trainer.max_nonfinite_steps, "null or 0 (never stop) or an integer >= 1",
+               lambda v: v >= 0)
+    _check("trainer.keep_checkpoints", trainer.keep_checkpoints, "an integer >= 1", lambda v: v >= 1)
+    _check("trainer.checkpoint_every_n_steps", trainer.checkpoint_every_n_steps,
+           "an integer >= 0 (0: a checkpoint at each epoch end only)", lambda v: v >= 0)
+    if trainer.resume is not None and not str(trainer.resume).strip():
+        raise ConfigError("trainer.resume='' is not valid: use null (a new run), auto (the newest valid checkpoint "
+                          "of the run directory) or the path of a checkpoint or run directory")
+    if trainer.evaluate:
+        _check_best_metric(cfg)
+    _check_early_stopping(cfg)
+    valid_targets = ("CPU", "GPU", "Ascend", "auto")
+    if trainer.device_target not in valid_targets:
+        raise ConfigError(f"trainer.device_target={trainer.device_target!r} is not valid: use one of "
+                          f"{', '.join(valid_targets)}")
+    _check("logger.log_every_n_steps", logger.log_every_n_steps, "an integer >= 1", lambda v: v >= 1)
+    metrics_file = logger.metrics_file
+    if metrics_file is not None and (not metrics_file or metrics_file in (".", "..")
+                                     or any(sep in metrics_file for sep in ("/", "\\"))):
+        raise ConfigError(f"logger.metrics_file={metrics_file!r} is not valid: it must be null or a file name "
+                          "(no folders), written inside the run directory, e.g. metrics.jsonl")
+    for key in ("data.batch_size", "data.image_size", "model.num_classes"):
+        group, name = key.split(".")
+        value = cfg[group].get(name)
+        if value is not None:
+            _check(key, value, "an integer >= 1", lambda v: isinstance(v, int) and v >= 1)
+    lr = cfg.optimizer.get("lr")
+    if lr is None:
+        raise ConfigError("optimizer.lr is missing: the base learning rate of the schedule, e.g. optimizer.lr=0.001")
+    _check("optimizer.lr", lr, "a finite number > 0", lambda v: math.isfinite(v) and v > 0)
+    if cfg.optimizer.get("weight_decay") is not None:
+        _check("optimizer.weight_decay", cfg.optimizer.weight_decay, "a number >= 0", lambda v: v >= 0)
+    from trainkit.app.targets import check_target_arguments  # imports users' modules: only once the rest passed
+
+    check_target_arguments(cfg)
+
+
+CLOSED_GROUPS = {"amp": AmpConfig, "parallel": ParallelConfig, "trainer": TrainerConfig, "logger": LoggerConfig}
+
+
+def check_closed_keys(cfg: DictConfig) -> None:
+    """Refuse a key that trainkit's own groups or the top level do not have.
+
+    Hydra refuses ``trainer.epoch=3`` itself, but ``+trainer.epoch=3`` or ``+foo=1`` add the key to any node;
+    without this check the run would go on with the key ignored.
+    """
+    top_level = [f.name for f in fields(TrainkitConfig)]
+    for key in cfg:
+        if key not in top_level:
+            raise ConfigError(f"unknown key {key}: {did_you_mean(key, top_level)}the top level takes "
+                              f"{', '.join(top_level)}")
+    for group, schema in CLOSED_GROUPS.items():
+        valid = [f.name for f in fields(schema)]
+        for key in cfg[group]:
+            if key not in valid:
+                raise ConfigError(f"unknown key {group}.{key}: {did_you_mean(key, valid, group + '.')}"
+                                  f"{group} takes {', '.join(valid)}")
+
+
+def reported_metrics(cfg: DictConfig) -> list:
+    """The names an evaluation reports: each of ``metrics`` and ``loss``, with ``ema_`` twins under EMA."""
+    metrics = cfg.get("metrics")
+    names = [str(name) for name in (metrics or {})] + ["loss"]
+    if cfg.wrapper.get("ema_decay") is not None:
+        names += [f"ema_{name}" for name in names]
+    return names
+
+
+def best_metric(cfg: DictConfig) -> str:
+    """``trainer.best_metric``, or when null the first name in ``metrics`` (``loss`` when there is none)."""
+    if cfg.trainer.best_metric is not None:
+        return cfg.trainer.best_metric
+    return reported_metrics(cfg)[0]
+
+
+def best_mode(metric: str, mode: Any) -> str:
+    """``min`` or ``max``: `mode` unless it is ``auto``, else from the metric's name (min for a loss or error)."""
+    mode = choice(mode)
+    if mode != "auto":
+        return mode
+    name = metric[4:] if metric.startswith("ema_") else metric
+    smaller = "loss" in name or "error" in name or name in SMALLER_IS_BETTER
+    return "min" if smaller else "max"
+
+
+def _check_best_metric(cfg: DictConfig) -> None:
+    best, names = best_metric(cfg), reported_metrics(cfg)
+    if best in names:
+        return
+    if best.startswith("ema_") and cfg.wrapper.get("ema_decay") is None and best[4:] in names:
+        raise ConfigError(f"trainer.best_metric={best} needs EMA weights: set wrapper.ema_decay "
+                          f"(e.g. 0.999) or pick {'/'.join(names)}")
+    raise ConfigError(f"trainer.best_metric={best!r} is not valid: use one of {', '.join(names)} (the loss and the "
+                      f"names in metrics); {did_you_mean(best, names)}or trainer.evaluate=false to train without "
+                      "evaluating")
+
+
+def _check_early_stopping(cfg: DictConfig) -> None:
+    early = cfg.trainer.early_stopping
+    if early.metric is None:
+        return
+    if not cfg.trainer.evaluate:
+        raise ConfigError(f"trainer.early_stopping.metric={early.metric} needs evaluations: set trainer.evaluate=true "
+                          "or trainer.early_stopping.metric=null")
+    names = reported_metrics(cfg)
+    if early.metric not in names:
+        if early.metric.startswith("ema_") and cfg.wrapper.get("ema_decay") is None and early.metric[4:] in names:
+            raise ConfigError(f"trainer.early_stopping.metric={early.metric} needs EMA weights: set "
+                              f"wrapper.ema_decay (e.g. 0.999) or pick {'/'.join(names)}")
+        raise ConfigError(f"trainer.early_stopping.metric={early.metric!r} is not valid: use null (off) or one of "
+                          f"{', '.join(names)} (the loss and the names in metrics); "
+                          f"{did_you_mean(early.metric, names)}")
+    if early.mode not in ("auto", "min", "max"):
+        raise ConfigError(f"trainer.early_stopping.mode={early.mode!r} is not valid: use auto (min for a loss or an "
+                          "error, max otherwise), min or max")
+    _check("trainer.early_stopping.patience", early.patience, "an integer >= 1 (evaluations without improvement)",
+           lambda v: isinstance(v, int) and v >= 1)
+    _check("trainer.early_stopping.min_delta", early.min_delta, "a finite number >= 0",
+           lambda v: math.isfinite(v) and v >= 0)
+
+
+def _check(key: str, value: Any, valid: str, in_range) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not in_range(value):
+        raise ConfigError(f"{key}={value} is not valid: it must be {valid}")

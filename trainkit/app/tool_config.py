@@ -1,0 +1,99 @@
+"""The config the tools (convert, compare, evaluate) build their network and data from, as a run would.
+
+Either Hydra overrides exactly as ``python -m trainkit`` takes them (``model=resnet50 model.num_classes=10``,
+``recipe=resnet50_cifar10``), or ``run=RUN_DIR``: the config that run saved (``RUN_DIR/.hydra/config.yaml``),
+with ``key=value`` overrides on top (``run=outputs/x model.conv_impl=native``).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import mindspore as ms
+import yaml
+from hydra.errors import HydraException
+from mindspore import nn
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from trainkit.app import build
+from trainkit.app.config import compose_config
+from trainkit.app.finetune import model_arguments
+from trainkit.errors import ConfigError
+
+RUN_KEY = "run="
+_ABSENT = object()
+
+
+def tool_config(overrides: Sequence[str]) -> DictConfig:
+    """The config `overrides` describe: composed by Hydra, or a run's saved config when one is ``run=RUN_DIR``.
+
+    Raises:
+        ConfigError: an override Hydra rejects (an unknown group option such as ``model=resnet9``, a typo in a
+            key), ``run=`` naming a folder without a saved config, or a group choice next to ``run=``.
+    """
+    runs = [item for item in overrides if item.startswith(RUN_KEY)]
+    rest = [item for item in overrides if not item.startswith(RUN_KEY)]
+    if runs:
+        return saved_config(Path(runs[-1][len(RUN_KEY):]).expanduser(), rest)
+    try:
+        return compose_config(rest)
+    except (HydraException, OmegaConfBaseException) as error:
+        raise ConfigError(" ".join(str(error).split())) from error
+
+
+def saved_config(run_dir: Path, overrides: Sequence[str]) -> DictConfig:
+    """``RUN_DIR/.hydra/config.yaml`` with ``key=value`` `overrides` applied (keys must exist there)."""
+    saved = run_dir / ".hydra" / "config.yaml"
+    if not saved.is_file():
+        raise ConfigError(f"run={run_dir}: {saved} does not exist; run= takes a run directory written by "
+                          "python -m trainkit (it holds .hydra/config.yaml)")
+    cfg = OmegaConf.load(saved)
+    for item in overrides:
+        key, equals, value = item.partition("=")
+        if not equals or "." not in key or key.startswith(("+", "~")):
+            raise ConfigError(f"{item}: next to run= only key=value overrides of the saved config are accepted "
+                              "(e.g. model.conv_impl=native); for group choices such as model=resnet18 give the "
+                              "overrides without run=")
+        if OmegaConf.select(cfg, key, default=_ABSENT) is _ABSENT:
+            raise ConfigError(f"{key} is not a key of {saved}")
+        OmegaConf.update(cfg, key, yaml.safe_load(value), merge=False)
+    return cfg
+
+
+def set_device(cfg: DictConfig) -> None:
+    """``trainer.device_target`` as the app sets it (auto: what the installed MindSpore runs on)."""
+    target = str(cfg.trainer.get("device_target", "auto"))
+    if target != "auto":
+        try:
+            ms.set_context(device_target=target)
+        except (RuntimeError, ValueError) as error:
+            raise ConfigError(f"trainer.device_target={target} is not available to this MindSpore build: use auto "
+                              f"or {ms.get_context('device_target')} ({error})") from error
+
+
+def build_data(cfg: DictConfig):
+    """The data module `cfg.data` describes (not prepared: no files are read)."""
+    return build.instantiate_group("data", cfg.data)
+
+
+def build_network(cfg: DictConfig, data=None) -> nn.Cell:
+    """The model a run of `cfg` trains, initialised as the run would be (``trainer.seed``), without its weights.
+
+    ``num_classes``/``in_channels`` left null are taken from the data module, as the app does; the fine-tuning
+    keys (``model.pretrained``...) are not applied.
+    """
+    ms.set_seed(int(cfg.trainer.seed))
+    return build.build_model(cfg, build_data(cfg) if data is None else data)
+
+
+def describe_network(cfg: DictConfig, data=None) -> str:
+    """``resnet50 (num_classes=10, in_channels=1 from the data; data DigitsData)``: what :func:`build_network`
+    builds."""
+    data = build_data(cfg) if data is None else data
+    filled = build.model_args_from_data(cfg.model, data)
+    node = model_arguments(cfg.model)
+    shown = [f"{key}={filled.get(key, node.get(key))}" + (" from the data" if key in filled else "")
+             for key in ("num_classes", "in_channels") if key in node]
+    target = str(node.get("_target_", "model")).rsplit(".", 1)[-1]
+    return f"{target} ({', '.join(shown)}; data {type(data).__name__})" if shown else target

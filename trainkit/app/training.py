@@ -1,0 +1,163 @@
+"""``train(cfg)``: build everything a config describes, check it, train with ``mindspore.train.Model``.
+
+Everything that can be wrong in the input -- values, data files, the model's and the data's
+shapes -- is checked before the first step compiles. ``python -m trainkit`` is a thin Hydra main
+around this function; scripts and tests call it in-process::
+
+    from trainkit.app import train
+    from trainkit.app.config import compose_config
+    result = train(compose_config(["recipe=digits_quickstart", "run_dir=/tmp/run"]))
+    result.metrics["accuracy"]
+
+``trainkit.app.build`` builds the parts (with their checks), ``trainkit.app.run`` holds what runs them (run directory,
+context, resume, reporting); ``train`` below is the outline of a run.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List
+
+import mindspore as ms
+from mindspore import nn
+from mindspore.train import Model
+from omegaconf import DictConfig
+
+from trainkit.app import build, run
+from trainkit.app.config import check_config
+from trainkit.app.finetune import apply_finetuning
+from trainkit.app.fit_check import check_fit
+from trainkit.app.profiling import profile_window
+from trainkit.app.stopping import continues_at, raise_if_interrupted, stop_metrics
+from trainkit.callbacks import RunLog
+from trainkit.checks import choice
+from trainkit.distributed.parallel import describe_job, job_metrics, prepare_data, scaled_learning_rate, setup_parallel
+from trainkit.errors import ConfigError
+from trainkit.step.mixed_precision import applied_amp_level
+from trainkit.step.wrapper import TrainingWrapper
+
+log = logging.getLogger("trainkit")
+
+
+@dataclass
+class TrainResult:
+    """What a run produced: final metrics and the objects it built (for scripts, tests and notebooks)."""
+
+    metrics: Dict[str, float]
+    run_dir: Path
+    model: Model
+    wrapper: TrainingWrapper
+    network: nn.Cell
+    optimizer: nn.Optimizer
+    data: Any
+    callbacks: List[ms.train.Callback] = field(default_factory=list)
+
+
+def train(cfg: DictConfig) -> TrainResult:
+    """Train as `cfg` says and return the final metrics and the built objects.
+
+    Raises:
+        ConfigError: a config value is invalid (the message names the key).
+        DataError: the data is missing or corrupt (the message names the path).
+    """
+    # 1. Check the config, set up the context and the processes; refuse a directory that holds another run.
+    check_config(cfg)
+    run_dir = run.run_dir_of(cfg)
+    trainer = cfg.trainer
+    run.set_context(trainer, run_dir)
+    parallel = setup_parallel(cfg.parallel)
+    rank, group_size = parallel.rank, parallel.group_size
+    writer = parallel.writer  # the rank that writes config, metrics, events, progress and checkpoints
+    if writer and not run.continues_run_dir(trainer.resume, run_dir):
+        run.check_run_dir_is_new(run_dir, cfg.logger.metrics_file)
+
+    # 2. Build the parts, each checked as it is built.
+    data = build.instantiate_group("data", cfg.data)
+    prepare_data(data, parallel)  # rank 0 first: only one process per machine downloads
+    train_set = data.train_dataset(num_shards=group_size, shard_id=rank)
+    eval_set = data.eval_dataset()  # the whole set on every rank: a sharded one is padded with repeats
+    steps_per_epoch = train_set.get_dataset_size()
+    if steps_per_epoch < 1:
+        raise ConfigError(f"data.batch_size={cfg.data.get('batch_size')} is larger than the training set "
+                          f"({run.describe(data)}): no full batch per epoch")
+    sink_size = run.sink_size_of(trainer, steps_per_epoch)
+    run.check_accumulation(cfg, steps_per_epoch)
+    profiler = profile_window(cfg, run_dir, rank, sink_size)  # trainer.profile: checked here, runs as a callback
+    backbone = build.build_model(cfg, data)
+    apply_finetuning(cfg.model, backbone)  # model.pretrained, model.freeze: before the optimizer takes the params
+    loss_fn = build.build_loss_fn(cfg)
+    metrics = build.build_metrics(cfg)
+    check_fit(backbone, loss_fn, eval_set, run.describe_choice(cfg, "loss", run_dir),
+              run.describe_choice(cfg, "model", run_dir), metrics)
+    user_callbacks = build.build_user_callbacks(cfg)
+    with run.inside(run_dir):  # MindSpore's O1 rewrite writes rewritten_network/ into the current directory
+        loss_network = build.build_loss_network_for(cfg, backbone, loss_fn)
+    accumulation_steps = cfg.wrapper.accumulation_steps
+    lr = scaled_learning_rate(cfg.optimizer.lr, cfg.parallel, parallel)
+    learning_rates = build.build_learning_rates(cfg, lr, steps_per_epoch, accumulation_steps)
+    optimizer = build.build_optimizer(cfg, backbone, learning_rates)
+    wrapper = build.build_wrapper(cfg, loss_network, optimizer)
+    model = build.build_model_runner(wrapper, loss_network, loss_fn, metrics)
+
+    # 3. Resume: load the checkpoint and find where the data continues.
+    def learning_rates(config: DictConfig) -> List[float]:  # of every update under `config` (the continuation rule)
+        rate = scaled_learning_rate(config.optimizer.lr, config.parallel, parallel)
+        return build.build_learning_rates(config, rate, steps_per_epoch, config.wrapper.accumulation_steps)
+
+    resumed = run.resume_checkpoint(cfg, run_dir, wrapper, steps_per_epoch, group_size, learning_rates)
+    done = resumed.position.micro_steps if resumed else 0
+    initial_epoch = run.initial_epoch_of(done, steps_per_epoch, sink_size, resumed)
+
+    # 4. Every check passed: only now write into the run directory (bad input leaves no trace there).
+    if writer:
+        if resumed and resumed.path.parent == run_dir / "checkpoints":
+            run.set_aside_later_checkpoints(resumed)
+        run.save_config(cfg, run_dir)
+    if done:
+        train_set.set_init_step(done)  # Model.train then continues the data mid-epoch where the checkpoint left it
+        if choice(trainer.resume_data) == "exact":
+            log.info("replaying the data pipeline through %d micro-batches so augmentations match exactly "
+                     "(trainer.resume_data=fast skips the replay)", done)
+    samples_per_step = cfg.data.get("batch_size", 1) * group_size
+    # With sink_size, Model.train counts each sink as an "epoch"; callbacks see those units.
+    model_epochs = trainer.epochs * (steps_per_epoch // sink_size if sink_size > 0 else 1)
+    run_log = RunLog(run_dir, tensorboard=cfg.logger.tensorboard and writer,
+                     metrics_file=cfg.logger.metrics_file if writer else None,
+                     continues_at=continues_at(resumed, run_dir) if writer else None)  # records after it leave
+    hooks = build.build_callbacks(cfg, writer, run_dir, run_log, model, wrapper, eval_set, resumed,
+                                  steps_per_epoch, sink_size, samples_per_step, group_size, user_callbacks)
+    hooks.callbacks.extend(profiler)
+
+    log.info("%s: %s on %s, %d steps/epoch of %d samples (%d per rank x %d), %d epochs, %s mode, amp %s, run dir %s",
+             run.describe_target(cfg.model), run.count_parameters(backbone), run.describe(data), steps_per_epoch,
+             samples_per_step, samples_per_step // group_size, group_size, trainer.epochs, choice(trainer.mode),
+             applied_amp_level(loss_network.backbone), run_dir)
+    if choice(cfg.parallel.mode) != "stand_alone":
+        log.info("%s", describe_job(cfg.parallel, parallel, samples_per_step // group_size, accumulation_steps,
+                                    cfg.optimizer.lr, lr))
+    if resumed:
+        log.info("resuming from %s: epoch %d, step %d of %d in it (%d micro-batches done, %d optimizer steps)",
+                 resumed.path, done // steps_per_epoch + 1, done % steps_per_epoch, steps_per_epoch, done,
+                 int(optimizer.global_step.asnumpy().item()))
+
+    # 5. Train, then report.
+    start = time.perf_counter()
+    try:
+        model.train(model_epochs, train_set, callbacks=hooks.callbacks, dataset_sink_mode=trainer.dataset_sink_mode,
+                    sink_size=sink_size, initial_epoch=initial_epoch)
+        raise_if_interrupted(hooks.callbacks, run_dir, steps_per_epoch)  # a signal: RunInterrupted, 128 + signal
+        elapsed = time.perf_counter() - start
+        metrics = run.final_metrics(hooks.evaluation, hooks.train_metrics, optimizer, elapsed,
+                                    trainer.epochs * steps_per_epoch - done, samples_per_step)
+        metrics["amp_level"] = float(applied_amp_level(loss_network.backbone)[1])  # 2.0: O2 ran
+        metrics.update(stop_metrics(hooks.callbacks))  # early stopping: best_epoch, stopped_epoch
+        if choice(cfg.parallel.mode) != "stand_alone":
+            metrics.update(job_metrics(parallel, samples_per_step // group_size, accumulation_steps))
+        run_log.hparams(run.hyper_parameters(cfg), {f"final/{k}": v for k, v in metrics.items()})
+    finally:
+        run_log.close()
+    log.info("finished: %s", ", ".join(f"{k} {v:.4g}" for k, v in metrics.items()))
+    return TrainResult(metrics, run_dir, model, wrapper, loss_network.backbone, optimizer, data, hooks.callbacks)
+

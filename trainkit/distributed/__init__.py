@@ -1,0 +1,16 @@
+"""Processes: ``launch`` runs the same command on N workers through ``msrun``; ``parallel`` is what each worker does
+(its parallel context, communication init, data prepared on rank 0 first, learning-rate scaling).
+
+Import rule: imports the foundation (``errors``, ``checks``) only; the app calls into it, never the reverse.
+"""
+from typing import Any
+
+__all__ = ["current_setup"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "current_setup":
+        from trainkit.distributed.parallel import current_setup
+
+        return current_setup
+    raise AttributeError(f"module 'trainkit.distributed' has no attribute {name!r}")

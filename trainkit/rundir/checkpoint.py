@@ -1,0 +1,349 @@
+"""Training checkpoints that lose nothing: what one holds, how it is written, how a resume finds and checks it.
+
+A training checkpoint is ``mindspore.save_checkpoint`` of the TrainingWrapper -- so every Parameter the next
+step reads is in it: weights and batch-norm statistics, optimizer moments and ``global_step`` (which indexes the
+learning-rate schedule), the loss scale and its counter, ``_grad_sum`` and ``micro_step`` of an open
+accumulation window, the EMA shadows and ``ema_num_updates`` -- plus, in MindSpore's ``append_dict``, the
+position in the data (micro-batches done), the skipped-step count, the seed and the config it was written with.
+
+Files are ``<directory>/trainkit-<epoch>_<step>.ckpt`` (MindSpore's naming: the epoch in progress, counted from
+1, and the step within it). MindSpore writes each to a temporary file and renames it into place; trainkit then
+flushes it to disk before deleting older ones, so the newest complete checkpoint always survives a crash.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import mindspore as ms
+from mindspore import nn
+from omegaconf import DictConfig, OmegaConf
+
+from trainkit.errors import CheckpointError, ConfigError, DataError
+from trainkit.rundir.parameter_fit import fit_problems, listing
+from trainkit.step.wrapper import RUNNING_TOTALS
+
+log = logging.getLogger("trainkit")
+
+PREFIX = "trainkit"
+_NAME = re.compile(rf"^{PREFIX}-(\d+)_(\d+)\.ckpt$")
+
+# The config keys an exact resume depends on: a different value changes the parameters' shapes, the data
+# order or the step sequence. Differences elsewhere (clipping, logging, evaluation...) are allowed and logged.
+RESUME_KEYS = ("model", "data._target_", "data.batch_size", "data.image_size", "loss", "optimizer",
+               "wrapper._target_", "wrapper.accumulation_steps", "trainer.seed")
+# Keys that reach the past only through the learning rate of each update: a change is allowed when every update
+# already taken keeps its rate (more epochs of a constant schedule, or of a step schedule whose milestones lie
+# ahead), and refused otherwise (a cosine stretched over more epochs changes every rate).
+SCHEDULE_KEYS = ("trainer.epochs", "lr_schedule", "optimizer.lr", "parallel.lr_scaling")
+_RATE_TABLE = "learning_rate"  # the Parameter a MindSpore optimizer keeps a list of rates in
+
+
+@dataclass
+class Position:
+    """Where a checkpoint was written: ``micro_steps`` micro-batches done, ``steps_per_epoch`` per epoch."""
+
+    micro_steps: int
+    steps_per_epoch: int
+
+    @property
+    def epoch(self) -> int:
+        """Whole epochs done."""
+        return self.micro_steps // self.steps_per_epoch
+
+    @property
+    def step_in_epoch(self) -> int:
+        """Micro-batches done in the epoch in progress (0 at an epoch boundary)."""
+        return self.micro_steps % self.steps_per_epoch
+
+    def file_name(self) -> str:
+        """``trainkit-<epoch in progress>_<step in it>.ckpt``; an epoch's end is ``trainkit-<epoch>_<steps>``."""
+        epoch, step = divmod(self.micro_steps, self.steps_per_epoch)
+        if step == 0 and epoch > 0:
+            epoch, step = epoch - 1, self.steps_per_epoch
+        return f"{PREFIX}-{epoch + 1}_{step}.ckpt"
+
+
+@dataclass
+class TrainingCheckpoint:
+    """A checkpoint read back: its file, its Parameters and what trainkit appended."""
+
+    path: Path
+    parameters: Dict[str, ms.Parameter]
+    position: Position
+    skipped_steps: int
+    group_size: int
+    config: Optional[DictConfig]
+
+
+def config_text(config: Optional[DictConfig]) -> Optional[str]:
+    """The run's config as a checkpoint stores it (resolved YAML), or None without one."""
+    return None if config is None else OmegaConf.to_yaml(config, resolve=True)
+
+
+def save_training_checkpoint(wrapper: nn.Cell, path: Path, position: Position, *, skipped_steps: int,
+                             group_size: int, config_text: Optional[str]) -> Path:
+    """Write `wrapper` and the run's position to `path`, durably (renamed into place, then fsync'ed).
+
+    `config_text` is :func:`config_text` of the run's config (made once per run: it costs more than the save of
+    a small model), or None.
+    """
+    append = {
+        "micro_steps": int(position.micro_steps),
+        "steps_per_epoch": int(position.steps_per_epoch),
+        "skipped_steps": int(skipped_steps),
+        "group_size": int(group_size),
+    }
+    if config_text is not None:
+        append["trainkit_config"] = config_text
+    path = Path(path)
+    ms.save_checkpoint(wrapper, str(path), append_dict=append)  # written as <name>.tmp, then renamed
+    _fsync(path)
+    _fsync(path.parent)
+    return path
+
+
+def checkpoint_files(directory: Path) -> List[Path]:
+    """The training checkpoints in `directory`, oldest first (by the epoch and step in their names)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = []
+    for path in directory.iterdir():
+        match = _NAME.match(path.name)
+        if match and path.is_file():
+            found.append(((int(match.group(1)), int(match.group(2))), path))
+    return [path for _, path in sorted(found)]
+
+
+def load_checkpoint_file(path: Path) -> Dict[str, ms.Parameter]:
+    """``mindspore.load_checkpoint`` with a CheckpointError naming the file when it is missing or corrupt."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist" if not path.exists()
+                              else f"checkpoint {path} is not a file")
+    try:
+        saved = ms.load_checkpoint(str(path))
+    except (ValueError, RuntimeError, OSError, TypeError) as error:
+        raise CheckpointError(f"checkpoint {path} cannot be read: it is corrupt or not a MindSpore checkpoint: "
+                              f"{str(error).splitlines()[0] if str(error) else type(error).__name__}") from error
+    if not saved:
+        raise CheckpointError(f"checkpoint {path} holds no parameters")
+    return saved
+
+
+def read_training_checkpoint(path: Path) -> TrainingCheckpoint:
+    """Load a training checkpoint; CheckpointError naming the file when it is missing, corrupt or not trainkit's."""
+    path = Path(path)
+    parameters = load_checkpoint_file(path)
+    missing = [key for key in ("micro_steps", "steps_per_epoch") if key not in parameters]
+    if missing:
+        raise CheckpointError(f"checkpoint {path} is not a trainkit training checkpoint (no {', '.join(missing)}): "
+                        "resume needs a file written by a trainkit run (checkpoints/trainkit-<epoch>_<step>.ckpt)")
+    extra = {key: parameters.pop(key) for key in ("micro_steps", "steps_per_epoch", "skipped_steps", "group_size",
+                                                   "trainkit_config") if key in parameters}
+    config_text = extra.get("trainkit_config")
+    config = OmegaConf.create(_scalar(config_text)) if config_text is not None else None
+    return TrainingCheckpoint(
+        path=path, parameters=parameters,
+        position=Position(int(_scalar(extra["micro_steps"])), int(_scalar(extra["steps_per_epoch"]))),
+        skipped_steps=int(_scalar(extra.get("skipped_steps", 0))),
+        group_size=int(_scalar(extra.get("group_size", 1))), config=config)
+
+
+def newest_valid_checkpoint(directory: Path) -> Optional[TrainingCheckpoint]:
+    """The newest checkpoint in `directory` that loads; broken ones are skipped with a warning naming them."""
+    for path in reversed(checkpoint_files(directory)):
+        try:
+            return read_training_checkpoint(path)
+        except DataError as error:
+            log.warning("trainer.resume=auto: skipping %s", error)
+    return None
+
+
+def find_resume_checkpoint(resume: str, run_dir: Path) -> Optional[TrainingCheckpoint]:
+    """``trainer.resume``: ``auto`` (the newest valid checkpoint of the run directory, or None) or a path.
+
+    A path may name a checkpoint file, a ``checkpoints`` folder or a run directory (its ``checkpoints``).
+    """
+    if resume == "auto":
+        return newest_valid_checkpoint(run_dir / "checkpoints")
+    path = Path(resume).expanduser()
+    if path.is_dir():
+        folder = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+        if not checkpoint_files(folder):
+            raise DataError(f"trainer.resume={resume}: {folder} holds no trainkit-<epoch>_<step>.ckpt checkpoint")
+        found = newest_valid_checkpoint(folder)
+        if found is None:
+            raise DataError(f"trainer.resume={resume}: no checkpoint in {folder} loads (see the warnings above)")
+        return found
+    return read_training_checkpoint(path)
+
+
+def check_resumable(checkpoint: TrainingCheckpoint, cfg: DictConfig, network: nn.Cell, steps_per_epoch: int,
+                    group_size: int, learning_rates: Optional[Callable[[DictConfig], Sequence[float]]] = None) -> None:
+    """Raise ConfigError naming what differs between `checkpoint` and this run and would change its past; log the
+    differences that do not.
+
+    The rule: a resume continues the run the checkpoint belongs to, so the config may change whatever leaves the
+    steps already taken as they were. Keys that decide the network, the data and its order, or what one update
+    does (:data:`RESUME_KEYS`) must stay; keys that act through the learning-rate schedule (:data:`SCHEDULE_KEYS`)
+    may change when ``learning_rates(config)`` (one rate per update) gives every update already taken
+    (``global_step`` of the checkpoint) the same rate under both configs; anything else (clipping, logging,
+    evaluation, checkpoints) changes only what comes next.
+    """
+    where = f"checkpoint {checkpoint.path}"
+    if checkpoint.config is not None:
+        now = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
+        differences = [(key, before, after) for key, before, after in _differences(checkpoint.config, now)
+                       if key != "run_dir" and not key.startswith("trainer.resume")]
+        decisive = [d for d in differences if _is_resume_key(d[0]) and not _is_schedule_key(d[0])]
+        scheduled = [d for d in differences if _is_schedule_key(d[0])]
+        if scheduled and not decisive:
+            _check_past_rates(checkpoint, now, scheduled, learning_rates)
+            _use_this_runs_rate_table(checkpoint, network)
+        if decisive:
+            shown = "; ".join(f"{key}: {_show(before)} in the checkpoint, {_show(after)} now"
+                              for key, before, after in decisive[:6])
+            raise ConfigError(f"{where} was written by a run configured differently, and an exact resume needs the "
+                              f"same {', '.join(sorted({_resume_key(d[0]) for d in decisive}))}: {shown}. "
+                              "Resume with the checkpoint's values (its run's .hydra/config.yaml) or start a new run")
+        for key, before, after in differences:
+            if not _is_schedule_key(key):
+                log.info("resume: %s was %s in the checkpoint, now %s", key, _show(before), _show(after))
+    if checkpoint.group_size != group_size:
+        raise ConfigError(f"{where} was written by a data-parallel job of {checkpoint.group_size} processes and this "
+                          f"one has {group_size}: the data shards and steps differ; resume with "
+                          f"{checkpoint.group_size} processes")
+    if checkpoint.position.steps_per_epoch != steps_per_epoch:
+        raise ConfigError(f"{where} has {checkpoint.position.steps_per_epoch} steps per epoch and this run "
+                          f"{steps_per_epoch}: the training data differs (data.root, its files, data.batch_size)")
+    _check_parameters(checkpoint, network)
+
+
+def restore(checkpoint: TrainingCheckpoint, network: nn.Cell) -> None:
+    """Load every Parameter of `network` from `checkpoint` (checked first by :func:`check_resumable`)."""
+    not_loaded, _ = ms.load_param_into_net(network, dict(checkpoint.parameters), strict_load=True)
+    not_loaded = [name for name in not_loaded if name not in RUNNING_TOTALS]  # metrics; absent from older files
+    if not_loaded:
+        raise ConfigError(f"checkpoint {checkpoint.path}: {listing(not_loaded)} could not be loaded")
+
+
+# ------------------------------------------------------------------- helpers
+def _check_parameters(checkpoint: TrainingCheckpoint, network: nn.Cell) -> None:
+    own = {p.name: p for p in network.get_parameters()}
+    # The wrapper's running totals (metrics_on_device) may be on either side alone: metrics, not the model's state.
+    problems = fit_problems(own, checkpoint.parameters, "the checkpoint", "this run's network",
+                            excused=RUNNING_TOTALS.__contains__, dtypes=True)
+    if problems:
+        raise ConfigError(f"checkpoint {checkpoint.path} does not fit this run's model and training state "
+                          f"({'; '.join(problems)}): was it written by another model or with other wrapper "
+                          "features (wrapper.ema_decay, wrapper.accumulation_steps, wrapper.loss_scale, "
+                          "wrapper.skip_nonfinite)?")
+
+
+def _differences(before: DictConfig, after: DictConfig, prefix: str = "") -> Iterable[Tuple[str, object, object]]:
+    keys = list(dict.fromkeys([*before.keys(), *after.keys()]))
+    for key in keys:
+        name = f"{prefix}{key}"
+        old = before.get(key) if key in before else _ABSENT
+        new = after.get(key) if key in after else _ABSENT
+        if isinstance(old, DictConfig) and isinstance(new, DictConfig):
+            yield from _differences(old, new, f"{name}.")
+        elif _plain(old) != _plain(new):
+            yield name, old, new
+
+
+def _check_past_rates(checkpoint: TrainingCheckpoint, now: DictConfig, scheduled: List[Tuple[str, object, object]],
+                      learning_rates: Optional[Callable[[DictConfig], Sequence[float]]]) -> None:
+    """Refuse schedule changes that give an update already taken another learning rate (see check_resumable)."""
+    changed = "; ".join(f"{key}: {_show(before)} in the checkpoint, {_show(after)} now" for key, before, after in
+                        scheduled[:6])
+    keys = ", ".join(sorted({_schedule_key(key) for key, _, _ in scheduled}))
+    done = int(_scalar(checkpoint.parameters["global_step"])) if "global_step" in checkpoint.parameters else None
+    if learning_rates is None or done is None:
+        raise ConfigError(f"checkpoint {checkpoint.path} was written by a run configured differently, and an exact "
+                          f"resume needs the same {keys}: {changed}")
+    before, after = list(learning_rates(checkpoint.config))[:done], list(learning_rates(now))[:done]
+    for update, (old, new) in enumerate(zip(before, after)):
+        if old != new:
+            schedule = now.get("lr_schedule", {}).get("_target_", "the schedule")
+            raise ConfigError(
+                f"checkpoint {checkpoint.path} cannot be continued with {changed}: that changes the learning rate of "
+                f"updates already taken ({done} so far; update {update + 1} used {old:.6g}, under this config "
+                f"{new:.6g}, {schedule}), so the run would not be the one continued. Continue with the checkpoint's "
+                f"{keys}, change only what lies ahead (a constant schedule, or step milestones after epoch "
+                f"{int(checkpoint.position.epoch)}), or start a new run from the checkpoint's weights "
+                "(python -m trainkit.export)")
+    if len(after) < done:
+        raise ConfigError(f"checkpoint {checkpoint.path} has taken {done} updates and this config has {len(after)}: "
+                          f"{changed}")
+    for key, old, new in scheduled:
+        log.info("resume: %s was %s in the checkpoint, now %s (the %d updates taken keep their learning rates)",
+                 key, _show(old), _show(new), done)
+
+
+def _use_this_runs_rate_table(checkpoint: TrainingCheckpoint, network: nn.Cell) -> None:
+    """The optimizer's table of rates (``learning_rate``, one per update of the run) is the new config's: its past
+    entries were just found equal to the checkpoint's, its length and future entries are what changed."""
+    for parameter in network.get_parameters():
+        if parameter.name == _RATE_TABLE and _RATE_TABLE in checkpoint.parameters:
+            checkpoint.parameters[_RATE_TABLE] = ms.Parameter(ms.Tensor(parameter.asnumpy()), name=_RATE_TABLE)
+
+
+def _is_resume_key(key: str) -> bool:
+    return any(key == k or key.startswith(k + ".") for k in RESUME_KEYS)
+
+
+def _is_schedule_key(key: str) -> bool:
+    return any(key == k or key.startswith(k + ".") for k in SCHEDULE_KEYS)
+
+
+def _schedule_key(key: str) -> str:
+    return next(k for k in SCHEDULE_KEYS if key == k or key.startswith(k + "."))
+
+
+def _resume_key(key: str) -> str:
+    return next(k for k in RESUME_KEYS if key == k or key.startswith(k + "."))
+
+
+class _Absent:
+    def __repr__(self) -> str:
+        return "absent"
+
+
+_ABSENT = _Absent()
+
+
+def _plain(value):
+    return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+
+
+def _show(value) -> str:
+    return "absent" if value is _ABSENT else repr(_plain(value))
+
+
+def _scalar(value):
+    """append_dict values come back as Parameters (numbers) or str."""
+    if isinstance(value, (str, int, float)):
+        return value
+    array = value.asnumpy() if hasattr(value, "asnumpy") else value
+    return array.item() if hasattr(array, "item") else array
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file or folder to disk (best effort where the platform has no folder fsync)."""
+    try:
+        descriptor = os.open(str(path), os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)

@@ -1,0 +1,74 @@
+"""``python -m trainkit.export``: an inference checkpoint of the network alone, from a training checkpoint.
+
+A training checkpoint (``mindspore.save_checkpoint`` of the TrainingWrapper, as the app's epoch and best
+checkpoints are) holds the network's parameters next to the training state: optimizer state
+(``moment1.*``, ``moments.*``, ``beta1_power``, ``global_step``, ``learning_rate``, ...), the loss
+scale (``loss_scale.*``), accumulation (``micro_step``, ``_grad_sum.*``), the non-finite guard
+(``_window_start.*``, ``_loss_sum``) and the EMA (``ema.<name>``, ``ema_num_updates``). The export keeps
+the network's parameters only, with the live values or the EMA's, so that ``mindspore.load_checkpoint``
++ ``load_param_into_net(model, ..., strict_load=True)`` fills the bare model and leaves nothing over::
+
+    python -m trainkit.export outputs/run/checkpoints/best.ckpt model_ema.ckpt --weights ema
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Optional, Sequence, Union
+
+import mindspore as ms
+
+from trainkit.errors import CheckpointError
+from trainkit.rundir.weights import WEIGHTS, network_weights, refuse_existing, write_checkpoint
+
+
+def export_checkpoint(checkpoint: Union[str, Path], output: Union[str, Path], weights: str = "live",
+                      force: bool = False) -> Path:
+    """Write the network's parameters from a training `checkpoint` to `output`.
+
+    Args:
+        checkpoint: a checkpoint of the TrainingWrapper (``mindspore.save_checkpoint(wrapper, ...)``).
+        output: the inference checkpoint to write; written to a temporary file beside it and renamed
+            into place, so it is never left half-written.
+        weights: ``"live"`` (the trained weights) or ``"ema"`` (the EMA shadows ``ema.<name>``;
+            parameters without a shadow, e.g. integer ones, keep their live value).
+        force: replace an existing `output`.
+
+    Returns:
+        The path written.
+
+    Raises:
+        CheckpointError: `checkpoint` is missing, unreadable or holds no network parameters, `weights`
+            is ``"ema"`` and it has no EMA, or `output` exists and `force` is False; each names the file.
+        ValueError: `weights` is not ``"live"`` or ``"ema"``.
+    """
+    refuse_existing(output, force)
+    values = network_weights(checkpoint, weights)
+    return write_checkpoint([{"name": name, "data": ms.Tensor(value)} for name, value in values.items()], output)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Command line: ``python -m trainkit.export CHECKPOINT OUTPUT [--weights live|ema] [--force]``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m trainkit.export",
+        description="Write an inference checkpoint of the network alone (no optimizer, EMA or wrapper state) "
+                    "from a trainkit training checkpoint.")
+    parser.add_argument("checkpoint", help="a training checkpoint, e.g. outputs/<recipe>/<run>/checkpoints/best.ckpt")
+    parser.add_argument("output", help="the inference checkpoint to write")
+    parser.add_argument("--weights", choices=WEIGHTS, default="live",
+                        help="live: the trained weights (default); ema: the EMA shadow weights")
+    parser.add_argument("--force", action="store_true", help="replace OUTPUT if it exists")
+    args = parser.parse_args(argv)
+    try:
+        path = export_checkpoint(args.checkpoint, args.output, weights=args.weights, force=args.force)
+    except CheckpointError as error:
+        print(f"trainkit: error: {error}", file=sys.stderr)
+        return 2
+    count = len(ms.load_checkpoint(str(path)))
+    print(f"wrote {path}: {count} parameters of the network, {args.weights} weights, from {args.checkpoint}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
