@@ -9,9 +9,15 @@ position in the data (micro-batches done), the skipped-step count, the seed and 
 Files are ``<directory>/trainkit-<epoch>_<step>.ckpt`` (MindSpore's naming: the epoch in progress, counted from
 1, and the step within it). MindSpore writes each to a temporary file and renames it into place; trainkit then
 flushes it to disk before deleting older ones, so the newest complete checkpoint always survives a crash.
+
+Every file trainkit writes carries MindSpore's CRC32 of its bytes (``save_checkpoint(..., crc_check=True)``) and
+every read checks it (``load_checkpoint(..., crc_check=True)``): a byte changed after the write (a bad disk, a
+copy cut short and patched, a hand edit) makes the file corrupt, never silently different. A file written
+before trainkit checksummed its checkpoints has no CRC and loads unchecked.
 """
 from __future__ import annotations
 
+import binascii
 import logging
 import os
 import re
@@ -20,6 +26,7 @@ from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import mindspore as ms
+import numpy as np
 from mindspore import nn
 from omegaconf import DictConfig, OmegaConf
 
@@ -41,6 +48,10 @@ RESUME_KEYS = ("model", "data._target_", "data.batch_size", "data.image_size", "
 # ahead), and refused otherwise (a cosine stretched over more epochs changes every rate).
 SCHEDULE_KEYS = ("trainer.epochs", "lr_schedule", "optimizer.lr", "parallel.lr_scaling")
 _RATE_TABLE = "learning_rate"  # the Parameter a MindSpore optimizer keeps a list of rates in
+# An entry every checksummed file holds: with it, a file whose CRC32 trailer is gone (cut or overwritten) is
+# corrupt, not "an older file without a checksum".
+CHECKSUMMED = "trainkit_crc32"
+_CRC_MARK = b"crc_num"  # MindSpore's trailer: b"crc_num" + the CRC32 of everything before it, 10 bytes big-endian
 
 
 @dataclass
@@ -101,10 +112,26 @@ def save_training_checkpoint(wrapper: nn.Cell, path: Path, position: Position, *
     if config_text is not None:
         append["trainkit_config"] = config_text
     path = Path(path)
-    ms.save_checkpoint(wrapper, str(path), append_dict=append)  # written as <name>.tmp, then renamed
+    save_checksummed(wrapper, path, append)  # written as <name>.tmp, then renamed
     _fsync(path)
     _fsync(path.parent)
     return path
+
+
+def save_checksummed(network, path: Path, append_dict: Optional[Dict[str, object]] = None) -> None:
+    """``mindspore.save_checkpoint`` with its CRC32 (checked by every :func:`load_checkpoint_file`)."""
+    ms.save_checkpoint(network, str(path), append_dict={**(append_dict or {}), CHECKSUMMED: 1}, crc_check=True)
+
+
+def checkpoint_crc(path: Path) -> Optional[int]:
+    """The CRC32 MindSpore stored at the end of checkpoint `path` (None without one): names one exact file."""
+    with open(path, "rb") as stream:
+        stream.seek(0, os.SEEK_END)
+        if stream.tell() < len(_CRC_MARK) + 10:
+            return None
+        stream.seek(-(len(_CRC_MARK) + 10), os.SEEK_END)
+        tail = stream.read()
+    return int.from_bytes(tail[len(_CRC_MARK):], "big") if tail.startswith(_CRC_MARK) else None
 
 
 def checkpoint_files(directory: Path) -> List[Path]:
@@ -127,13 +154,29 @@ def load_checkpoint_file(path: Path) -> Dict[str, ms.Parameter]:
         raise CheckpointError(f"checkpoint {path} does not exist" if not path.exists()
                               else f"checkpoint {path} is not a file")
     try:
-        saved = ms.load_checkpoint(str(path))
+        saved = ms.load_checkpoint(str(path), crc_check=True)
     except (ValueError, RuntimeError, OSError, TypeError) as error:
+        if _fails_its_crc(path):
+            raise CheckpointError(f"checkpoint {path} is corrupt: it fails its CRC32 checksum (its bytes changed "
+                                  "after it was written)") from error
         raise CheckpointError(f"checkpoint {path} cannot be read: it is corrupt or not a MindSpore checkpoint: "
                               f"{str(error).splitlines()[0] if str(error) else type(error).__name__}") from error
     if not saved:
         raise CheckpointError(f"checkpoint {path} holds no parameters")
+    if CHECKSUMMED in saved:
+        saved.pop(CHECKSUMMED)
+        if checkpoint_crc(path) is None:
+            raise CheckpointError(f"checkpoint {path} is corrupt: it was written with a CRC32 checksum and its "
+                                  "checksum is gone (the end of the file changed)")
     return saved
+
+
+def _fails_its_crc(path: Path) -> bool:
+    """Whether `path` has a CRC32 trailer that its bytes do not match."""
+    with open(path, "rb") as stream:
+        content = stream.read()
+    stored = checkpoint_crc(path)
+    return stored is not None and binascii.crc32(content[:-(len(_CRC_MARK) + 10)]) != stored
 
 
 def read_training_checkpoint(path: Path) -> TrainingCheckpoint:
@@ -155,11 +198,29 @@ def read_training_checkpoint(path: Path) -> TrainingCheckpoint:
         group_size=int(_scalar(extra.get("group_size", 1))), config=config)
 
 
+def read_resumable_checkpoint(path: Path) -> TrainingCheckpoint:
+    """:func:`read_training_checkpoint`, refusing a state no run can continue from: a non-finite float Parameter.
+
+    The non-finite guard skips a step whose update is not finite, so a run never saves such a state; one found
+    here was damaged after the write (the CRC32 of an older, unchecksummed file cannot tell).
+    """
+    checkpoint = read_training_checkpoint(path)
+    for name, value in checkpoint.parameters.items():
+        array = value.asnumpy() if hasattr(value, "asnumpy") else None
+        if array is not None and array.dtype.kind == "f" and not np.isfinite(array).all():
+            raise CheckpointError(f"checkpoint {checkpoint.path} holds non-finite values ({name}: "
+                                  f"{int(np.size(array) - np.isfinite(array).sum())} of {np.size(array)}): a run "
+                                  "never saves such a state (the non-finite guard skips the step), so the file is "
+                                  "damaged; resume from an earlier checkpoint")
+    return checkpoint
+
+
 def newest_valid_checkpoint(directory: Path) -> Optional[TrainingCheckpoint]:
-    """The newest checkpoint in `directory` that loads; broken ones are skipped with a warning naming them."""
+    """The newest checkpoint in `directory` that loads, passes its CRC32 and is finite; the others are skipped
+    with a warning naming them."""
     for path in reversed(checkpoint_files(directory)):
         try:
-            return read_training_checkpoint(path)
+            return read_resumable_checkpoint(path)
         except DataError as error:
             log.warning("trainer.resume=auto: skipping %s", error)
     return None
@@ -181,7 +242,7 @@ def find_resume_checkpoint(resume: str, run_dir: Path) -> Optional[TrainingCheck
         if found is None:
             raise DataError(f"trainer.resume={resume}: no checkpoint in {folder} loads (see the warnings above)")
         return found
-    return read_training_checkpoint(path)
+    return read_resumable_checkpoint(path)
 
 
 def check_resumable(checkpoint: TrainingCheckpoint, cfg: DictConfig, network: nn.Cell, steps_per_epoch: int,
