@@ -33,8 +33,16 @@ from trainkit.app.profiling import profile_window
 from trainkit.app.stopping import continues_at, raise_if_interrupted, stop_metrics
 from trainkit.callbacks import RunLog
 from trainkit.checks import choice
-from trainkit.distributed.parallel import describe_job, job_metrics, prepare_data, scaled_learning_rate, setup_parallel
+from trainkit.distributed.parallel import (
+    describe_job,
+    job_metrics,
+    launched_by_msrun,
+    prepare_data,
+    scaled_learning_rate,
+    setup_parallel,
+)
 from trainkit.errors import ConfigError
+from trainkit.rundir.lock import RunDirectoryLock, held_by_launcher
 from trainkit.step.mixed_precision import applied_amp_level
 from trainkit.step.wrapper import TrainingWrapper
 
@@ -62,14 +70,24 @@ def train(cfg: DictConfig) -> TrainResult:
         ConfigError: a config value is invalid (the message names the key).
         DataError: the data is missing or corrupt (the message names the path).
     """
-    # 1. Check the config, set up the context and the processes; refuse a directory that holds another run.
+    # 1. Check the config, lock the run directory, set up the context and the processes; refuse a directory that
+    # holds another run, live (the lock) or finished.
     check_config(cfg)
     run_dir = run.run_dir_of(cfg)
+    with RunDirectoryLock(run_dir) as lock:  # released when the run ends, however it ends
+        if not launched_by_msrun():
+            lock.acquire()  # before anything is written; under msrun rank 0 takes it below, or the launcher has it
+        return _train(cfg, run_dir, lock)
+
+
+def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResult:
     trainer = cfg.trainer
     run.set_context(trainer, run_dir)
     parallel = setup_parallel(cfg.parallel)
     rank, group_size = parallel.rank, parallel.group_size
     writer = parallel.writer  # the rank that writes config, metrics, events, progress and checkpoints
+    if writer and not lock.held and not held_by_launcher(run_dir):
+        lock.acquire()
     if writer and not run.continues_run_dir(trainer.resume, run_dir):
         run.check_run_dir_is_new(run_dir, cfg.logger.metrics_file)
 
@@ -111,6 +129,7 @@ def train(cfg: DictConfig) -> TrainResult:
     initial_epoch = run.initial_epoch_of(done, steps_per_epoch, sink_size, resumed)
 
     # 4. Every check passed: only now write into the run directory (bad input leaves no trace there).
+    lock.commit()
     if writer:
         if resumed and resumed.path.parent == run_dir / "checkpoints":
             run.set_aside_later_checkpoints(resumed)
