@@ -197,6 +197,21 @@ def set_aside_later_checkpoints(resumed: SavedCheckpoint) -> None:
                 folder)
 
 
+def set_aside_earlier_attempt(checkpoints: Path) -> None:
+    """A run starting anew where an earlier attempt left no checkpoint it can resume from: move what that attempt
+    left in `checkpoints` (unreadable checkpoints, best.ckpt, best.json) aside, as a resume moves later checkpoints
+    (never deleted; this run's own files would otherwise replace them)."""
+    left = [p for p in sorted(checkpoints.iterdir()) if not p.name.startswith("superseded-")] \
+        if checkpoints.is_dir() else []
+    if not left:
+        return
+    folder = checkpoints / time.strftime("superseded-%Y%m%d-%H%M%S")
+    folder.mkdir()
+    for path in left:
+        path.rename(folder / path.name)
+    log.warning("starting a new run: moved the %d files of the earlier attempt's checkpoints to %s", len(left), folder)
+
+
 # ------------------------------------------------------------------- reporting
 def final_metrics(evaluation: Optional[Evaluation], metrics_cb: TrainMetrics, optimizer: nn.Optimizer,
                   elapsed: float, steps: int, samples_per_step: int) -> Dict[str, float]:

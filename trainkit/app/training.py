@@ -133,6 +133,8 @@ def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResul
     if writer:
         if resumed and resumed.path.parent == run_dir / "checkpoints":
             run.set_aside_later_checkpoints(resumed)
+        elif not resumed and run.continues_run_dir(trainer.resume, run_dir):
+            run.set_aside_earlier_attempt(run_dir / "checkpoints")
         run.save_config(cfg, run_dir)
     if done:
         train_set.set_init_step(done)  # Model.train then continues the data mid-epoch where the checkpoint left it
@@ -144,7 +146,11 @@ def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResul
     model_epochs = trainer.epochs * (steps_per_epoch // sink_size if sink_size > 0 else 1)
     run_log = RunLog(run_dir, tensorboard=cfg.logger.tensorboard and writer,
                      metrics_file=cfg.logger.metrics_file if writer else None,
-                     continues_at=continues_at(resumed, run_dir) if writer else None)  # records after it leave
+                     continues_at=continues_at(resumed, run_dir, run.continues_run_dir(trainer.resume, run_dir))
+                     if writer else None)  # the records after it leave the main record
+    if run_log.superseded is not None:
+        log.warning("the records an earlier attempt made %s were moved to %s: this run records them again",
+                    f"after step {done}" if resumed else "in this directory", run_log.superseded)
     hooks = build.build_callbacks(cfg, writer, run_dir, run_log, model, wrapper, eval_set, resumed,
                                   steps_per_epoch, sink_size, samples_per_step, group_size, user_callbacks)
     hooks.callbacks.extend(profiler)
