@@ -32,6 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from trainkit.errors import CheckpointError, ConfigError, DataError
 from trainkit.rundir.parameter_fit import fit_problems, listing
+from trainkit.rundir.trust import check_trusted, targets
 from trainkit.step.wrapper import RUNNING_TOTALS
 
 log = logging.getLogger("trainkit")
@@ -264,7 +265,10 @@ def check_resumable(checkpoint: TrainingCheckpoint, cfg: DictConfig, network: nn
                        if key != "run_dir" and not key.startswith("trainer.resume")]
         decisive = [d for d in differences if _is_resume_key(d[0]) and not _is_schedule_key(d[0])]
         scheduled = [d for d in differences if _is_schedule_key(d[0])]
-        if scheduled and not decisive:
+        if scheduled and not decisive:  # the checkpoint's schedule is built: it may name only trusted targets
+            check_trusted(checkpoint.config, f"the config stored in {where}",
+                          [target for _, target in targets(now) if isinstance(target, str)],
+                          how="this run's config naming the same target")
             _check_past_rates(checkpoint, now, scheduled, learning_rates)
             _use_this_runs_rate_table(checkpoint, network)
         if decisive:
