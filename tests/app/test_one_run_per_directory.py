@@ -2,9 +2,9 @@
 
 Runs are ``python -m trainkit`` subprocesses on the slow data of tests/app/test_run_record.py. The first run is
 frozen with SIGSTOP once it is seen on disk (a record, or its "resuming from" line), so the second starts while the
-first provably holds the directory; nothing waits on time. Mutations tried: the lock's acquire skipped in
-``train`` (the second run trains too), ``continues_at`` returning None without a checkpoint (the killed attempt's
-records stay in metrics.jsonl, doubled).
+first provably holds the directory; nothing waits on time. Mutations tried: the lock's acquire made a no-op in
+``RunDirectoryLock`` (red: the refusal does not name the holder; the resumes both train), ``continues_at`` returning
+None without a checkpoint (the killed attempt's records stay in metrics.jsonl, doubled).
 """
 import hashlib
 import signal
