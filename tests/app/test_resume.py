@@ -330,8 +330,8 @@ def test_a_finished_run_continues_for_longer_when_the_past_learning_rates_stay(u
     append["trainkit_config"] = OmegaConf.to_yaml(cosine, resolve=True)
     cosine_run = tmp_path / "cosine"
     (cosine_run / "checkpoints").mkdir(parents=True)
-    ms.save_checkpoint([{"name": k, "data": v} for k, v in saved.items()],
-                       str(cosine_run / "checkpoints" / source.name), append_dict=append)
+    ms.save_checkpoint([{"name": k, "data": v} for k, v in saved.items()],  # with its CRC32, as trainkit writes
+                       str(cosine_run / "checkpoints" / source.name), append_dict=append, crc_check=True)
     before = tree_digest(cosine_run)
     with pytest.raises(ConfigError) as error:
         train(compose_config([*with_epochs(tiny_cifar10, EPOCHS, "lr_schedule=cosine"), f"run_dir={cosine_run}",
