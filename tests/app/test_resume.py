@@ -339,3 +339,27 @@ def test_a_finished_run_continues_for_longer_when_the_past_learning_rates_stay(u
     assert "trainer.epochs: 2 in the checkpoint, 3 now" in str(error.value)
     assert "changes the learning rate of updates already taken" in str(error.value)
     assert tree_digest(cosine_run) == before
+
+
+def test_a_checkpoint_whose_stored_schedule_names_an_untrusted_target_is_refused(uninterrupted, tiny_cifar10,
+                                                                                  tmp_path):
+    """A resume that compares schedules builds the checkpoint's own: a planted one is refused, and runs nothing.
+    Mutation tried: the check_trusted call in check_resumable removed (the planted file is written)."""
+    from omegaconf import OmegaConf
+
+    run_a, _ = uninterrupted
+    source = run_a / "checkpoints" / "trainkit-2_2.ckpt"
+    saved = ms.load_checkpoint(str(source))
+    config = OmegaConf.create(saved.pop("trainkit_config"))
+    victim = tmp_path / "x.pth"
+    config.lr_schedule = {"_target_": "pathlib.Path.write_text", "_args_": [str(victim), "import os"]}
+    planted = tmp_path / "planted" / "trainkit-2_2.ckpt"
+    planted.parent.mkdir()
+    ms.save_checkpoint([{"name": k, "data": v} for k, v in saved.items()], str(planted), crc_check=True,
+                       append_dict={"trainkit_config": OmegaConf.to_yaml(config)})
+    run_dir = tmp_path / "run"
+    with pytest.raises(ConfigError, match="lr_schedule._target_=pathlib.Path.write_text, which is not trusted"):
+        train(compose_config([*overrides(tiny_cifar10), f"run_dir={run_dir}", f"trainer.resume={planted}",
+                              f"trainer.epochs={EPOCHS + 1}"]))
+    assert not victim.exists()
+    assert not (run_dir / ".hydra").exists()
