@@ -202,17 +202,18 @@ def read_training_checkpoint(path: Path) -> TrainingCheckpoint:
 def read_resumable_checkpoint(path: Path) -> TrainingCheckpoint:
     """:func:`read_training_checkpoint`, refusing a state no run can continue from: a non-finite float Parameter.
 
-    The non-finite guard skips a step whose update is not finite, so a run never saves such a state; one found
-    here was damaged after the write (the CRC32 of an older, unchecksummed file cannot tell).
+    The non-finite guard skips a step whose update is not finite, so a run never saves such a state (unless it ran
+    with the guard off and diverged); one found here was damaged after the write, or by a run without the guard.
     """
     checkpoint = read_training_checkpoint(path)
     for name, value in checkpoint.parameters.items():
         array = value.asnumpy() if hasattr(value, "asnumpy") else None
         if array is not None and array.dtype.kind == "f" and not np.isfinite(array).all():
             raise CheckpointError(f"checkpoint {checkpoint.path} holds non-finite values ({name}: "
-                                  f"{int(np.size(array) - np.isfinite(array).sum())} of {np.size(array)}): a run "
-                                  "never saves such a state (the non-finite guard skips the step), so the file is "
-                                  "damaged; resume from an earlier checkpoint")
+                                  f"{int(np.size(array) - np.isfinite(array).sum())} of {np.size(array)}): no run "
+                                  "can continue from it, and with the non-finite guard (wrapper.skip_nonfinite, the "
+                                  "default) no run saves one, so the file is damaged; resume from an earlier "
+                                  "checkpoint")
     return checkpoint
 
 
