@@ -99,7 +99,7 @@ def rewrite_group_size(source: Path, target: Path, group_size: int) -> None:
               for key, value in appended.items()}
     append["group_size"] = group_size
     ms.save_checkpoint([{"name": name, "data": value} for name, value in saved.items()], str(target),
-                       append_dict=append)
+                       append_dict=append, crc_check=True)  # with its CRC32, as trainkit writes
 
 
 @pytest.mark.parametrize("change, named", [
