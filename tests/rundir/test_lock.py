@@ -85,3 +85,24 @@ def test_a_release_before_commit_leaves_the_directory_as_it_was(tmp_path):
     with RunDirectoryLock(tmp_path) as lock:  # a stale lock file: put back as it was
         lock.acquire()
     assert digest(tmp_path) == before
+
+
+def test_a_data_parallel_launcher_is_refused_before_msrun_starts_when_the_directory_is_held(tmp_path):
+    """The launcher takes the lock for its job before it starts msrun (its workers then run under it: the
+    data-parallel tests train through it)."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "train.log").write_text("the holder's log\n")  # Hydra opens it (creates it when missing) at start
+    holder = hold(run_dir)
+    try:
+        before = digest(run_dir)
+        launched = subprocess.run([sys.executable, "-m", "trainkit", "parallel=data_parallel", "parallel.workers=2",
+                                   f"hydra.run.dir={run_dir}"], cwd=tmp_path, capture_output=True, text=True,
+                                  env={**os.environ, "GLOG_v": "3", "PYTHONPATH": str(REPO)}, timeout=300)
+        assert launched.returncode == 2, launched.stderr[-2000:]
+        assert launched.stderr.strip().splitlines()[-1].startswith(
+            f"trainkit: error: {run_dir} is in use by another run (pid {holder.pid} on {socket.gethostname()}")
+        assert digest(run_dir) == before and not (run_dir / "msrun_logs").exists()
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
