@@ -42,7 +42,9 @@ def _hydra_main(cfg: DictConfig) -> float:
     on with 1, a signal with 128 + its number, each with one message."""
     from trainkit.distributed.launch import launch_workers, needs_launch
     from trainkit.distributed.parallel import close_log_files
+    from trainkit.rundir import held_log
 
+    held_log.hold()  # until train() accepts the input: a refusal leaves an earlier run's train.log as it was
     try:
         if needs_launch(cfg.parallel):
             from trainkit.app.config import check_config
@@ -56,19 +58,23 @@ def _hydra_main(cfg: DictConfig) -> float:
 
         result = train(cfg)
     except RunDirectoryInUse as error:  # not a word into the run that is there
+        held_log.discard()
         close_log_files()
         print(f"trainkit: error: {error}", file=sys.stderr)
         sys.exit(2)
     except (ConfigError, DataError) as error:
-        _record_in_log_file(error)  # the console gets the one stderr line below, not the same words twice
+        held_log.drop(error)  # into a new train.log only; the console gets the one stderr line below
         print(f"trainkit: error: {error}", file=sys.stderr)
         sys.exit(2)
     except TrainingError as error:  # logged where it was raised
+        held_log.release()
         print(f"trainkit: error: {error}", file=sys.stderr)
         sys.exit(1)
     except RunInterrupted as stop:  # logged where it was raised; 128 + signal, as a shell reports a signal's end
+        held_log.release()
         sys.exit(stop.status)
     except Exception as error:  # a crash: the traceback goes to train.log as well as the console
+        held_log.release()
         log.exception("the run crashed: %s: %s", type(error).__name__, error)
         print(f"trainkit: error: the run crashed ({type(error).__name__}); the full traceback is in "
               f"{_log_file()}", file=sys.stderr)
@@ -76,19 +82,12 @@ def _hydra_main(cfg: DictConfig) -> float:
     return result.metrics.get(best_metric(cfg), float("nan"))  # the objective for Hydra sweepers
 
 
-def _record_in_log_file(error: Exception) -> None:
-    """Write the error into train.log only: on the console it is the one ``trainkit: error:`` line."""
-    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, "%s", (error,), None)
-    for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.FileHandler):
-            handler.handle(record)
-
-
 def _log_file() -> str:
     """Where this process's log lines are written: train.log, or msrun's worker log on ranks other than 0."""
-    for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.FileHandler):
-            return handler.baseFilename
+    from trainkit.rundir.held_log import log_files
+
+    for name in log_files():
+        return name
     rank = os.environ.get("RANK_ID")
     return f"msrun's worker_{rank}.log" if rank is not None else "the output above"
 

@@ -35,6 +35,7 @@ from trainkit.callbacks import RunLog
 from trainkit.checks import choice
 from trainkit.distributed.parallel import describe_job, job_metrics, prepare_data, scaled_learning_rate, setup_parallel
 from trainkit.errors import ConfigError
+from trainkit.rundir import held_log
 from trainkit.step.mixed_precision import applied_amp_level
 from trainkit.step.wrapper import TrainingWrapper
 
@@ -111,6 +112,7 @@ def train(cfg: DictConfig) -> TrainResult:
     initial_epoch = run.initial_epoch_of(done, steps_per_epoch, sink_size, resumed)
 
     # 4. Every check passed: only now write into the run directory (bad input leaves no trace there).
+    held_log.release()  # the lines held since start-up (python -m trainkit) go into train.log
     if writer:
         if resumed and resumed.path.parent == run_dir / "checkpoints":
             run.set_aside_later_checkpoints(resumed)
