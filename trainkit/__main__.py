@@ -11,6 +11,8 @@ Exit statuses: 0 done; 1 a run that could not go on (its message, and for a cras
 import logging
 import os
 import sys
+from pathlib import Path
+from typing import Optional
 
 _WARNINGS_KEY = "logger.mindspore_warnings="
 
@@ -92,6 +94,30 @@ def _log_file() -> str:
     return f"msrun's worker_{rank}.log" if rank is not None else "the output above"
 
 
+def _unusable_run_dir(argv) -> Optional[str]:
+    """Why the run directory cannot be written, or None: Hydra creates it and opens its train.log before trainkit
+    runs, and a failure there would be a traceback. Checked for ``hydra.run.dir=PATH`` (or the default under
+    ``outputs/``) when the command trains."""
+    if any(a in ("--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "--multirun", "-m") for a in argv):
+        return None
+    given = [a.split("=", 1)[1] for a in argv if a.lstrip("+").startswith("hydra.run.dir=")]
+    if given and "${" in given[-1]:
+        return None
+    path = Path(given[-1]).expanduser() if given else Path("outputs")
+    key = f"hydra.run.dir={given[-1]}" if given else "the run directory (default outputs/RECIPE/DATE_TIME)"
+    existing = path.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{key}: {existing} is a file, not a folder: choose a directory with hydra.run.dir=PATH"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{key}: {existing} is not writable: choose a directory you can write with hydra.run.dir=PATH"
+    log_file = path / "train.log"
+    if log_file.exists() and not (log_file.is_file() and os.access(log_file, os.W_OK)):
+        return f"{key}: {log_file} is not a writable file: choose another directory with hydra.run.dir=PATH"
+    return None
+
+
 def main() -> None:
     """The command line: msrun also runs the training command as its cluster's scheduler, which only serves."""
     if os.environ.get("MS_ROLE") == "MS_SCHED":
@@ -99,6 +125,10 @@ def main() -> None:
 
         init()  # returns when the workers are done
         return
+    problem = _unusable_run_dir(sys.argv[1:])
+    if problem:
+        print(f"trainkit: error: {problem}", file=sys.stderr)
+        sys.exit(2)
     _hydra_main()
 
 

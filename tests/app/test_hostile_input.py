@@ -1,0 +1,49 @@
+"""Hostile input to `python -m trainkit` is one line and exit status 2, never a traceback, a hang or a change to an
+earlier run: a run directory that is a file or cannot be written, huge values."""
+import os
+
+import pytest
+
+from tests.common.transcripts import run_in_process
+
+
+def trainkit(*args):
+    return run_in_process(["python", "-m", "trainkit", *args])
+
+
+def one_line(printed, message):
+    assert printed.status == 2, printed.stderr
+    assert printed.stderr.count("\n") == 1 and printed.stderr.startswith("trainkit: error: "), printed.stderr
+    assert message in printed.stderr, printed.stderr
+
+
+def test_a_run_directory_that_is_a_file_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "taken").write_text("not a folder")
+    one_line(trainkit(f"hydra.run.dir={tmp_path / 'taken'}"), f"{tmp_path / 'taken'} is a file, not a folder")
+    one_line(trainkit(f"hydra.run.dir={tmp_path / 'taken' / 'run'}"), f"{tmp_path / 'taken'} is a file, not a folder")
+    assert (tmp_path / "taken").read_text() == "not a folder"
+
+
+def test_a_read_only_run_directory_is_one_line(tmp_path, monkeypatch):
+    # The tests may run as root, for whom every folder is writable: os.access says what a user would be told.
+    monkeypatch.chdir(tmp_path)
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: str(path) != str(locked) and real_access(path, mode))
+    one_line(trainkit(f"hydra.run.dir={locked}"), f"{locked} is not writable")
+    one_line(trainkit(f"hydra.run.dir={locked}/new/run"), f"{locked} is not writable")
+    assert list(locked.iterdir()) == []
+
+
+@pytest.mark.parametrize("args, message", [
+    (["trainer.epochs=100000000000"], "trainer.epochs=100000000000 is not valid: it must be an integer in "
+                                      "[1, 100,000,000]"),
+    (["trainer.epochs=10000000"], "trainer.epochs=10000000 is not valid with 44 steps per epoch: 440,000,000 "
+                                  "micro-batches in all"),
+    (["data.image_size=100000"], "data.image_size=100000 is not valid: it must be at most 4096"),
+])
+def test_huge_values_are_refused(args, message, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    one_line(trainkit("recipe=digits_quickstart", *args, f"hydra.run.dir={tmp_path / 'run'}"), message)
