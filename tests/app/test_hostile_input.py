@@ -47,3 +47,36 @@ def test_a_read_only_run_directory_is_one_line(tmp_path, monkeypatch):
 def test_huge_values_are_refused(args, message, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     one_line(trainkit("recipe=digits_quickstart", *args, f"hydra.run.dir={tmp_path / 'run'}"), message)
+
+
+def test_a_full_disk_during_a_checkpoint_save_leaves_no_temporary_file_and_says_so(tmp_path, monkeypatch):
+    import errno
+
+    import mindspore as ms
+    from mindspore import nn
+
+    from trainkit.callbacks.training_checkpoint import TrainingCheckpoint
+    from trainkit.errors import TrainingError
+    from trainkit.rundir.checkpoint import checkpoint_files
+
+    class Context:
+        def __init__(self, step):
+            self.step = step
+
+        def original_args(self):
+            return type("Params", (), {"cur_step_num": self.step})()
+
+    callback = TrainingCheckpoint(nn.Dense(2, 2), tmp_path, steps_per_epoch=4, every_n_steps=1, keep=2)
+    callback.on_train_begin(Context(0))
+    callback.on_train_step_end(Context(1))
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+
+    def disk_full(network, name, **kwargs):  # MindSpore had written part of its temporary file
+        (tmp_path / "trainkit-1_2.tmp").write_bytes(b"partial")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), name)
+
+    monkeypatch.setattr(ms, "save_checkpoint", disk_full)
+    with pytest.raises(TrainingError, match=r"trainkit-1_2.ckpt could not be written: the disk is full \(No space"):
+        callback.on_train_step_end(Context(2))
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # no .tmp, the earlier one intact
+    assert [p.name for p in checkpoint_files(tmp_path)] == ["trainkit-1_1.ckpt"]

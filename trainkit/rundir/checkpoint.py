@@ -12,6 +12,7 @@ flushes it to disk before deleting older ones, so the newest complete checkpoint
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -23,7 +24,7 @@ import mindspore as ms
 from mindspore import nn
 from omegaconf import DictConfig, OmegaConf
 
-from trainkit.errors import CheckpointError, ConfigError, DataError
+from trainkit.errors import CheckpointError, ConfigError, DataError, TrainingError
 from trainkit.rundir.parameter_fit import fit_problems, listing
 from trainkit.step.wrapper import RUNNING_TOTALS
 
@@ -106,7 +107,17 @@ def save_training_checkpoint(wrapper: nn.Cell, path: Path, position: Position, *
     if config_text is not None:
         append["trainkit_config"] = config_text
     path = Path(path)
-    ms.save_checkpoint(wrapper, str(path), append_dict=append)  # written as <name>.tmp, then renamed
+    try:
+        ms.save_checkpoint(wrapper, str(path), append_dict=append)  # written as <name>.tmp, then renamed
+    except BaseException as error:
+        _remove_partial(path.with_suffix(".tmp"))
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            full = TrainingError(f"checkpoint {path} could not be written: the disk is full ({error.strerror}); "
+                                 "nothing partial was left and the earlier checkpoints are intact: free some space, "
+                                 "then continue with trainer.resume=auto")
+            log.error("%s", full)
+            raise full from error
+        raise
     _fsync(path)
     _fsync(path.parent)
     return path
@@ -345,6 +356,14 @@ def _scalar(value):
         return value
     array = value.asnumpy() if hasattr(value, "asnumpy") else value
     return array.item() if hasattr(array, "item") else array
+
+
+def _remove_partial(path: Path) -> None:
+    """A save that failed leaves MindSpore's temporary file: remove it (best effort; it is never read)."""
+    try:
+        path.unlink()
+    except OSError:
+        pass
 
 
 def _fsync(path: Path) -> None:
