@@ -360,10 +360,7 @@ def _scalar(value):
 
 def _remove_partial(path: Path) -> None:
     """A save that failed leaves MindSpore's temporary file: remove it (best effort; it is never read)."""
-    try:
-        path.unlink()
-    except OSError:
-        pass
+    path.unlink(missing_ok=True)
 
 
 def _fsync(path: Path) -> None:
