@@ -12,6 +12,7 @@ flushes it to disk before deleting older ones, so the newest complete checkpoint
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -360,7 +361,8 @@ def _scalar(value):
 
 def _remove_partial(path: Path) -> None:
     """A save that failed leaves MindSpore's temporary file: remove it (best effort; it is never read)."""
-    path.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # a folder gone read-only: the save's own error is the one to report
+        path.unlink()
 
 
 def _fsync(path: Path) -> None:
