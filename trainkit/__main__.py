@@ -10,6 +10,7 @@ Exit statuses: 0 done; 1 a run that could not go on (its message, and for a cras
 """
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Optional
@@ -118,6 +119,19 @@ def _unusable_run_dir(argv) -> Optional[str]:
     return None
 
 
+class _Stopped(BaseException):
+    """SIGTERM or SIGINT outside the training loop (whose SignalStop callback stops after a step with a checkpoint):
+    a BaseException, so no ``except Exception`` on the way takes it for an error of its own."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _stop(signum, frame) -> None:
+    raise _Stopped(signum)
+
+
 def main() -> None:
     """The command line: msrun also runs the training command as its cluster's scheduler, which only serves."""
     if os.environ.get("MS_ROLE") == "MS_SCHED":
@@ -129,7 +143,20 @@ def main() -> None:
     if problem:
         print(f"trainkit: error: {problem}", file=sys.stderr)
         sys.exit(2)
-    _hydra_main()
+    previous = {signum: signal.signal(signum, _stop) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        _hydra_main()
+    except _Stopped as stop:
+        from trainkit.rundir import held_log
+
+        message = (f"stopped by {stop} outside the training loop (while starting up or finishing), so no checkpoint "
+                   "was written for it: run the command again (with trainer.resume=auto to continue a run)")
+        held_log.drop(RuntimeError(message))  # an earlier run's train.log keeps its bytes
+        print(f"trainkit: {message}", file=sys.stderr)
+        sys.exit(128 + stop.signum)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 if __name__ == "__main__":

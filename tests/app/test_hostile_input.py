@@ -80,3 +80,27 @@ def test_a_full_disk_during_a_checkpoint_save_leaves_no_temporary_file_and_says_
         callback.on_train_step_end(Context(2))
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # no .tmp, the earlier one intact
     assert [p.name for p in checkpoint_files(tmp_path)] == ["trainkit-1_1.ckpt"]
+
+
+def test_sigterm_during_start_up_is_one_line_and_status_143(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    marker = tmp_path / "preparing"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "trainkit", "recipe=digits_quickstart",
+         "data._target_=tests.common.start_up.PreparesUntilSignalled", f"+data.marker={marker}",
+         f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env={**os.environ, "GLOG_v": "3", "PYTHONPATH": str(repo)})
+    deadline = time.monotonic() + 240
+    while not marker.exists() and process.poll() is None and time.monotonic() < deadline:  # wait on the disk
+        time.sleep(0.05)
+    assert marker.exists(), process.communicate()
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 143, stderr
+    assert stderr.count("\n") == 1 and stderr.startswith("trainkit: stopped by SIGTERM outside the training loop")
