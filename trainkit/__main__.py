@@ -132,8 +132,26 @@ def _stop(signum, frame) -> None:
     raise _Stopped(signum)
 
 
+def _shadowing_folder() -> Optional[str]:
+    """The folder that hides the installed package, or None: run from the folder that holds a clone named
+    ``trainkit``, ``python -m`` puts the current directory first and imports that folder (no ``__init__.py``) as
+    ``trainkit`` -- its submodules still resolve, so the failure would come later and read as a missing name."""
+    package = sys.modules.get("trainkit")
+    if package is None or getattr(package, "__file__", None) is not None:
+        return None
+    here = Path(__file__).resolve().parent
+    others = [str(path) for path in getattr(package, "__path__", []) if Path(path).resolve() != here]
+    return others[0] if others else str(here)
+
+
 def main() -> None:
     """The command line: msrun also runs the training command as its cluster's scheduler, which only serves."""
+    shadow = _shadowing_folder()
+    if shadow:
+        print(f"trainkit: error: the folder {shadow} hides the installed trainkit package (python -m puts the "
+              "current directory first on the import path): run the command from another directory, e.g. inside "
+              "that folder", file=sys.stderr)
+        sys.exit(2)
     if os.environ.get("MS_ROLE") == "MS_SCHED":
         from mindspore.communication import init
 

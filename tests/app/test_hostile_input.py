@@ -104,3 +104,24 @@ def test_sigterm_during_start_up_is_one_line_and_status_143(tmp_path):
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 143, stderr
     assert stderr.count("\n") == 1 and stderr.startswith("trainkit: stopped by SIGTERM outside the training loop")
+
+
+def test_a_clone_folder_named_trainkit_in_the_current_directory_is_named(tmp_path):
+    import importlib.metadata
+    import subprocess
+    import sys
+
+    try:
+        importlib.metadata.distribution("trainkit")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("trainkit is not installed: only an installed package can be hidden by a folder")
+    (tmp_path / "trainkit").mkdir()
+    (tmp_path / "trainkit" / "README.md").write_text("a clone of the repository")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, "-m", "trainkit", "recipe=digits_quickstart"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (f"trainkit: error: the folder {tmp_path / 'trainkit'} hides the installed trainkit package "
+                             "(python -m puts the current directory first on the import path): run the command from "
+                             "another directory, e.g. inside that folder\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trainkit"]
