@@ -121,7 +121,7 @@ def test_a_clone_folder_named_trainkit_in_the_current_directory_is_named(tmp_pat
     result = subprocess.run([sys.executable, "-m", "trainkit", "recipe=digits_quickstart"], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 2, result.stderr
-    assert result.stderr == (f"trainkit: error: the folder {tmp_path / 'trainkit'} hides the installed trainkit package "
-                             "(python -m puts the current directory first on the import path): run the command from "
-                             "another directory, e.g. inside that folder\n")
+    assert result.stderr == (f"trainkit: error: the folder {tmp_path / 'trainkit'} hides the installed trainkit "
+                             "package (python -m puts the current directory first on the import path): run the "
+                             "command from another directory, e.g. inside that folder\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["trainkit"]
