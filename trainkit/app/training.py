@@ -36,6 +36,7 @@ from trainkit.checks import choice
 from trainkit.distributed.parallel import describe_job, job_metrics, prepare_data, scaled_learning_rate, setup_parallel
 from trainkit.errors import ConfigError
 from trainkit.rundir import held_log
+from trainkit.rundir.random_state import unrestorable_random_layers
 from trainkit.step.mixed_precision import applied_amp_level
 from trainkit.step.wrapper import TrainingWrapper
 
@@ -143,6 +144,11 @@ def train(cfg: DictConfig) -> TrainResult:
         log.info("resuming from %s: epoch %d, step %d of %d in it (%d micro-batches done, %d optimizer steps)",
                  resumed.path, done // steps_per_epoch + 1, done % steps_per_epoch, steps_per_epoch, done,
                  int(optimizer.global_step.asnumpy().item()))
+        random_layers = unrestorable_random_layers(backbone)
+        if random_layers:
+            log.warning("resume is not exact: %s draw random numbers from MindSpore kernels whose state a checkpoint "
+                        "cannot hold, so their streams (dropout masks) restart; the weights, optimizer, data order "
+                        "and everything else continue exactly", ", ".join(random_layers))
 
     # 5. Train, then report.
     start = time.perf_counter()
