@@ -1,13 +1,28 @@
-"""A resume that cannot be exact says so: MindSpore 2.10's CPU dropout keeps its random stream inside the kernel,
-where no checkpoint can reach it, so a resumed model with dropout names those layers in one warning."""
+"""Exact resume includes the network's random layers: trainkit's Dropout (the MLP's) keeps its random stream in a
+Parameter, so a run resumed mid-epoch ends bitwise equal to the uninterrupted one; a layer whose stream MindSpore
+keeps inside the kernel (``nn.Dropout`` on CPU) cannot resume exactly, and the resume says so in one warning."""
 import logging
 
 import numpy as np
-import pytest
+from mindspore import nn
 
 from trainkit.app import train
 from trainkit.app.config import compose_config
-from trainkit.rundir.checkpoint import checkpoint_files
+
+
+class NnDropoutMLP(nn.Cell):
+    """The MLP's layout with MindSpore's own nn.Dropout."""
+
+    def __init__(self, in_features, out_features, hidden_sizes=(8,), dropout=0.0):
+        super().__init__()
+        layers, width = [], in_features
+        for size in hidden_sizes:
+            layers += [nn.Dense(width, size), nn.ReLU(), nn.Dropout(p=dropout)]
+            width = size
+        self.layers = nn.SequentialCell([*layers, nn.Dense(width, out_features)])
+
+    def construct(self, x):
+        return self.layers(x)
 
 
 class Lines(logging.Handler):
@@ -19,28 +34,61 @@ class Lines(logging.Handler):
         self.lines.append(record.getMessage())
 
 
-def wine(run_dir, dropout, *extra):
-    return compose_config(["recipe=wine_mlp", "model.hidden_sizes=[8,8]", f"model.dropout={dropout}",
-                           "trainer.epochs=2", "trainer.eval_interval=0", "logger.progress=off", f"run_dir={run_dir}",
-                           *extra])
+def wine(run_dir, *extra):
+    return compose_config(["recipe=wine_mlp", "model.hidden_sizes=[8,8]", "model.dropout=0.5", "trainer.epochs=2",
+                           "trainer.eval_interval=0", "trainer.checkpoint_every_n_steps=1",
+                           "trainer.keep_checkpoints=20", "logger.progress=off", f"run_dir={run_dir}", *extra])
 
 
-@pytest.mark.parametrize("dropout", [0.5, 0.0])
-def test_a_resumed_model_with_dropout_is_said_not_exact_naming_the_layers(tmp_path, dropout):
-    first = train(wine(tmp_path / "a", dropout))
+def parameters(network):
+    return {p.name: p.asnumpy().copy() for p in network.get_parameters()}
+
+
+def resumed_from_mid_epoch(tmp_path, *extra):
+    """The uninterrupted run's final parameters, the run resumed from its checkpoint at epoch 2 step 3 (8 steps an
+    epoch) and the warnings of that resume."""
+    uninterrupted = train(wine(tmp_path / "a", *extra))
     handler = Lines()
     logging.getLogger("trainkit").addHandler(handler)
     try:
-        epoch_one = checkpoint_files(tmp_path / "a" / "checkpoints")[0]
-        resumed = train(wine(tmp_path / "b", dropout, f"trainer.resume={epoch_one}"))
+        checkpoint = tmp_path / "a" / "checkpoints" / "trainkit-2_3.ckpt"
+        resumed = train(wine(tmp_path / "b", f"trainer.resume={checkpoint}", *extra))
     finally:
         logging.getLogger("trainkit").removeHandler(handler)
-    warned = [line for line in handler.lines if line.startswith("resume is not exact")]
-    final = {p.name: p.asnumpy() for p in first.network.get_parameters()}
-    same = all(np.array_equal(p.asnumpy(), final[p.name]) for p in resumed.network.get_parameters())
-    if dropout:
-        assert len(warned) == 1 and warned[0].startswith("resume is not exact: layers.2 (Dropout), layers.5 (Dropout) "
-                                                         "draw random numbers"), handler.lines
-        assert not same  # what the warning is about: the masks of epoch 2 are not the uninterrupted run's
-    else:
-        assert not warned and same  # without dropout the resume is exact, and nothing is said
+    return parameters(uninterrupted.wrapper), parameters(resumed.wrapper), handler.lines
+
+
+def test_the_mlp_with_dropout_resumed_mid_epoch_ends_bitwise_equal(tmp_path, mode):
+    expected, actual, lines = resumed_from_mid_epoch(tmp_path, f"trainer.mode={mode}")
+    assert sorted(actual) == sorted(expected)
+    assert {"layers.2.calls", "layers.5.calls"} <= set(actual)  # the dropout streams' positions
+    differing = [name for name in expected if not np.array_equal(actual[name], expected[name])]
+    assert not differing, differing[:5]
+    assert not [line for line in lines if "not exact" in line]
+
+
+def test_dropout_masks_follow_p_and_differ_per_call_and_layer(graph_mode):
+    import mindspore as ms
+
+    from trainkit.models.dropout import Dropout
+
+    ms.set_seed(3)
+    first, second = Dropout(0.25), Dropout(0.25)
+    first.set_train(True)
+    second.set_train(True)
+    ones = ms.Tensor(np.ones((200, 100), np.float32))
+    a, b, c = first(ones).asnumpy(), first(ones).asnumpy(), second(ones).asnumpy()
+    for mask in (a, b, c):
+        assert set(np.unique(mask)) == {0.0, np.float32(1 / 0.75)}
+        assert abs((mask == 0).mean() - 0.25) < 0.01  # 20,000 draws: 4 standard deviations is 0.012
+    assert (a != b).mean() > 0.3 and (a != c).mean() > 0.3  # about 2 p (1 - p) = 0.375 when independent
+    first.set_train(False)
+    assert np.array_equal(first(ones).asnumpy(), ones.asnumpy())
+
+
+def test_a_layer_whose_stream_mindspore_keeps_is_named_and_the_resume_not_called_exact(tmp_path):
+    _, _, lines = resumed_from_mid_epoch(tmp_path, "model._target_=tests.app.test_resume_random.NnDropoutMLP")
+    warned = [line for line in lines if line.startswith("resume is not exact")]
+    assert len(warned) == 1 and warned[0].startswith(
+        "resume is not exact: layers.2 (Dropout), layers.5 (Dropout) draw random numbers"), lines
+
