@@ -51,7 +51,7 @@ class Dropout(nn.Cell):
             stream, _next_stream[0] = _next_stream[0], _next_stream[0] + 1
         self.stream = int(stream)
         seed = ms.get_seed() or 0
-        salt = _lowbias32(np.uint32((seed * _GOLDEN + self.stream) % 2 ** 32))
+        salt = _lowbias32(np.uint32((seed * _GOLDEN + self.stream) % 2 ** 32) ^ np.uint32(_rank() * 0x85EBCA6B % 2 ** 32))
         self.salt = Tensor(np.uint32(salt), ms.uint32)
         self.calls = Parameter(Tensor(0, ms.int32), name="dropout_calls", requires_grad=False)
         self.scale = 1.0 / (1.0 - self.p)
@@ -77,6 +77,13 @@ class Dropout(nn.Cell):
 
     def extend_repr(self) -> str:
         return f"p={self.p}"
+
+
+def _rank() -> int:
+    """This process's rank in a data-parallel job (0 alone): each rank's shard gets masks of its own."""
+    from mindspore.communication import GlobalComm, get_rank
+
+    return int(get_rank()) if GlobalComm.INITED else 0
 
 
 def _lowbias32(value: np.uint32) -> int:
