@@ -51,7 +51,8 @@ class Dropout(nn.Cell):
             stream, _next_stream[0] = _next_stream[0], _next_stream[0] + 1
         self.stream = int(stream)
         seed = ms.get_seed() or 0
-        salt = _lowbias32(np.uint32((seed * _GOLDEN + self.stream) % 2 ** 32) ^ np.uint32(_rank() * 0x85EBCA6B % 2 ** 32))
+        rank = np.uint32(_rank() * 0x85EBCA6B % 2 ** 32)
+        salt = _lowbias32(np.uint32((seed * _GOLDEN + self.stream) % 2 ** 32) ^ rank)
         self.salt = Tensor(np.uint32(salt), ms.uint32)
         self.calls = Parameter(Tensor(0, ms.int32), name="dropout_calls", requires_grad=False)
         self.scale = 1.0 / (1.0 - self.p)
