@@ -165,3 +165,26 @@ def test_the_fit_check_refuses_a_label_the_model_has_no_output_for(example, tmp_
     with pytest.raises(ConfigError, match=r"but the model has 2 outputs: class labels must be integers in \[0, 2\)"):
         train(compose_config([f"hydra.searchpath=[file://{folder / 'conf'}]", "recipe=lines", f"data.path={path}",
                               "data.num_classes=2", "logger.progress=off", f"run_dir={tmp_path / 'run'}"]))
+
+
+# ------------------------------------------------------------------- a streaming source, batch by batch
+def streaming(run_dir, *extra):
+    return compose_config(["recipe=wine_mlp", "data._target_=tests.common.streaming.StreamingRows", "data.batch_size=8", "trainer.epochs=2", "trainer.eval_interval=0",
+                           "logger.progress=off", f"run_dir={run_dir}", *extra])
+
+
+@pytest.mark.parametrize("row, bad, message", [
+    (21, "feature", "StreamingRows.train_dataset(), batch 3: column 'features', sample 5 holds nan"),
+    (42, "7", "StreamingRows.train_dataset(), batch 6: column 'target', sample 2 is 7 (1 of 8 out of range): "
+              "class labels must be integers in [0, 3)"),
+])
+def test_a_streaming_source_is_checked_batch_by_batch_in_the_first_epoch(tmp_path, row, bad, message):
+    with pytest.raises(DataError) as error:
+        train(streaming(tmp_path, f"+data.bad_row={row}", f"+data.bad={bad}"))
+    assert str(error.value).startswith(message), str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_a_clean_streaming_source_trains(tmp_path):
+    result = train(streaming(tmp_path))
+    assert result.metrics["optimizer_steps"] == 16

@@ -33,6 +33,7 @@ from trainkit.app.profiling import profile_window
 from trainkit.app.stopping import continues_at, raise_if_interrupted, stop_metrics
 from trainkit.callbacks import RunLog
 from trainkit.checks import choice
+from trainkit.data.values import checked_batches
 from trainkit.distributed.parallel import describe_job, job_metrics, prepare_data, scaled_learning_rate, setup_parallel
 from trainkit.errors import ConfigError
 from trainkit.rundir import held_log
@@ -79,6 +80,11 @@ def train(cfg: DictConfig) -> TrainResult:
     data = build.instantiate_group("data", cfg.data)
     prepare_data(data, parallel)  # rank 0 first: only one process per machine downloads
     train_set = data.train_dataset(num_shards=group_size, shard_id=rank)
+    batch_check = None
+    if not getattr(data, "values_checked", False):  # a module that streams: its first epoch, batch by batch
+        classes = getattr(data, "num_classes", None)
+        train_set, batch_check = checked_batches(train_set, f"{run.describe(data)}.train_dataset()",
+                                                 classes if isinstance(classes, int) else None)
     eval_set = data.eval_dataset()  # the whole set on every rank: a sharded one is padded with repeats
     steps_per_epoch = train_set.get_dataset_size()
     if steps_per_epoch < 1:
@@ -153,8 +159,13 @@ def train(cfg: DictConfig) -> TrainResult:
     # 5. Train, then report.
     start = time.perf_counter()
     try:
-        model.train(model_epochs, train_set, callbacks=hooks.callbacks, dataset_sink_mode=trainer.dataset_sink_mode,
-                    sink_size=sink_size, initial_epoch=initial_epoch)
+        try:
+            model.train(model_epochs, train_set, callbacks=hooks.callbacks,
+                        dataset_sink_mode=trainer.dataset_sink_mode, sink_size=sink_size, initial_epoch=initial_epoch)
+        except RuntimeError as error:  # a bad batch of a streaming source: MindSpore's many lines, said in one
+            if batch_check is not None and batch_check.problem is not None:
+                raise batch_check.problem from error
+            raise
         raise_if_interrupted(hooks.callbacks, run_dir, steps_per_epoch)  # a signal: RunInterrupted, 128 + signal
         elapsed = time.perf_counter() - start
         metrics = run.final_metrics(hooks.evaluation, hooks.train_metrics, optimizer, elapsed,

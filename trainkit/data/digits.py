@@ -42,6 +42,7 @@ class DigitsData:
     """
 
     num_classes: int = 10
+    values_checked = True  # prepare() checks every value (trainkit.data.check_values): no per-batch check
     image_channels: int = 1
 
     def __init__(self, batch_size: int = 32, eval_batch_size: Optional[int] = None, test_fraction: float = 0.2,

@@ -45,6 +45,8 @@ class SklearnTabularData:
         standardize: standardise the features (train-split statistics).
     """
 
+    values_checked = True  # prepare() checks every value (trainkit.data.check_values): no per-batch check
+
     def __init__(self, dataset: str = "wine", batch_size: int = 32, eval_batch_size: Optional[int] = None,
                  test_fraction: float = 0.2, split_seed: int = 0, standardize: bool = True):
         if dataset not in DATASETS:

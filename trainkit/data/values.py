@@ -122,3 +122,38 @@ def _check_classes(where: str, name: str, array: np.ndarray, num_classes: int) -
     shown = int(value) if float(value).is_integer() else value
     raise DataError(f"{where}: column {name!r}, sample {index} is {shown} ({int(rows.sum())} of {len(rows)} out of "
                     f"range): {valid}")
+
+
+class FirstEpochCheck:
+    """A ``Dataset.map`` operation that checks each batch of the first epoch with :func:`check_values` and passes
+    the batches on unchanged (later epochs are not checked: the same samples come again).
+
+    For data modules that stream their samples (a ``GeneratorDataset`` over files), which ``prepare()`` cannot
+    scan. MindSpore reports an exception raised inside a pipeline as a RuntimeError of many lines; the first problem
+    is kept in :attr:`problem`, so the caller can raise it as the one line it is (:func:`checked_batches`).
+    """
+
+    def __init__(self, source: str, columns: list, num_classes: Optional[int], batches: int):
+        self.source, self.columns, self.num_classes, self.batches = source, list(columns), num_classes, batches
+        self.seen = 0
+        self.problem: Optional[DataError] = None
+
+    def __call__(self, *arrays):
+        if self.seen < self.batches:
+            self.seen += 1
+            features, labels = dict(zip(self.columns[:-1], arrays[:-1])), {self.columns[-1]: arrays[-1]}
+            classes = self.num_classes if np.issubdtype(np.asarray(arrays[-1]).dtype, np.integer) else None
+            try:
+                check_values(self.source, features, labels, num_classes=classes, batch=self.seen)
+            except DataError as error:
+                self.problem = error
+                raise
+        return arrays if len(arrays) > 1 else arrays[0]
+
+
+def checked_batches(dataset, source: str, num_classes: Optional[int] = None):
+    """`dataset` (batched) with each batch of its first epoch checked by :class:`FirstEpochCheck`; returns the
+    dataset and the check, whose ``problem`` names the first bad batch, column and sample."""
+    columns = list(dataset.get_col_names())
+    check = FirstEpochCheck(source, columns, num_classes, dataset.get_dataset_size())
+    return dataset.map(operations=check, input_columns=columns, num_parallel_workers=1), check

@@ -21,6 +21,8 @@ from trainkit.errors import DataError
 class NpzImages:
     """Images and labels from `path`; the last `eval_fraction` of a seeded shuffle is held out for evaluation."""
 
+    values_checked = True  # prepare() checks every value: trainkit need not check each batch of the first epoch
+
     def __init__(self, path: str, batch_size: int = 32, eval_fraction: float = 0.2, seed: int = 0,
                  num_classes: Optional[int] = None):
         self.path = Path(path)
