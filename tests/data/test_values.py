@@ -169,7 +169,8 @@ def test_the_fit_check_refuses_a_label_the_model_has_no_output_for(example, tmp_
 
 # ------------------------------------------------------------------- a streaming source, batch by batch
 def streaming(run_dir, *extra):
-    return compose_config(["recipe=wine_mlp", "data._target_=tests.common.streaming.StreamingRows", "data.batch_size=8", "trainer.epochs=2", "trainer.eval_interval=0",
+    return compose_config(["recipe=wine_mlp", "data._target_=tests.common.streaming.StreamingRows", "data.batch_size=8",
+                           "trainer.epochs=2", "trainer.eval_interval=0",
                            "logger.progress=off", f"run_dir={run_dir}", *extra])
 
 
