@@ -92,3 +92,57 @@ def test_a_layer_whose_stream_mindspore_keeps_is_named_and_the_resume_not_called
     assert len(warned) == 1 and warned[0].startswith(
         "resume is not exact: layers.2 (Dropout), layers.5 (Dropout) draw random numbers"), lines
 
+
+
+def test_the_mlp_with_dropout_resumes_bitwise_in_data_parallel(tmp_path):
+    """Two workers, each drawing masks of its own: the job cut back to a mid-epoch checkpoint and continued with
+    trainer.resume=auto ends with the uninterrupted job's checkpoint, bit for bit."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import mindspore as ms
+
+    repo = Path(__file__).resolve().parents[2]
+    args = ["recipe=wine_mlp", "model.hidden_sizes=[8,8]", "model.dropout=0.5", "data.batch_size=8", "trainer.epochs=2",
+            "trainer.eval_interval=0", "trainer.checkpoint_every_n_steps=1", "trainer.keep_checkpoints=40",
+            "logger.progress=off", "parallel=data_parallel", "parallel.workers=2"]
+
+    def job(run_dir, *extra):
+        result = subprocess.run([sys.executable, "-m", "trainkit", *args, f"hydra.run.dir={run_dir}", *extra],
+                                cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                                env={**os.environ, "GLOG_v": "3", "PYTHONPATH": str(repo)})
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    job(whole)
+    shutil.copytree(whole, cut)
+    final = sorted((whole / "checkpoints").glob("trainkit-2_*.ckpt"), key=lambda p: int(p.stem.split("_")[1]))[-1]
+    for path in (cut / "checkpoints").glob("trainkit-*.ckpt"):
+        if path.name not in ("trainkit-1_1.ckpt", "trainkit-1_2.ckpt", "trainkit-1_3.ckpt"):
+            path.unlink()
+    job(cut, "trainer.resume=auto")
+    expected, actual = ms.load_checkpoint(str(final)), ms.load_checkpoint(str(cut / "checkpoints" / final.name))
+    arrays = sorted(name for name, value in expected.items() if not isinstance(value, str))
+    assert "layers.2.calls" in arrays
+    assert arrays == sorted(name for name, value in actual.items() if not isinstance(value, str))
+    differing = [name for name in arrays if not np.array_equal(expected[name].asnumpy(), actual[name].asnumpy())]
+    assert not differing, differing[:5]
+
+
+def test_each_data_parallel_rank_draws_masks_of_its_own(graph_mode, monkeypatch):
+    import mindspore as ms
+
+    from trainkit.models import dropout
+
+    ones = ms.Tensor(np.ones((100, 100), np.float32))
+    masks = []
+    for rank in (0, 1, 0):
+        monkeypatch.setattr(dropout, "_rank", lambda rank=rank: rank)
+        ms.set_seed(3)
+        layer = dropout.Dropout(0.5, stream=0)
+        layer.set_train(True)
+        masks.append(layer(ones).asnumpy())
+    assert np.array_equal(masks[0], masks[2]) and (masks[0] != masks[1]).mean() > 0.3
