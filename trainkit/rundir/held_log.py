@@ -54,15 +54,21 @@ def release() -> None:
 
 def drop(error: BaseException) -> None:
     """The input is refused with `error`: a log file that held lines before this process keeps its bytes; a new one
-    gets the held lines and the error. Records held by no one are written as they come (no-op unless held)."""
+    gets the held lines and the error. Once released (an error found while training, such as a bad batch), the
+    error goes into the log files, which are this run's."""
     root = logging.getLogger()
+    refusal = logging.getLogger("trainkit").makeRecord("trainkit", logging.ERROR, __file__, 0, "%s", (error,), None)
+    if not _holding():
+        for handler in root.handlers:
+            if isinstance(handler, logging.FileHandler):
+                handler.handle(refusal)
+        return
     for holding in _holding():
         root.removeHandler(holding)
         if holding.file_was_new:
             for record in holding.records:
                 holding.target.handle(record)
-            holding.target.handle(logging.getLogger("trainkit").makeRecord(
-                "trainkit", logging.ERROR, __file__, 0, "%s", (error,), None))
+            holding.target.handle(refusal)
         holding.target.close()
 
 
