@@ -33,6 +33,7 @@ from trainkit.app.profiling import profile_window
 from trainkit.app.stopping import continues_at, raise_if_interrupted, stop_metrics
 from trainkit.callbacks import RunLog
 from trainkit.checks import choice
+from trainkit.data.values import checked_batches
 from trainkit.distributed.parallel import (
     describe_job,
     job_metrics,
@@ -42,7 +43,9 @@ from trainkit.distributed.parallel import (
     setup_parallel,
 )
 from trainkit.errors import ConfigError
+from trainkit.rundir import held_log
 from trainkit.rundir.lock import RunDirectoryLock, held_by_launcher
+from trainkit.rundir.random_state import unrestorable_random_layers
 from trainkit.step.mixed_precision import applied_amp_level
 from trainkit.step.wrapper import TrainingWrapper
 
@@ -95,6 +98,11 @@ def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResul
     data = build.instantiate_group("data", cfg.data)
     prepare_data(data, parallel)  # rank 0 first: only one process per machine downloads
     train_set = data.train_dataset(num_shards=group_size, shard_id=rank)
+    batch_check = None
+    if not getattr(data, "values_checked", False):  # a module that streams: its first epoch, batch by batch
+        classes = getattr(data, "num_classes", None)
+        train_set, batch_check = checked_batches(train_set, f"{run.describe(data)}.train_dataset()",
+                                                 classes if isinstance(classes, int) else None)
     eval_set = data.eval_dataset()  # the whole set on every rank: a sharded one is padded with repeats
     steps_per_epoch = train_set.get_dataset_size()
     if steps_per_epoch < 1:
@@ -130,6 +138,7 @@ def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResul
 
     # 4. Every check passed: only now write into the run directory (bad input leaves no trace there).
     lock.commit()
+    held_log.release()  # the lines held since start-up (python -m trainkit) go into train.log
     if writer:
         if resumed and resumed.path.parent == run_dir / "checkpoints":
             run.set_aside_later_checkpoints(resumed)
@@ -166,12 +175,22 @@ def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResul
         log.info("resuming from %s: epoch %d, step %d of %d in it (%d micro-batches done, %d optimizer steps)",
                  resumed.path, done // steps_per_epoch + 1, done % steps_per_epoch, steps_per_epoch, done,
                  int(optimizer.global_step.asnumpy().item()))
+        random_layers = unrestorable_random_layers(backbone)
+        if random_layers:
+            log.warning("resume is not exact: %s draw random numbers from MindSpore kernels whose state a checkpoint "
+                        "cannot hold, so their streams (dropout masks) restart; the weights, optimizer, data order "
+                        "and everything else continue exactly", ", ".join(random_layers))
 
     # 5. Train, then report.
     start = time.perf_counter()
     try:
-        model.train(model_epochs, train_set, callbacks=hooks.callbacks, dataset_sink_mode=trainer.dataset_sink_mode,
-                    sink_size=sink_size, initial_epoch=initial_epoch)
+        try:
+            model.train(model_epochs, train_set, callbacks=hooks.callbacks,
+                        dataset_sink_mode=trainer.dataset_sink_mode, sink_size=sink_size, initial_epoch=initial_epoch)
+        except RuntimeError as error:  # a bad batch of a streaming source: MindSpore's many lines, said in one
+            if batch_check is not None and batch_check.problem is not None:
+                raise batch_check.problem from error
+            raise
         raise_if_interrupted(hooks.callbacks, run_dir, steps_per_epoch)  # a signal: RunInterrupted, 128 + signal
         elapsed = time.perf_counter() - start
         metrics = run.final_metrics(hooks.evaluation, hooks.train_metrics, optimizer, elapsed,

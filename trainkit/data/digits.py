@@ -16,6 +16,7 @@ from mindspore.dataset import vision
 
 from trainkit.checks import check_int
 from trainkit.data.cifar10 import check_shards
+from trainkit.data.values import check_values
 from trainkit.errors import ConfigError, DataError
 
 NUM_SAMPLES = 1797
@@ -41,6 +42,7 @@ class DigitsData:
     """
 
     num_classes: int = 10
+    values_checked = True  # prepare() checks every value (trainkit.data.check_values): no per-batch check
     image_channels: int = 1
 
     def __init__(self, batch_size: int = 32, eval_batch_size: Optional[int] = None, test_fraction: float = 0.2,
@@ -77,6 +79,7 @@ class DigitsData:
         if images.shape[1:] != (8, 8) or len(images) != len(labels):
             raise DataError(f"scikit-learn's load_digits returned images of shape {images.shape} and "
                             f"{len(labels)} labels; expected [N, 8, 8] and N labels. Reinstall scikit-learn.")
+        check_values("scikit-learn's load_digits", {"image": images}, {"label": labels}, self.num_classes)
         train_index, test_index = self.split(labels)
         scaled = images / PIXEL_MAX
         self.mean = float(scaled[train_index].mean())

@@ -18,6 +18,8 @@ before trainkit checksummed its checkpoints has no CRC and loads unchecked.
 from __future__ import annotations
 
 import binascii
+import contextlib
+import errno
 import logging
 import os
 import re
@@ -30,7 +32,7 @@ import numpy as np
 from mindspore import nn
 from omegaconf import DictConfig, OmegaConf
 
-from trainkit.errors import CheckpointError, ConfigError, DataError
+from trainkit.errors import CheckpointError, ConfigError, DataError, TrainingError
 from trainkit.rundir.parameter_fit import fit_problems, listing
 from trainkit.rundir.trust import check_trusted, targets
 from trainkit.step.wrapper import RUNNING_TOTALS
@@ -40,10 +42,15 @@ log = logging.getLogger("trainkit")
 PREFIX = "trainkit"
 _NAME = re.compile(rf"^{PREFIX}-(\d+)_(\d+)\.ckpt$")
 
-# The config keys an exact resume depends on: a different value changes the parameters' shapes, the data
-# order or the step sequence. Differences elsewhere (clipping, logging, evaluation...) are allowed and logged.
-RESUME_KEYS = ("model", "data._target_", "data.batch_size", "data.image_size", "loss", "optimizer",
-               "wrapper._target_", "wrapper.accumulation_steps", "trainer.seed")
+# The config keys an exact resume depends on: a different value changes the parameters' shapes, the samples
+# trained and evaluated on, their order or the step sequence. Differences elsewhere (clipping, logging,
+# evaluation...) are allowed and logged. Every data key is one, except those of DATA_KEYS_FREE.
+RESUME_KEYS = ("model", "data", "loss", "optimizer", "wrapper._target_", "wrapper.accumulation_steps", "trainer.seed")
+# The data keys a resume may change: they decide how fast the samples arrive (threads, prefetching) or whether
+# missing files may be fetched, never which samples a data module gives or in what order. Any other data key
+# (the split, its fraction and seed, the class subset, the task, the files, the image size...) may change the
+# samples, so a resume refuses a change of it, naming the key.
+DATA_KEYS_FREE = ("data.num_parallel_workers", "data.num_workers", "data.prefetch_size", "data.download")
 # Keys that reach the past only through the learning rate of each update: a change is allowed when every update
 # already taken keeps its rate (more epochs of a constant schedule, or of a step schedule whose milestones lie
 # ahead), and refused otherwise (a cosine stretched over more epochs changes every rate).
@@ -113,7 +120,17 @@ def save_training_checkpoint(wrapper: nn.Cell, path: Path, position: Position, *
     if config_text is not None:
         append["trainkit_config"] = config_text
     path = Path(path)
-    save_checksummed(wrapper, path, append)  # written as <name>.tmp, then renamed
+    try:
+        save_checksummed(wrapper, path, append)  # written as <name>.tmp, then renamed
+    except BaseException as error:
+        _remove_partial(path.with_suffix(".tmp"))
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            full = TrainingError(f"checkpoint {path} could not be written: the disk is full ({error.strerror}); "
+                                 "nothing partial was left and the earlier checkpoints are intact: free some space, "
+                                 "then continue with trainer.resume=auto")
+            log.error("%s", full)
+            raise full from error
+        raise
     _fsync(path)
     _fsync(path.parent)
     return path
@@ -275,8 +292,11 @@ def check_resumable(checkpoint: TrainingCheckpoint, cfg: DictConfig, network: nn
         if decisive:
             shown = "; ".join(f"{key}: {_show(before)} in the checkpoint, {_show(after)} now"
                               for key, before, after in decisive[:6])
+            samples = (" (a data key decides which samples are trained and evaluated on; only "
+                       f"{', '.join(DATA_KEYS_FREE)} may change)" if any(d[0].startswith("data.") for d in decisive)
+                       else "")
             raise ConfigError(f"{where} was written by a run configured differently, and an exact resume needs the "
-                              f"same {', '.join(sorted({_resume_key(d[0]) for d in decisive}))}: {shown}. "
+                              f"same {', '.join(sorted({_resume_key(d[0]) for d in decisive}))}{samples}: {shown}. "
                               "Resume with the checkpoint's values (its run's .hydra/config.yaml) or start a new run")
         for key, before, after in differences:
             if not _is_schedule_key(key):
@@ -362,6 +382,8 @@ def _use_this_runs_rate_table(checkpoint: TrainingCheckpoint, network: nn.Cell) 
 
 
 def _is_resume_key(key: str) -> bool:
+    if any(key == k or key.startswith(k + ".") for k in DATA_KEYS_FREE):
+        return False
     return any(key == k or key.startswith(k + ".") for k in RESUME_KEYS)
 
 
@@ -374,6 +396,8 @@ def _schedule_key(key: str) -> str:
 
 
 def _resume_key(key: str) -> str:
+    if key.startswith("data."):  # each data key on its own: which of them changed the samples
+        return key
     return next(k for k in RESUME_KEYS if key == k or key.startswith(k + "."))
 
 
@@ -399,6 +423,12 @@ def _scalar(value):
         return value
     array = value.asnumpy() if hasattr(value, "asnumpy") else value
     return array.item() if hasattr(array, "item") else array
+
+
+def _remove_partial(path: Path) -> None:
+    """A save that failed leaves MindSpore's temporary file: remove it (best effort; it is never read)."""
+    with contextlib.suppress(OSError):  # a folder gone read-only: the save's own error is the one to report
+        path.unlink()
 
 
 def _fsync(path: Path) -> None:
