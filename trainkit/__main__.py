@@ -8,6 +8,7 @@ Exit statuses: 0 done; 1 a run that could not go on (its message, and for a cras
 ``train.log``); 2 bad input; 128 + N stopped by signal N after a step, with a checkpoint there (143: SIGTERM,
 130: SIGINT).
 """
+import gc
 import logging
 import os
 import sys
@@ -54,6 +55,7 @@ def _hydra_main(cfg: DictConfig) -> float:
             return float("nan")  # the workers' metrics are in the run directory
         from trainkit.app import train
 
+        gc.freeze()  # MindSpore collects garbage before each graph compile: not through what exists by now
         result = train(cfg)
     except RunDirectoryInUse as error:  # not a word into the run that is there
         close_log_files()
