@@ -110,6 +110,7 @@ class Breakdown(NamedTuple):
     wall: float                # the whole process, from its start
     first_step: Optional[float]  # from the process's start to the end of the first training step
     gc_seconds: float          # full garbage collections, inside the phases above
+    cpu_seconds: float         # user + system time of the process (less disturbed by other load than wall time)
     status: int                # the command's exit status
 
 
@@ -150,14 +151,15 @@ def run(argv: List[str]) -> Breakdown:
     seconds = dict(timers.seconds)
     seconds["Python start-up (before the first import)"] = (end - start) - sum(seconds.values())
     first = timers.first_step - start if timers.first_step is not None else None
-    return Breakdown(seconds, end - start, first, timers.gc_seconds, status)
+    cpu = os.times()
+    return Breakdown(seconds, end - start, first, timers.gc_seconds, cpu.user + cpu.system, status)
 
 
 def main(argv: List[str]) -> int:
     result = run(argv)
     load = os.getloadavg()
     first = "-" if result.first_step is None else f"{result.first_step:.2f}"
-    print(f"python -m trainkit {' '.join(argv)}: whole process {result.wall:.2f} s, first step at {first} s, exit "
+    print(f"python -m trainkit {' '.join(argv)}: whole process {result.wall:.2f} s ({result.cpu_seconds:.2f} s CPU), first step at {first} s, exit "
           f"status {result.status}, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", file=sys.stderr)
     for name, value in sorted(result.seconds.items(), key=lambda item: -item[1]):
         print(f"{value:7.2f} s  {100 * value / result.wall:5.1f} %  {name}", file=sys.stderr)
