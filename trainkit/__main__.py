@@ -53,10 +53,15 @@ def _hydra_main(cfg: DictConfig) -> float:
             if status:
                 sys.exit(status)
             return float("nan")  # the workers' metrics are in the run directory
-        from trainkit.app import train
+        from trainkit.app import compile_cache, train
 
+        cached = compile_cache.enable(cfg)  # a second run of this config loads its graphs instead of compiling
         gc.freeze()  # MindSpore collects garbage before each graph compile: not through what exists by now
-        result = train(cfg)
+        try:
+            result = train(cfg)
+        finally:
+            if cached is not None:
+                compile_cache.disable()
     except RunDirectoryInUse as error:  # not a word into the run that is there
         close_log_files()
         print(f"trainkit: error: {error}", file=sys.stderr)
