@@ -159,8 +159,9 @@ def main(argv: List[str]) -> int:
     result = run(argv)
     load = os.getloadavg()
     first = "-" if result.first_step is None else f"{result.first_step:.2f}"
-    print(f"python -m trainkit {' '.join(argv)}: whole process {result.wall:.2f} s ({result.cpu_seconds:.2f} s CPU), first step at {first} s, exit "
-          f"status {result.status}, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", file=sys.stderr)
+    print(f"python -m trainkit {' '.join(argv)}: whole process {result.wall:.2f} s ({result.cpu_seconds:.2f} s CPU), "
+          f"first step at {first} s, exit status {result.status}, load average {load[0]:.2f} {load[1]:.2f} "
+          f"{load[2]:.2f}", file=sys.stderr)
     for name, value in sorted(result.seconds.items(), key=lambda item: -item[1]):
         print(f"{value:7.2f} s  {100 * value / result.wall:5.1f} %  {name}", file=sys.stderr)
     print(f"{result.gc_seconds:7.2f} s  {100 * result.gc_seconds / result.wall:5.1f} %  (inside the above: full "
