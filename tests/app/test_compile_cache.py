@@ -85,3 +85,19 @@ def test_the_key_follows_the_config_the_target_modules_and_named_files_but_not_t
 def test_trainkit_compile_cache_0_turns_it_off(value, monkeypatch):
     monkeypatch.setenv("TRAINKIT_COMPILE_CACHE", value)
     assert compile_cache.cache_root() is None
+
+
+def test_a_graph_mindspore_cannot_save_compiles_uncached_and_its_config_is_not_tried_again(tmp_path):
+    cache = tmp_path / "cache"
+    unsavable = [*QUICK, "wrapper.accumulation_steps=2", "wrapper.loss_scale=dynamic"]  # a PyExecute node
+    first = trainkit(*unsavable, "hydra.run.dir=first", cwd=tmp_path, cache=cache)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr
+    assert "compile cache: off for the rest of this run" in first.stdout
+    (folder,) = (cache / "compile").iterdir()
+    assert (folder / compile_cache.UNSAVABLE).exists()
+    second = trainkit(*unsavable, "hydra.run.dir=second", cwd=tmp_path, cache=cache)
+    assert second.returncode == 0, second.stderr
+    assert "compile cache: off (MindSpore could not save" in second.stdout
+    expected, got = last_checkpoint(tmp_path / "first"), last_checkpoint(tmp_path / "second")
+    for name, value in expected.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)

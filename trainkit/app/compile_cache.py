@@ -34,6 +34,7 @@ log = logging.getLogger("trainkit")
 
 _PACKAGE = Path(__file__).resolve().parents[1]
 _used_in_this_process = False
+UNSAVABLE = "unsavable.txt"  # in a config's folder: MindSpore could not save its graphs
 
 
 def cache_root() -> Optional[Path]:
@@ -123,11 +124,47 @@ def enable(cfg: DictConfig) -> Optional[Path]:
     except Exception as error:  # noqa: BLE001 -- a cache is never worth a failed run: the run itself reports bad input
         log.debug("compile cache off: %s", error)
         return None
+    if (folder / UNSAVABLE).exists():
+        log.info("compile cache: off (MindSpore could not save this config's graphs in an earlier run)")
+        return None
     reused = any(folder.rglob("*.mindir"))
+    # Said at the first compile, not now: a run refused before it (bad input, a directory in use) writes nothing.
+    _compile_without_cache_where_mindspore_cannot_save(folder, "compile cache: %s (%s)" % (
+        folder, "graphs saved by an earlier run of this config" if reused else "a new config: compiling and saving"))
     ms.set_context(enable_compile_cache=True, compile_cache_path=str(folder))
-    log.info("compile cache: %s (%s)", folder, "graphs saved by an earlier run of this config" if reused
-             else "a new config: compiling and saving")
     return folder
+
+
+def _compile_without_cache_where_mindspore_cannot_save(folder: Path, message: str) -> None:
+    """MindSpore 2.10 fails the compile of a graph its cache cannot save (``Cannot export a PyExecute CNode in
+    MindIR``: graphs with Python fallbacks, e.g. the wrapper with accumulation and dynamic loss scaling) instead
+    of compiling it uncached; such a graph is compiled again with the cache off, for the rest of the run, and
+    the config's folder is marked so that its next runs do not try again."""
+    from mindspore.graph import api
+
+    original = api._CellGraphExecutor.compile
+    if getattr(original, "_trainkit_fallback", False):
+        original = original.__wrapped__
+
+    untold = [message]
+
+    def compile(self, obj, *args, **kwargs):
+        if untold and ms.get_context("enable_compile_cache"):
+            log.info("%s", untold.pop())
+        try:
+            return original(self, obj, *args, **kwargs)
+        except RuntimeError as error:
+            if "in MindIR" not in str(error) or not ms.get_context("enable_compile_cache"):
+                raise
+            log.info("compile cache: off for the rest of this run (MindSpore cannot save %s's graph: %s)",
+                     type(obj).__name__, str(error).strip().splitlines()[0])
+            disable()
+            (folder / UNSAVABLE).write_text(f"{type(obj).__name__}: {error}\n")
+            return original(self, obj, *args, **kwargs)
+
+    compile._trainkit_fallback = True
+    compile.__wrapped__ = original
+    api._CellGraphExecutor.compile = compile
 
 
 def disable() -> None:
