@@ -62,11 +62,11 @@ def quick_start(settings: Settings) -> List[Row]:
         warm = base / "warm-cache"
         trainkit(warm)  # fills the cache the "cached" side reads; uncounted
         for rep in range(settings.reps):
-            sides = [("trainkit", lambda cold=cold: trainkit(cold)), ("cached", lambda: trainkit(warm)),
-                     ("torch", torch_side)]
             cold = base / f"cold{rep}"
             if (warm / "kernels").is_dir():  # a first run of a config, on a machine that built the kernels once
                 shutil.copytree(warm / "kernels", cold / "kernels")
+            sides = [("trainkit", lambda cold=cold: trainkit(cold)), ("cached", lambda: trainkit(warm)),
+                     ("torch", torch_side)]
             for name, call in (sides if rep % 2 == 0 else sides[::-1]):
                 results[name].append(call())
 
