@@ -60,6 +60,7 @@ def _hydra_main(cfg: DictConfig) -> float:
         try:
             result = train(cfg)
         finally:
+            gc.unfreeze()  # a process that runs more (a sweep, the tests' in-process runs) collects it again
             if cached is not None:
                 compile_cache.disable()
     except RunDirectoryInUse as error:  # not a word into the run that is there
