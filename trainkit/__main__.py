@@ -8,6 +8,7 @@ Exit statuses: 0 done; 1 a run that could not go on (its message, and for a cras
 ``train.log``); 2 bad input; 128 + N stopped by signal N after a step, with a checkpoint there (143: SIGTERM,
 130: SIGINT).
 """
+import gc
 import logging
 import os
 import signal
@@ -57,9 +58,16 @@ def _hydra_main(cfg: DictConfig) -> float:
             if status:
                 sys.exit(status)
             return float("nan")  # the workers' metrics are in the run directory
-        from trainkit.app import train
+        from trainkit.app import compile_cache, train
 
-        result = train(cfg)
+        cached = compile_cache.enable(cfg)  # a second run of this config loads its graphs instead of compiling
+        gc.freeze()  # MindSpore collects garbage before each graph compile: not through what exists by now
+        try:
+            result = train(cfg)
+        finally:
+            gc.unfreeze()  # a process that runs more (a sweep, the tests' in-process runs) collects it again
+            if cached is not None:
+                compile_cache.disable()
     except RunDirectoryInUse as error:  # not a word into the run that is there
         held_log.discard()
         close_log_files()

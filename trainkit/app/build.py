@@ -31,6 +31,7 @@ from trainkit.checks import choice
 from trainkit.errors import ConfigError
 from trainkit.models.dropout import streams_from_zero
 from trainkit.rundir.checkpoint import TrainingCheckpoint as SavedCheckpoint
+from trainkit.step import fused
 from trainkit.step.mixed_precision import Float32EvalCell, build_loss_network
 from trainkit.step.wrapper import TrainingWrapper
 
@@ -184,6 +185,8 @@ def build_wrapper(cfg: DictConfig, loss_network: nn.Cell, optimizer: nn.Optimize
         checked_scalars(wrapper.logged_scalars())
     except (TypeError, ValueError) as error:
         raise ConfigError(f"wrapper ({cfg.wrapper._target_}).logged_scalars(): {error}") from error
+    if wrapper.ema is not None:
+        log.info("EMA update: %s", fused.describe())
     return wrapper
 
 
