@@ -141,23 +141,23 @@ def first_divergence(rows: Sequence[LayerRow], tolerance: float = DEFAULT_TOLERA
     return None
 
 
-def import_model(path: str, arguments: Dict[str, Any]) -> Any:
+def import_model(path: str, arguments: Dict[str, Any], option: str = "--torch-model") -> Any:
     """``package.module:factory`` called with `arguments` (a class or a function returning a torch module)."""
     module_path, colon, attribute = path.partition(":")
     if not colon or not module_path or not attribute:
-        raise ConfigError(f"--torch-model {path!r} is not valid: give MODULE:NAME, e.g. mypkg.models:resnet50")
+        raise ConfigError(f"{option} {path!r} is not valid: give MODULE:NAME, e.g. mypkg.models:resnet50")
     try:
         module = importlib.import_module(module_path)
     except ImportError as error:
-        raise ConfigError(f"--torch-model {path}: cannot import {module_path} ({error}); run from the folder that "
+        raise ConfigError(f"{option} {path}: cannot import {module_path} ({error}); run from the folder that "
                           "holds it or put it on PYTHONPATH") from error
     factory = getattr(module, attribute, None)
     if factory is None:
-        raise ConfigError(f"--torch-model {path}: {module_path} has no {attribute}")
+        raise ConfigError(f"{option} {path}: {module_path} has no {attribute}")
     try:
         return factory(**arguments)
     except TypeError as error:
-        raise ConfigError(f"--torch-model {path}: {attribute}({_arguments(arguments)}) failed: {error}") from error
+        raise ConfigError(f"{option} {path}: {attribute}({_arguments(arguments)}) failed: {error}") from error
 
 
 def load_torch_weights(model: Any, weights: Path, key: Optional[str]) -> None:
@@ -187,6 +187,20 @@ def torch_names(model: Any, network: nn.Cell, rules: Sequence[Rule]) -> Dict[str
         if mapped is not None:
             names[name or NETWORK] = mapped
     return names
+
+
+def compare_layers(network: nn.Cell, model: Any, batch: np.ndarray, rules: Sequence[Rule] = ()) -> List[LayerRow]:
+    """Every layer of `network` next to its PyTorch counterpart in `model` (paired by mapped name) on `batch`."""
+    outputs = network_outputs(network, batch)
+    names = torch_names(model, network, rules)
+    reference, reference_names = {}, {}
+    for key, value in torch_outputs(model, batch).items():
+        base, hash_, count = key.partition("#")
+        mapped = names.get(base)
+        if mapped is not None:
+            reference[mapped + hash_ + count] = value
+            reference_names[mapped + hash_ + count] = key
+    return layer_table(outputs, reference, reference_names)
 
 
 def print_table(rows: Sequence[LayerRow], stream=None) -> None:
@@ -242,12 +256,12 @@ def _arguments(arguments: Dict[str, Any]) -> str:
     return ", ".join(f"{key}={value!r}" for key, value in arguments.items())
 
 
-def _parse_arguments(items: Sequence[str]) -> Dict[str, Any]:
+def parse_arguments(items: Sequence[str], option: str = "--torch-arg") -> Dict[str, Any]:
     arguments = {}
     for item in items:
         key, equals, value = item.partition("=")
         if not equals or not key.isidentifier():
-            raise ConfigError(f"--torch-arg {item!r} is not valid: give NAME=VALUE, e.g. num_classes=10")
+            raise ConfigError(f"{option} {item!r} is not valid: give NAME=VALUE, e.g. num_classes=10")
         arguments[key] = yaml.safe_load(value)
     return arguments
 
@@ -297,7 +311,7 @@ def _run(args: argparse.Namespace) -> int:
         if torch_weights is None:
             raise ConfigError("--torch-model needs the PyTorch weights: --torch-weights PATH (WEIGHTS is a MindSpore "
                               "checkpoint)")
-        model = import_model(args.torch_model, _parse_arguments(args.torch_arg))
+        model = import_model(args.torch_model, parse_arguments(args.torch_arg))
         load_torch_weights(model, torch_weights, args.key)
     cfg = tool_config(args.overrides)
     set_device(cfg)
@@ -319,18 +333,9 @@ def _run(args: argparse.Namespace) -> int:
             raise DataError(f"--input {args.input} cannot be read as a .npy array: {error}") from error
     else:
         batch = fixed_batch(_input_shape(cfg, data, args.batch_size, args.input_shape), args.seed)
-    outputs = network_outputs(network, batch)
-    reference, reference_names = None, None
-    if model is not None:
-        names = torch_names(model, network, rules)
-        reference, reference_names = {}, {}
-        for key, value in torch_outputs(model, batch).items():
-            base, hash_, count = key.partition("#")
-            mapped = names.get(base)
-            if mapped is not None:
-                reference[mapped + hash_ + count] = value
-                reference_names[mapped + hash_ + count] = key
-    rows = layer_table(outputs, reference, reference_names)
+    reference = model
+    rows = compare_layers(network, model, batch, rules) if model is not None else \
+        layer_table(network_outputs(network, batch))
     print_table(rows)
     diverged = first_divergence(rows, args.tolerance) if reference is not None else None
     nonfinite = [row.name for row in rows if row.nonfinite]
