@@ -88,6 +88,13 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
     shape = [batch_size, *input_shape]
     batch = (np.random.default_rng(seed).integers(0, input_ints, shape) if input_ints
              else fixed_batch(shape, seed))
+    try:
+        with torch.no_grad():
+            model(torch.from_numpy(batch))
+    except Exception as error:  # whatever the user's forward raises on an input it does not take
+        raise ConfigError(f"{target} does not run on a batch of shape {'x'.join(map(str, shape))} "
+                          f"({'token ids' if input_ints else 'floats'}): {_first_line(error)}; give the shape of "
+                          "one sample with --input-shape (and --input-ints N for token ids)") from error
     state = {name: value.detach().cpu().float().numpy() if value.is_floating_point() else value.cpu().numpy()
              for name, value in model.state_dict().items()}
 
@@ -114,7 +121,12 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
                       f"#   python -m trainkit hydra.searchpath=[file://{out}/conf] model={package} "
                       f"model.pretrained={out / WEIGHTS_FILE} data=...\n"
                       f"_target_: {package}.model.{ported.top}\n", encoding="utf-8")
-    rows = compare_layers(network, model, batch)
+    try:
+        rows = compare_layers(network, model, batch)
+    except (RuntimeError, ValueError, TypeError) as error:
+        print(f"the ported {ported.top} fails on the batch where PyTorch's runs: {_first_line(error)}; "
+              f"{out / MODEL_FILE} is kept to look at (a port bug: please report it)")
+        return 1
     diverged = first_divergence(rows, tolerance)
     paired = sum(row.max_abs_diff is not None for row in rows)
     write_table(rows, out / TABLE_FILE, None, {})
@@ -131,6 +143,11 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
     print(f"agree: {paired} layers paired with PyTorch on a batch of shape {'x'.join(map(str, shape))}, every one "
           f"within {tolerance:g} relative")
     return 0
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return " ".join(text.splitlines()[0].split()) if text else type(error).__name__
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -150,6 +150,9 @@ class _Generator:
                 lines.append(f"return {code(node.args[0])}")
                 continue
             args = tuple(code(arg) for arg in node.args)
+            if node.op == "call_function" and target_name(node.target) == "operator.getitem" \
+                    and isinstance(node.args[1], tuple) and node.args[1]:
+                args = (args[0], ", ".join(code(item) for item in node.args[1]))  # x[:, -1], not x[(:, -1)]
             kwargs = {key: code(value) for key, value in node.kwargs.items()}
             try:
                 if node.op == "call_module":
