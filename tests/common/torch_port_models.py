@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812 - PyTorch's spelling
 from torch import nn
 
-from tests.common.torch_models import Bottleneck, BasicBlock, ResNet
+from tests.common.torch_models import BasicBlock, Bottleneck, ResNet
 
 
 def randomised(model: nn.Module, seed: int) -> nn.Module:

@@ -26,8 +26,17 @@ from typing import Any, Dict, List, Optional, Sequence
 import mindspore as ms
 import numpy as np
 
-from trainkit.bridge.compare import (DEFAULT_TOLERANCE, compare_layers, first_divergence, fixed_batch, import_model,
-                                     load_torch_weights, parse_arguments, write_table)
+from trainkit import configs
+from trainkit.bridge.compare import (
+    DEFAULT_TOLERANCE,
+    compare_layers,
+    first_divergence,
+    fixed_batch,
+    import_model,
+    load_torch_weights,
+    parse_arguments,
+    write_table,
+)
 from trainkit.bridge.convert import convert_state_dict
 from trainkit.bridge.port_source import generate, problem_lines
 from trainkit.bridge.state_dict import StateDict
@@ -70,6 +79,10 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
     if not package.isidentifier():
         raise ConfigError(f"--out {out}: the folder becomes the Python package {package!r}, which is not a valid "
                           "name: use letters, digits and _")
+    shipped = Path(configs.__file__).parent / "model" / f"{package}.yaml"
+    if shipped.is_file():
+        raise ConfigError(f"--out {out}: model={package} is one of trainkit's own model configs, which would hide "
+                          "the ported one: choose another folder name")
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not force)):
         raise ConfigError(f"--out {out} exists and is not empty: choose another folder, or --force to replace the "
                           "files port writes there")

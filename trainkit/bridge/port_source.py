@@ -14,8 +14,18 @@ import keyword
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Sequence, Tuple
 
-from trainkit.bridge.port_layers import (CONTAINERS, FUNCTIONS, HELPER_IMPORTS, HELPERS, METHODS, Call, Unsupported,
-                                         layer_call, render_call, target_name)
+from trainkit.bridge.port_layers import (
+    CONTAINERS,
+    FUNCTIONS,
+    HELPER_IMPORTS,
+    HELPERS,
+    METHODS,
+    Call,
+    Unsupported,
+    layer_call,
+    render_call,
+    target_name,
+)
 
 LINE = 116
 
