@@ -36,7 +36,7 @@ class DigitsNet(nn.Module):
         self.stem_norm = nn.BatchNorm2d(16, eps=1e-3, momentum=0.2)
         self.block = nn.Sequential(nn.Conv2d(16, 24, 3, stride=2, padding=1), nn.BatchNorm2d(24), nn.GELU(),
                                    nn.MaxPool2d(3, stride=2, padding=1, ceil_mode=True))
-        self.squeeze = nn.Sequential(nn.AvgPool2d(2, ceil_mode=True, count_include_pad=False),
+        self.squeeze = nn.Sequential(nn.AvgPool2d(2, padding=1, ceil_mode=True, count_include_pad=False),
                                      nn.AdaptiveAvgPool2d(1))
         self.drop = nn.Dropout(0.25)
         self.head = nn.Sequential(nn.Flatten(), nn.Linear(24, 32), nn.SiLU(), nn.Dropout(0.1),
