@@ -28,18 +28,6 @@ CASES = {
 NORM_RENAMES = {"weight": "gamma", "bias": "beta", "running_mean": "moving_mean", "running_var": "moving_variance"}
 
 
-@pytest.fixture
-def on_path(tmp_path, monkeypatch):
-    """tmp_path on the import path (as `python -m` puts the current folder), the packages port writes forgotten."""
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.chdir(tmp_path)
-    before = set(sys.modules)
-    yield tmp_path
-    for name in set(sys.modules) - before:
-        if name.split(".")[0] in CASES or name.startswith("ported"):
-            del sys.modules[name]
-
-
 def port(name, folder, *extra):
     factory, shape, vocab = CASES[name]
     argv = [f"{MODELS}:{factory}", "--out", str(folder / name), "--input-shape", ",".join(map(str, shape)), *extra]
