@@ -22,7 +22,7 @@ import json
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import mindspore as ms
 import numpy as np
@@ -34,6 +34,7 @@ from trainkit.bridge.convert import convert_state_dict
 from trainkit.bridge.name_mapping import Rule, load_rules, map_names, module_name
 from trainkit.bridge.state_dict import read_state_dict
 from trainkit.errors import CheckpointError, ConfigError, DataError
+from trainkit.rundir.parameter_fit import listing
 from trainkit.rundir.weights import load_weights, network_weights
 
 DEFAULT_TOLERANCE = 1e-4
@@ -203,6 +204,19 @@ def compare_layers(network: nn.Cell, model: Any, batch: np.ndarray, rules: Seque
     return layer_table(outputs, reference, reference_names)
 
 
+def unpaired_layers(network: nn.Cell, model: Any, rules: Sequence[Rule] = ()) -> Tuple[List[str], List[str]]:
+    """The layers with parameters of their own left without a counterpart: (in the network, in the torch model).
+
+    A layer left unpaired is not compared at all, so "agree" would say nothing about it.
+    """
+    names = torch_names(model, network, rules)
+    cells = {name for name, cell in network.cells_and_names() if name and list(cell.get_parameters(expand=False))}
+    paired = {mapped for torch_name, mapped in names.items() if torch_name != NETWORK}
+    torch_side = [name for name, module in model.named_modules()
+                  if name and list(module.parameters(recurse=False)) and names.get(name) not in cells]
+    return sorted(cells - paired), torch_side
+
+
 def print_table(rows: Sequence[LayerRow], stream=None) -> None:
     stream = sys.stdout if stream is None else stream
     with_diff = any(row.max_abs_diff is not None for row in rows)
@@ -292,6 +306,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the random batch")
     parser.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE,
                         help=f"largest relative difference per layer (default {DEFAULT_TOLERANCE})")
+    parser.add_argument("--allow-unpaired", action="store_true",
+                        help="exit 0 although layers with parameters are left unpaired (not compared)")
     parser.add_argument("--csv", type=Path, help="write the table as CSV")
     parser.add_argument("--json", type=Path, help="write the table and the verdict as JSON")
     args = parser.parse_intermixed_args(argv)
@@ -341,9 +357,18 @@ def _run(args: argparse.Namespace) -> int:
     nonfinite = [row.name for row in rows if row.nonfinite]
     summary: Dict[str, Any] = {"weights": str(weights), "batch_shape": list(batch.shape), "tolerance": args.tolerance,
                                "first_divergence": diverged.name if diverged else None}
+    unpaired = False
     if reference is not None:
         paired = sum(row.max_abs_diff is not None for row in rows)
-        summary["paired_layers"] = paired
+        here, there = unpaired_layers(network, model, rules)
+        summary.update(paired_layers=paired, unpaired_here=here, unpaired_in_torch=there)
+        left = f"unpaired layers with parameters: {len(here)} here" + (f" ({listing(here, 3)})" if here else "") + \
+            f", {len(there)} in PyTorch" + (f" ({listing(there, 3)})" if there else "")
+        print(left)
+        unpaired = bool(here or there) and not args.allow_unpaired
+        if unpaired:
+            print("layers left unpaired are not compared: their names differ (give the mapping file with --mapping) "
+                  "or one side lacks them; --allow-unpaired accepts that")
         if diverged is not None:
             how = (f"output shape {diverged.shape} here, {diverged.torch_shape} in PyTorch"
                    if diverged.shape != diverged.torch_shape else
@@ -352,13 +377,14 @@ def _run(args: argparse.Namespace) -> int:
                   f"{diverged.torch_name}): {how}")
         else:
             final = next((row for row in rows if row.name == NETWORK), None)
-            print(f"agree: {paired} layers paired with PyTorch, every one within {args.tolerance:g} relative"
+            print(f"{'agree' if not unpaired else 'paired layers agree'}: {paired} layers paired with PyTorch, "
+                  f"every one within {args.tolerance:g} relative"
                   + (f" (output: max abs diff {final.max_abs_diff:.3g})" if final and final.max_abs_diff is not None
                      else ""))
     elif nonfinite:
         print(f"non-finite values first in {nonfinite[0]}")
     write_table(rows, args.csv, args.json, summary)
-    failed = diverged is not None or (reference is None and bool(nonfinite))
+    failed = diverged is not None or unpaired or (reference is None and bool(nonfinite))
     return 1 if failed else 0
 
 
