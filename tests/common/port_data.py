@@ -32,3 +32,22 @@ class RandomSamples:
 
     def eval_dataset(self, num_shards: int = 1, shard_id: int = 0) -> ds.Dataset:
         return self._dataset(num_shards, shard_id)
+
+
+class LateClasses:
+    """A data module that learns its number of classes in prepare(), as one reading its labels from disk would."""
+
+    def __init__(self, samples: int = 12, batch_size: int = 4):
+        self.samples, self.batch_size = samples, batch_size
+        self.num_classes: Optional[int] = None
+
+    def prepare(self) -> None:
+        self.num_classes = 3
+
+    def eval_dataset(self, num_shards: int = 1, shard_id: int = 0) -> ds.Dataset:
+        rng = np.random.default_rng(0)
+        data = ds.NumpySlicesDataset({"x": rng.normal(size=(self.samples, 4)).astype(np.float32),
+                                      "y": rng.integers(0, 3, self.samples).astype(np.int32)}, shuffle=False)
+        return data.batch(self.batch_size)
+
+    train_dataset = eval_dataset

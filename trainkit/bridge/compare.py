@@ -28,9 +28,10 @@ import mindspore as ms
 import numpy as np
 import yaml
 from mindspore import nn
+from omegaconf import OmegaConf
 
-from trainkit.app.tool_config import build_data, build_network, describe_network, set_device, tool_config
-from trainkit.bridge.convert import convert_state_dict
+from trainkit.app.tool_config import describe_network, set_device, tool_config
+from trainkit.bridge.convert import build_prepared, convert_state_dict
 from trainkit.bridge.name_mapping import Rule, load_rules, map_names, module_name
 from trainkit.bridge.state_dict import read_state_dict
 from trainkit.errors import CheckpointError, ConfigError, DataError
@@ -330,9 +331,14 @@ def _run(args: argparse.Namespace) -> int:
         model = import_model(args.torch_model, parse_arguments(args.torch_arg))
         load_torch_weights(model, torch_weights, args.key)
     cfg = tool_config(args.overrides)
+    level = OmegaConf.select(cfg, "amp.level", default="O0")
+    level = getattr(level, "name", str(level))  # an AmpLevel in the app's schema
+    if level != "O0":
+        raise ConfigError(f"amp={level}: compare runs both networks in float32 and would not test {level}'s float16 "
+                          "layers; add amp.level=O0 (amp=O0 with a recipe) to compare the weights, and run "
+                          f"python -m trainkit.evaluate with amp={level} to see its accuracy")
     set_device(cfg)
-    data = build_data(cfg)
-    network = build_network(cfg, data)
+    data, network = build_prepared(cfg)
     if weights.suffix in MINDSPORE_SUFFIXES:
         load_weights(network, network_weights(weights, args.which), str(weights))
     else:

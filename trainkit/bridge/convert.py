@@ -180,8 +180,7 @@ def convert(source: Path, output: Path, overrides: Sequence[str] = (), mapping_f
     state = read_state_dict(source, key)
     cfg = tool_config(overrides)
     set_device(cfg)
-    data = build_data(cfg)
-    network = build_network(cfg, data)
+    data, network = build_prepared(cfg)
     conversion = convert_state_dict(state, network, rules, allow_missing, prefix, describe_network(cfg, data))
     if not conversion.complete:
         problems = []
@@ -198,6 +197,24 @@ def convert(source: Path, output: Path, overrides: Sequence[str] = (), mapping_f
         raise error
     write_checkpoint([{"name": name, "data": ms.Tensor(value)} for name, value in conversion.values.items()], output)
     return conversion
+
+
+def build_prepared(cfg):
+    """(data module, network) as the app builds them: the data module prepared first (it may set num_classes).
+
+    Data that is not on this machine (a CIFAR-10 not downloaded) does not stop a network that does not need it:
+    the data module's attributes then come from its class, and only a key they leave null stops, naming both.
+    """
+    data = build_data(cfg)
+    try:
+        data.prepare()
+    except DataError as error:
+        try:
+            return data, build_network(cfg, data)
+        except ConfigError as build_error:
+            raise ConfigError(f"{build_error} (the data module's prepare() would fill it, but failed: {error})"
+                              ) from error
+    return data, build_network(cfg, data)
 
 
 def _count(items: Sequence, noun: str) -> str:
