@@ -222,3 +222,13 @@ def test_values_no_trained_network_holds_are_refused_naming_the_tensor(planted, 
     code = main([str(tmp_path / "bad.pth"), str(tmp_path / "bad.ckpt"), "model=resnet18", "model.num_classes=10"])
     error = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(error) == 1 and message in error[0] and not (tmp_path / "bad.ckpt").exists()
+
+
+def test_a_conversion_logs_no_deprecation_warning_per_parameter(tmp_path, capfd):
+    """mindspore.dtype_to_nptype logs "is deprecated" at every call: one line per parameter of the network."""
+    torch.save(torch_models.resnet18(num_classes=10, seed=1).state_dict(), tmp_path / "r.pth")
+    capfd.readouterr()
+    assert main([str(tmp_path / "r.pth"), str(tmp_path / "r.ckpt"), "recipe=resnet50_cifar10", "model=resnet18",
+                 "model.num_classes=10"]) == 0
+    captured = capfd.readouterr()
+    assert "deprecated" not in captured.out + captured.err

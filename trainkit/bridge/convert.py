@@ -29,7 +29,7 @@ from trainkit.bridge.name_mapping import NameMapping, Rule, load_rules, map_name
 from trainkit.bridge.state_dict import StateDict, read_state_dict
 from trainkit.errors import CheckpointError, ConfigError, DataError
 from trainkit.rundir.parameter_fit import listing
-from trainkit.rundir.weights import matching, refuse_existing, write_checkpoint
+from trainkit.rundir.weights import matching, numpy_dtype, refuse_existing, write_checkpoint
 
 log = logging.getLogger("trainkit")
 
@@ -113,7 +113,7 @@ def convert_state_dict(source: StateDict, network: nn.Cell, rules: Sequence[Rule
     allowed = set(matching(own, allow_missing))
     casts: Counter = Counter()
     for name, parameter in own.items():
-        dtype = ms.dtype_to_nptype(parameter.dtype)
+        dtype = numpy_dtype(parameter.dtype)
         original = by_target.get(name)
         if original is None:
             if name in allowed:

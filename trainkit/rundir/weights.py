@@ -12,6 +12,7 @@ one of three kinds of MindSpore checkpoint, told apart by their entries:
 from __future__ import annotations
 
 import fnmatch
+import functools
 import logging
 import os
 from pathlib import Path
@@ -58,6 +59,13 @@ def network_parameter_names(names: Sequence[str]) -> List[str]:
     return [name for name in names
             if (name in present and EMA_PREFIX + name in present and "." not in name)
             or ("." in name and not name.startswith(_WRAPPER_PREFIXES) and name.split(".", 1)[0] not in cloned)]
+
+
+@functools.lru_cache(maxsize=None)
+def numpy_dtype(dtype) -> np.dtype:
+    """NumPy's dtype for a MindSpore one, without ``mindspore.dtype_to_nptype`` (deprecated since 2.7: it logs a
+    warning at every call, one per parameter)."""
+    return ms.Tensor(0, dtype).asnumpy().dtype
 
 
 def refuse_existing(output: Union[str, Path], force: bool) -> None:
@@ -154,6 +162,6 @@ def load_weights(network: nn.Cell, values: Dict[str, np.ndarray], source: str, k
         if value is None or tuple(value.shape) != tuple(parameter.shape):
             reinitialised.append(name)
             continue
-        parameter.set_data(ms.Tensor(value.astype(ms.dtype_to_nptype(parameter.dtype))))
+        parameter.set_data(ms.Tensor(value.astype(numpy_dtype(parameter.dtype))))
     return reinitialised
 
