@@ -29,6 +29,7 @@ from trainkit.rundir.parameter_fit import fit_problems
 log = logging.getLogger("trainkit")
 
 WEIGHTS = ("live", "ema")
+PYTORCH_SUFFIXES = (".pth", ".pt", ".bin", ".safetensors")
 EMA_PREFIX = "ema."
 # What trainkit appends to a training checkpoint besides Parameters (checkpoint.save_training_checkpoint).
 _APPENDED = ("micro_steps", "steps_per_epoch", "skipped_steps", "group_size", "trainkit_config")
@@ -113,6 +114,10 @@ def network_weights(path: Union[str, Path], weights: str = "live") -> Dict[str, 
     if weights not in WEIGHTS:
         raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}; got {weights!r}")
     path = Path(path)
+    if path.suffix in PYTORCH_SUFFIXES and path.is_file():
+        raise CheckpointError(f"{path} is a PyTorch file, not a MindSpore checkpoint: convert it first (python -m "
+                              f"trainkit.convert {path} {path.with_suffix('.ckpt').name} OVERRIDES...), or port "
+                              "its model with python -m trainkit.port")
     saved = load_checkpoint_file(path)
     for key in _APPENDED:
         saved.pop(key, None)
