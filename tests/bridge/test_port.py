@@ -81,12 +81,12 @@ def test_a_ported_model_computes_what_pytorch_computes_with_the_same_parameter_n
 
 @pytest.mark.slow
 def test_resnet50_ports_and_agrees(on_path, capsys):
-    CASES["resnet50"] = ("resnet50", (3, 32, 32), None)
+    CASES["torch_resnet50"] = ("resnet50", (3, 32, 32), None)
     try:
-        assert port("resnet50", on_path) == 0
+        assert port("torch_resnet50", on_path) == 0
         assert "agree: 183 layers paired" in capsys.readouterr().out
     finally:
-        del CASES["resnet50"]
+        del CASES["torch_resnet50"]
 
 
 def test_batch_norm_momentum_is_pytorch_s_in_training_mode(on_path):
