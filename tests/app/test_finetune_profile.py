@@ -125,6 +125,22 @@ def test_fine_tuning_is_a_new_run_with_frozen_parameters_left_out_of_the_optimiz
     assert result.metrics["optimizer_steps"] == 5  # a fresh optimizer: this run's 5 steps only
 
 
+@pytest.mark.parametrize("fixed", [False, True])
+def test_frozen_batch_norms_keep_their_statistics_only_with_freeze_batch_norm(trained, fixed):
+    """The default moves a frozen layer's batch-norm statistics (PyTorch's train()); freeze_batch_norm keeps them
+    bitwise, as backbone.eval() does, while the layers not frozen still move theirs."""
+    folder, _, _ = trained
+    exported = {k: v.asnumpy() for k, v in ms.load_checkpoint(str(folder / "exported.ckpt")).items()}
+    result = train(compose_config(overrides(folder / "cifar10", folder / f"bn{fixed}",
+                                            f"model.pretrained={folder / 'exported.ckpt'}",
+                                            "model.freeze=[features.0.*]", f"+model.freeze_batch_norm={fixed}")))
+    values = {name: p.asnumpy() for name, p in result.network.parameters_dict().items()}
+    frozen = [name for name in values if name.startswith("features.0.") and "moving_" in name]
+    assert frozen
+    assert all(np.array_equal(values[name], exported[name]) for name in frozen) == fixed
+    assert not np.array_equal(values["features.1.1.moving_mean"], exported["features.1.1.moving_mean"])
+
+
 def test_bad_fine_tuning_and_profile_settings_stop_before_anything_is_written(trained):
     folder, _, _ = trained
     cases = [(["model.pretrained=/nonexistent.ckpt"], CheckpointError, "/nonexistent.ckpt does not exist"),

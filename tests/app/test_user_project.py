@@ -123,6 +123,7 @@ def test_evaluation_switched_off(graph_mode, project, tmp_path):
     (["loss.reduce=sum"], "unknown key loss.reduce: mindspore.nn.MSELoss takes no argument 'reduce'; "
                           "did you mean loss.reduction?"),
     (["model.hidden_size=[8]"], "did you mean model.hidden_sizes?"),
+    (["model.freez=[body.*]"], "did you mean model.freeze?"),  # a key trainkit reads itself, not the model's
     (["callbacks.0.evry=2"], "unknown key callbacks[0].evry: my_project.hooks.EpochLog takes no argument 'evry'; "
                              "did you mean callbacks[0].every?"),
     (["metrics.mae.foo=1"], "unknown key metrics.mae.foo: mindspore.train.MAE takes no argument 'foo'"),

@@ -130,3 +130,52 @@ def test_bad_input_is_one_line(converted, tmp_path, capsys):
         assert main(argv) == 2, message
         err = capsys.readouterr().err
         assert err.startswith("trainkit: error: ") and err.count("\n") == 1 and message in err, err
+
+
+def test_layers_left_unpaired_are_reported_and_fail_the_comparison_unless_allowed(tmp_path, capsys):
+    """Without the mapping, no layer with parameters pairs up: nothing was compared, so nothing may "agree"."""
+    from tests.bridge.test_convert import user_project, write_mapping
+
+    torch.save(torch_models.UserMLP(seed=1).state_dict(), tmp_path / "user.pth")
+    mapping = write_mapping(tmp_path)
+    overrides = user_project(tmp_path)
+    assert convert([str(tmp_path / "user.pth"), str(tmp_path / "user.ckpt"), *overrides, "--mapping",
+                    str(mapping)]) == 0
+    user = [str(tmp_path / "user.ckpt"), *overrides, "--torch-model", "tests.common.torch_models:UserMLP",
+            "--torch-arg", "seed=1", "--torch-weights", str(tmp_path / "user.pth"), "--input-shape", "4"]
+    capsys.readouterr()
+    code, result = verdict(user, tmp_path)
+    out = capsys.readouterr().out
+    assert code == 1 and "unpaired layers with parameters: 2 here (body.0, body.2), 2 in PyTorch (encoder, " \
+                         "classifier)" in out
+    assert result["unpaired_here"] == ["body.0", "body.2"] and "\nagree:" not in out
+    assert verdict([*user, "--allow-unpaired"], tmp_path)[0] == 0
+    code, result = verdict([*user, "--mapping", str(mapping)], tmp_path)
+    assert code == 0 and result["unpaired_here"] == [] and result["unpaired_in_torch"] == []
+    assert "unpaired layers with parameters: 0 here, 0 in PyTorch" in capsys.readouterr().out
+
+
+def test_the_tools_prepare_the_data_module_as_the_app_does(tmp_path, capsys):
+    """num_classes set by the data module's prepare() fills the model's null key, in convert and compare alike."""
+    from tests.bridge.test_convert import write_mapping
+
+    conf = tmp_path / "conf"
+    (conf / "model").mkdir(parents=True)
+    (conf / "data").mkdir()
+    (conf / "model" / "late.yaml").write_text("_target_: tests.common.user_project.UserMLP\nnum_classes: null\n")
+    (conf / "data" / "late.yaml").write_text("_target_: tests.common.port_data.LateClasses\n")
+    overrides = [f"hydra.searchpath=[file://{conf}]", "model=late", "data=late"]
+    torch.save(torch_models.UserMLP(seed=2).state_dict(), tmp_path / "user.pth")
+    mapping = ["--mapping", str(write_mapping(tmp_path))]
+    assert convert([str(tmp_path / "user.pth"), str(tmp_path / "user.ckpt"), *overrides, *mapping]) == 0
+    code, result = verdict([str(tmp_path / "user.ckpt"), *overrides, *mapping, "--torch-model",
+                            "tests.common.torch_models:UserMLP", "--torch-arg", "seed=2", "--torch-weights",
+                            str(tmp_path / "user.pth"), "--input-shape", "4"], tmp_path)
+    assert code == 0 and result["first_divergence"] is None
+
+
+def test_compare_refuses_a_mixed_precision_level_it_would_not_test(converted, tmp_path, capsys):
+    code = main([str(converted / "weights.ckpt"), *OVERRIDES, "amp=O2", *TORCH, "--torch-weights",
+                 str(converted / "weights.pth")])
+    error = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(error) == 1 and error[0].startswith("trainkit: error: amp=O2: compare runs both")

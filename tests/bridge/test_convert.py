@@ -1,5 +1,7 @@
 """python -m trainkit.convert: PyTorch weights into the network a config builds, outputs equal to PyTorch's."""
 
+from pathlib import Path
+
 import mindspore as ms
 import numpy as np
 import pytest
@@ -102,6 +104,10 @@ def test_wrapped_checkpoints_half_precision_and_a_new_head(tmp_path, capsys):
     assert "dtype: 1 tensors bfloat16 -> float32" in report
     assert "dtype: 1 tensors float16 -> float32" in report  # the head (another shape) kept the network's init
     assert "kept the network's initialisation (--allow-missing): body.2.weight, body.2.bias" in report
+    # every source tensor accounted for: 2 matched, the 2 of the head shaped differently (and allowed)
+    assert "matched: 2 parameters" in report and "only in the source: 0" in report
+    assert "wrong shape: 2: classifier.weight (3, 16) -> body.2.weight (5, 16), classifier.bias (3,) -> body.2.bias " \
+           "(5,) (2 allowed by --allow-missing)" in report
     converted = ms.load_checkpoint(str(tmp_path / "half.ckpt"))
     assert converted["body.0.weight"].dtype == ms.float32 and converted["body.2.weight"].shape == (5, 16)
     np.testing.assert_array_equal(converted["body.0.weight"].asnumpy(), half["encoder.weight"].float().numpy())
@@ -202,3 +208,36 @@ def test_bad_input_stops_with_one_line_and_writes_nothing(tmp_path, capsys):
 def main_error(argv, capsys):
     assert main(argv) == 2
     return capsys.readouterr().err
+
+
+@pytest.mark.parametrize("planted, message", [
+    ("swapped", ": bn1.running_var (-> bn1.moving_variance) is a batch norm's variance but holds"),
+    ("nan", "layer1.0.conv1.weight (-> layer1.0.conv1.weight) holds 1 non-finite values"),
+])
+def test_values_no_trained_network_holds_are_refused_naming_the_tensor(planted, message, tmp_path, capsys):
+    state = torch_models.resnet18(num_classes=10, seed=1).state_dict()
+    if planted == "swapped":  # as a wrong mapping would lay them: the variance gets the mean's negative entries
+        state["bn1.running_mean"], state["bn1.running_var"] = state["bn1.running_var"], state["bn1.running_mean"]
+    else:
+        state["layer1.0.conv1.weight"][0, 0, 0, 0] = float("nan")
+    torch.save(state, tmp_path / "bad.pth")
+    code = main([str(tmp_path / "bad.pth"), str(tmp_path / "bad.ckpt"), "model=resnet18", "model.num_classes=10"])
+    error = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(error) == 1 and message in error[0] and not (tmp_path / "bad.ckpt").exists()
+
+
+def test_a_conversion_logs_no_deprecation_warning_per_parameter(tmp_path):
+    """mindspore.dtype_to_nptype logs "is deprecated" at every call, one line per parameter, at MindSpore's default
+    log level (a fresh process: the suite raises the level)."""
+    import os
+    import subprocess
+    import sys
+
+    save_file(torch_models.UserMLP(seed=1).state_dict(), str(tmp_path / "user.safetensors"))
+    environment = {key: value for key, value in os.environ.items() if key != "GLOG_v"}
+    environment["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    done = subprocess.run([sys.executable, "-m", "trainkit.convert", str(tmp_path / "user.safetensors"),
+                           str(tmp_path / "user.ckpt"), *user_project(tmp_path), "--mapping",
+                           str(write_mapping(tmp_path))], env=environment, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "deprecated" not in done.stdout + done.stderr

@@ -56,7 +56,11 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys):
     (tmp_path / "corrupt.ckpt").write_bytes(b"not a checkpoint")
     (tmp_path / "taken.json").write_text("{}")
     (tmp_path / "empty_run").mkdir()
-    cases = [([str(tmp_path / "absent.ckpt")], "absent.ckpt does not exist"),
+    (tmp_path / "weights.pth").write_bytes(b"PK")  # what a PyTorch user has first
+    cases = [([str(tmp_path / "weights.pth"), "model=resnet18"], "weights.pth is a PyTorch file, not a MindSpore "
+                                                                  "checkpoint: convert it first (python -m "
+                                                                  "trainkit.convert"),
+             ([str(tmp_path / "absent.ckpt")], "absent.ckpt does not exist"),
              ([str(tmp_path / "corrupt.ckpt"), "model=resnet18"], "corrupt.ckpt cannot be read: it is corrupt"),
              ([str(tmp_path / "empty_run")], "holds no checkpoint"),
              ([str(tmp_path / "corrupt.ckpt"), "--output", str(tmp_path / "taken.json")], "already exists")]
@@ -65,4 +69,16 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys):
         err = capsys.readouterr().err
         assert err.startswith("trainkit: error: ") and err.count("\n") == 1 and message in err, err
     assert (tmp_path / "taken.json").read_text() == "{}"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["corrupt.ckpt", "empty_run", "taken.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corrupt.ckpt", "empty_run", "taken.json", "weights.pth"]
+
+
+def test_model_pretrained_given_a_pytorch_file_points_to_convert(tmp_path):
+    from omegaconf import OmegaConf
+
+    from tests.common.models import TinyMLP
+    from trainkit.app.finetune import apply_finetuning
+    from trainkit.errors import CheckpointError
+
+    (tmp_path / "resnet.pth").write_bytes(b"PK")
+    with pytest.raises(CheckpointError, match=r"model.pretrained: .*resnet.pth is a PyTorch file, .* convert it first"):
+        apply_finetuning(OmegaConf.create({"pretrained": str(tmp_path / "resnet.pth")}), TinyMLP())

@@ -14,6 +14,7 @@ import logging
 from pathlib import Path
 
 from mindspore import nn
+from mindspore.nn.layer.normalization import _BatchNorm
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit.errors import CheckpointError, ConfigError
@@ -23,7 +24,7 @@ from trainkit.rundir.weights import WEIGHTS, load_weights, matching, network_wei
 log = logging.getLogger("trainkit")
 
 #: Keys of the model node that configure fine-tuning rather than the model's constructor.
-FINETUNE_KEYS = ("pretrained", "pretrained_weights", "pretrained_reinit", "freeze")
+FINETUNE_KEYS = ("pretrained", "pretrained_weights", "pretrained_reinit", "freeze", "freeze_batch_norm")
 
 
 def model_arguments(node: DictConfig) -> DictConfig:
@@ -70,3 +71,22 @@ def apply_finetuning(node: DictConfig, network: nn.Cell) -> None:
         for name in frozen:
             parameters[name].requires_grad = False
         log.info("model.freeze: %d parameters left out of the optimizer: %s", len(frozen), listing(frozen))
+    if node.get("freeze_batch_norm", False):
+        fixed = fix_frozen_batch_norms(network)
+        log.info("model.freeze_batch_norm: %d batch norms whose gamma and beta are frozen use and keep their moving "
+                 "statistics: %s", len(fixed), listing(fixed))
+
+
+def fix_frozen_batch_norms(network: nn.Cell) -> list:
+    """Batch norms whose gamma and beta are both frozen normalise with their moving statistics and leave them
+    unchanged in training too, as ``backbone.eval()`` does in PyTorch; returns their names.
+
+    Without it (the default, as PyTorch's ``train()``), a frozen layer's batch norm still normalises with the
+    batch's statistics and moves its moving mean and variance towards the new data.
+    """
+    fixed = []
+    for name, cell in network.cells_and_names():
+        if isinstance(cell, _BatchNorm) and not cell.gamma.requires_grad and not cell.beta.requires_grad:
+            cell.use_batch_statistics = False
+            fixed.append(name)
+    return fixed

@@ -88,7 +88,8 @@ def check_node(path: str, node: Any) -> None:
                               f"({_supplied_hint(group)})")
         if not any_key and key not in accepted:
             raise ConfigError(f"unknown key {path}.{key}: {name} takes no argument {key!r}; "
-                              f"{did_you_mean(key, accepted, path + '.')}it takes {_listing(accepted, group)}")
+                              f"{did_you_mean(key, [*accepted, *CONSUMED.get(group, ())], path + '.')}it takes "
+                              f"{_listing(accepted, group)}")
     if name.startswith("trainkit."):
         _check_types(path, node, target)
 

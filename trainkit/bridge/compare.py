@@ -22,18 +22,20 @@ import json
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import mindspore as ms
 import numpy as np
 import yaml
 from mindspore import nn
+from omegaconf import OmegaConf
 
-from trainkit.app.tool_config import build_data, build_network, describe_network, set_device, tool_config
-from trainkit.bridge.convert import convert_state_dict
+from trainkit.app.tool_config import describe_network, set_device, tool_config
+from trainkit.bridge.convert import build_prepared, convert_state_dict
 from trainkit.bridge.name_mapping import Rule, load_rules, map_names, module_name
 from trainkit.bridge.state_dict import read_state_dict
 from trainkit.errors import CheckpointError, ConfigError, DataError
+from trainkit.rundir.parameter_fit import listing
 from trainkit.rundir.weights import load_weights, network_weights
 
 DEFAULT_TOLERANCE = 1e-4
@@ -141,23 +143,23 @@ def first_divergence(rows: Sequence[LayerRow], tolerance: float = DEFAULT_TOLERA
     return None
 
 
-def import_model(path: str, arguments: Dict[str, Any]) -> Any:
+def import_model(path: str, arguments: Dict[str, Any], option: str = "--torch-model") -> Any:
     """``package.module:factory`` called with `arguments` (a class or a function returning a torch module)."""
     module_path, colon, attribute = path.partition(":")
     if not colon or not module_path or not attribute:
-        raise ConfigError(f"--torch-model {path!r} is not valid: give MODULE:NAME, e.g. mypkg.models:resnet50")
+        raise ConfigError(f"{option} {path!r} is not valid: give MODULE:NAME, e.g. mypkg.models:resnet50")
     try:
         module = importlib.import_module(module_path)
     except ImportError as error:
-        raise ConfigError(f"--torch-model {path}: cannot import {module_path} ({error}); run from the folder that "
+        raise ConfigError(f"{option} {path}: cannot import {module_path} ({error}); run from the folder that "
                           "holds it or put it on PYTHONPATH") from error
     factory = getattr(module, attribute, None)
     if factory is None:
-        raise ConfigError(f"--torch-model {path}: {module_path} has no {attribute}")
+        raise ConfigError(f"{option} {path}: {module_path} has no {attribute}")
     try:
         return factory(**arguments)
     except TypeError as error:
-        raise ConfigError(f"--torch-model {path}: {attribute}({_arguments(arguments)}) failed: {error}") from error
+        raise ConfigError(f"{option} {path}: {attribute}({_arguments(arguments)}) failed: {error}") from error
 
 
 def load_torch_weights(model: Any, weights: Path, key: Optional[str]) -> None:
@@ -187,6 +189,33 @@ def torch_names(model: Any, network: nn.Cell, rules: Sequence[Rule]) -> Dict[str
         if mapped is not None:
             names[name or NETWORK] = mapped
     return names
+
+
+def compare_layers(network: nn.Cell, model: Any, batch: np.ndarray, rules: Sequence[Rule] = ()) -> List[LayerRow]:
+    """Every layer of `network` next to its PyTorch counterpart in `model` (paired by mapped name) on `batch`."""
+    outputs = network_outputs(network, batch)
+    names = torch_names(model, network, rules)
+    reference, reference_names = {}, {}
+    for key, value in torch_outputs(model, batch).items():
+        base, hash_, count = key.partition("#")
+        mapped = names.get(base)
+        if mapped is not None:
+            reference[mapped + hash_ + count] = value
+            reference_names[mapped + hash_ + count] = key
+    return layer_table(outputs, reference, reference_names)
+
+
+def unpaired_layers(network: nn.Cell, model: Any, rules: Sequence[Rule] = ()) -> Tuple[List[str], List[str]]:
+    """The layers with parameters of their own left without a counterpart: (in the network, in the torch model).
+
+    A layer left unpaired is not compared at all, so "agree" would say nothing about it.
+    """
+    names = torch_names(model, network, rules)
+    cells = {name for name, cell in network.cells_and_names() if name and list(cell.get_parameters(expand=False))}
+    paired = {mapped for torch_name, mapped in names.items() if torch_name != NETWORK}
+    torch_side = [name for name, module in model.named_modules()
+                  if name and list(module.parameters(recurse=False)) and names.get(name) not in cells]
+    return sorted(cells - paired), torch_side
 
 
 def print_table(rows: Sequence[LayerRow], stream=None) -> None:
@@ -242,12 +271,12 @@ def _arguments(arguments: Dict[str, Any]) -> str:
     return ", ".join(f"{key}={value!r}" for key, value in arguments.items())
 
 
-def _parse_arguments(items: Sequence[str]) -> Dict[str, Any]:
+def parse_arguments(items: Sequence[str], option: str = "--torch-arg") -> Dict[str, Any]:
     arguments = {}
     for item in items:
         key, equals, value = item.partition("=")
         if not equals or not key.isidentifier():
-            raise ConfigError(f"--torch-arg {item!r} is not valid: give NAME=VALUE, e.g. num_classes=10")
+            raise ConfigError(f"{option} {item!r} is not valid: give NAME=VALUE, e.g. num_classes=10")
         arguments[key] = yaml.safe_load(value)
     return arguments
 
@@ -278,6 +307,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the random batch")
     parser.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE,
                         help=f"largest relative difference per layer (default {DEFAULT_TOLERANCE})")
+    parser.add_argument("--allow-unpaired", action="store_true",
+                        help="exit 0 although layers with parameters are left unpaired (not compared)")
     parser.add_argument("--csv", type=Path, help="write the table as CSV")
     parser.add_argument("--json", type=Path, help="write the table and the verdict as JSON")
     parser.add_argument("--trust", action="append", default=[], metavar="MODULE",
@@ -300,12 +331,17 @@ def _run(args: argparse.Namespace) -> int:
         if torch_weights is None:
             raise ConfigError("--torch-model needs the PyTorch weights: --torch-weights PATH (WEIGHTS is a MindSpore "
                               "checkpoint)")
-        model = import_model(args.torch_model, _parse_arguments(args.torch_arg))
+        model = import_model(args.torch_model, parse_arguments(args.torch_arg))
         load_torch_weights(model, torch_weights, args.key)
     cfg = tool_config(args.overrides, args.trust)
+    level = OmegaConf.select(cfg, "amp.level", default="O0")
+    level = getattr(level, "name", str(level))  # an AmpLevel in the app's schema
+    if level != "O0":
+        raise ConfigError(f"amp={level}: compare runs both networks in float32 and would not test {level}'s float16 "
+                          "layers; add amp.level=O0 (amp=O0 with a recipe) to compare the weights, and run "
+                          f"python -m trainkit.evaluate with amp={level} to see its accuracy")
     set_device(cfg)
-    data = build_data(cfg)
-    network = build_network(cfg, data)
+    data, network = build_prepared(cfg)
     if weights.suffix in MINDSPORE_SUFFIXES:
         load_weights(network, network_weights(weights, args.which), str(weights))
     else:
@@ -322,26 +358,26 @@ def _run(args: argparse.Namespace) -> int:
             raise DataError(f"--input {args.input} cannot be read as a .npy array: {error}") from error
     else:
         batch = fixed_batch(_input_shape(cfg, data, args.batch_size, args.input_shape), args.seed)
-    outputs = network_outputs(network, batch)
-    reference, reference_names = None, None
-    if model is not None:
-        names = torch_names(model, network, rules)
-        reference, reference_names = {}, {}
-        for key, value in torch_outputs(model, batch).items():
-            base, hash_, count = key.partition("#")
-            mapped = names.get(base)
-            if mapped is not None:
-                reference[mapped + hash_ + count] = value
-                reference_names[mapped + hash_ + count] = key
-    rows = layer_table(outputs, reference, reference_names)
+    reference = model
+    rows = compare_layers(network, model, batch, rules) if model is not None else \
+        layer_table(network_outputs(network, batch))
     print_table(rows)
     diverged = first_divergence(rows, args.tolerance) if reference is not None else None
     nonfinite = [row.name for row in rows if row.nonfinite]
     summary: Dict[str, Any] = {"weights": str(weights), "batch_shape": list(batch.shape), "tolerance": args.tolerance,
                                "first_divergence": diverged.name if diverged else None}
+    unpaired = False
     if reference is not None:
         paired = sum(row.max_abs_diff is not None for row in rows)
-        summary["paired_layers"] = paired
+        here, there = unpaired_layers(network, model, rules)
+        summary.update(paired_layers=paired, unpaired_here=here, unpaired_in_torch=there)
+        left = f"unpaired layers with parameters: {len(here)} here" + (f" ({listing(here, 3)})" if here else "") + \
+            f", {len(there)} in PyTorch" + (f" ({listing(there, 3)})" if there else "")
+        print(left)
+        unpaired = bool(here or there) and not args.allow_unpaired
+        if unpaired:
+            print("layers left unpaired are not compared: their names differ (give the mapping file with --mapping) "
+                  "or one side lacks them; --allow-unpaired accepts that")
         if diverged is not None:
             how = (f"output shape {diverged.shape} here, {diverged.torch_shape} in PyTorch"
                    if diverged.shape != diverged.torch_shape else
@@ -350,13 +386,14 @@ def _run(args: argparse.Namespace) -> int:
                   f"{diverged.torch_name}): {how}")
         else:
             final = next((row for row in rows if row.name == NETWORK), None)
-            print(f"agree: {paired} layers paired with PyTorch, every one within {args.tolerance:g} relative"
+            print(f"{'agree' if not unpaired else 'paired layers agree'}: {paired} layers paired with PyTorch, "
+                  f"every one within {args.tolerance:g} relative"
                   + (f" (output: max abs diff {final.max_abs_diff:.3g})" if final and final.max_abs_diff is not None
                      else ""))
     elif nonfinite:
         print(f"non-finite values first in {nonfinite[0]}")
     write_table(rows, args.csv, args.json, summary)
-    failed = diverged is not None or (reference is None and bool(nonfinite))
+    failed = diverged is not None or unpaired or (reference is None and bool(nonfinite))
     return 1 if failed else 0
 
 

@@ -29,7 +29,7 @@ from trainkit.bridge.name_mapping import NameMapping, Rule, load_rules, map_name
 from trainkit.bridge.state_dict import StateDict, read_state_dict
 from trainkit.errors import CheckpointError, ConfigError, DataError
 from trainkit.rundir.parameter_fit import listing
-from trainkit.rundir.weights import matching, refuse_existing, write_checkpoint
+from trainkit.rundir.weights import matching, numpy_dtype, refuse_existing, write_checkpoint
 
 log = logging.getLogger("trainkit")
 
@@ -47,6 +47,7 @@ class Conversion:
     only_in_source: List[str] = field(default_factory=list)
     only_in_target: List[str] = field(default_factory=list)
     wrong_shape: List[str] = field(default_factory=list)
+    wrong_shape_allowed: List[str] = field(default_factory=list)  # shaped differently, kept by --allow-missing
     kept_initialised: List[str] = field(default_factory=list)
     cast: Dict[str, int] = field(default_factory=dict)  # "float16 -> float32" -> count
 
@@ -74,8 +75,10 @@ class Conversion:
                      + (f": {listing(self.only_in_source)}" if self.only_in_source else ""))
         lines.append(f"only in the network: {len(self.only_in_target)}"
                      + (f": {listing(self.only_in_target)}" if self.only_in_target else ""))
-        lines.append(f"wrong shape: {len(self.wrong_shape)}" + (f": {listing(self.wrong_shape, 4)}"
-                                                                 if self.wrong_shape else ""))
+        shaped = self.wrong_shape + self.wrong_shape_allowed
+        lines.append(f"wrong shape: {len(shaped)}" + (f": {listing(shaped, 4)}" if shaped else "")
+                     + (f" ({len(self.wrong_shape_allowed)} allowed by --allow-missing)"
+                        if self.wrong_shape_allowed else ""))
         if self.kept_initialised:
             lines.append(f"kept the network's initialisation (--allow-missing): {listing(self.kept_initialised)}")
         for cast, count in self.cast.items():
@@ -110,7 +113,7 @@ def convert_state_dict(source: StateDict, network: nn.Cell, rules: Sequence[Rule
     allowed = set(matching(own, allow_missing))
     casts: Counter = Counter()
     for name, parameter in own.items():
-        dtype = ms.dtype_to_nptype(parameter.dtype)
+        dtype = numpy_dtype(parameter.dtype)
         original = by_target.get(name)
         if original is None:
             if name in allowed:
@@ -121,10 +124,12 @@ def convert_state_dict(source: StateDict, network: nn.Cell, rules: Sequence[Rule
             continue
         value = source.tensors[original]
         if tuple(value.shape) != tuple(parameter.shape):
+            shapes = f"{original} {tuple(value.shape)} -> {name} {tuple(parameter.shape)}"
             if name in allowed:
                 conversion.kept_initialised.append(name)
+                conversion.wrong_shape_allowed.append(shapes)
             else:
-                conversion.wrong_shape.append(f"{original} {tuple(value.shape)} -> {name} {tuple(parameter.shape)}")
+                conversion.wrong_shape.append(shapes)
             conversion.values[name] = parameter.asnumpy()
             continue
         if source.source_dtypes.get(original, str(value.dtype)) != np.dtype(dtype).name:
@@ -133,7 +138,31 @@ def convert_state_dict(source: StateDict, network: nn.Cell, rules: Sequence[Rule
         conversion.matched.append(name)
     conversion.only_in_source = [stripped[name] for name, target in mapping.targets.items() if target not in own]
     conversion.cast = dict(casts)
+    check_values(conversion, by_target)
     return conversion
+
+
+def check_values(conversion: Conversion, sources: Dict[str, str]) -> None:
+    """Refuse values no trained network holds: non-finite ones, and a batch norm's negative variance (its running
+    mean and variance swapped by a mapping, say), naming the tensor on both sides.
+
+    Raises:
+        CheckpointError: the first such tensor.
+    """
+    path = conversion.source.path
+    for name in conversion.matched:
+        value, original = conversion.values[name], sources[name]
+        if not np.issubdtype(value.dtype, np.floating):
+            continue
+        bad = int(value.size - np.count_nonzero(np.isfinite(value)))
+        if bad:
+            raise CheckpointError(f"{path}: {original} (-> {name}) holds {bad} non-finite values (NaN or inf) of "
+                                  f"{value.size}: refused; these weights cannot have come from a working model")
+        if name.endswith("moving_variance") and value.size and float(value.min()) < 0:
+            negative = int(np.count_nonzero(value < 0))
+            raise CheckpointError(f"{path}: {original} (-> {name}) is a batch norm's variance but holds {negative} "
+                                  f"negative values (smallest {float(value.min()):.4g}): refused; a mapping rule may "
+                                  "have swapped running_mean and running_var")
 
 
 def convert(source: Path, output: Path, overrides: Sequence[str] = (), mapping_file: Optional[Path] = None,
@@ -152,8 +181,7 @@ def convert(source: Path, output: Path, overrides: Sequence[str] = (), mapping_f
     state = read_state_dict(source, key)
     cfg = tool_config(overrides, trust)
     set_device(cfg)
-    data = build_data(cfg)
-    network = build_network(cfg, data)
+    data, network = build_prepared(cfg)
     conversion = convert_state_dict(state, network, rules, allow_missing, prefix, describe_network(cfg, data))
     if not conversion.complete:
         problems = []
@@ -170,6 +198,24 @@ def convert(source: Path, output: Path, overrides: Sequence[str] = (), mapping_f
         raise error
     write_checkpoint([{"name": name, "data": ms.Tensor(value)} for name, value in conversion.values.items()], output)
     return conversion
+
+
+def build_prepared(cfg):
+    """(data module, network) as the app builds them: the data module prepared first (it may set num_classes).
+
+    Data that is not on this machine (a CIFAR-10 not downloaded) does not stop a network that does not need it:
+    the data module's attributes then come from its class, and only a key they leave null stops, naming both.
+    """
+    data = build_data(cfg)
+    try:
+        data.prepare()
+    except DataError as error:
+        try:
+            return data, build_network(cfg, data)
+        except ConfigError as build_error:
+            raise ConfigError(f"{build_error} (the data module's prepare() would fill it, but failed: {error})"
+                              ) from error
+    return data, build_network(cfg, data)
 
 
 def _count(items: Sequence, noun: str) -> str:

@@ -10,6 +10,7 @@ from mindspore import dtype as mstype
 from mindspore.train import Callback
 
 from trainkit.callbacks.run_log import RunLog
+from trainkit.rundir.weights import numpy_dtype
 
 
 class StepOutputs(NamedTuple):
@@ -75,7 +76,7 @@ def optimizer_learning_rate(optimizer: nn.Optimizer) -> float:
 
 
 def _set_zero(parameter: Parameter) -> None:
-    parameter.set_data(Tensor(np.zeros(parameter.shape, mstype.dtype_to_nptype(parameter.dtype))))
+    parameter.set_data(Tensor(np.zeros(parameter.shape, numpy_dtype(parameter.dtype))))
 
 
 class GlobalStep:

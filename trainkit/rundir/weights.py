@@ -12,6 +12,7 @@ one of three kinds of MindSpore checkpoint, told apart by their entries:
 from __future__ import annotations
 
 import fnmatch
+import functools
 import logging
 import os
 from pathlib import Path
@@ -28,6 +29,7 @@ from trainkit.rundir.parameter_fit import fit_problems
 log = logging.getLogger("trainkit")
 
 WEIGHTS = ("live", "ema")
+PYTORCH_SUFFIXES = (".pth", ".pt", ".bin", ".safetensors")
 EMA_PREFIX = "ema."
 # What trainkit appends to a training checkpoint besides Parameters (checkpoint.save_training_checkpoint).
 _APPENDED = ("micro_steps", "steps_per_epoch", "skipped_steps", "group_size", "trainkit_config", "best_metric",
@@ -59,6 +61,13 @@ def network_parameter_names(names: Sequence[str]) -> List[str]:
     return [name for name in names
             if (name in present and EMA_PREFIX + name in present and "." not in name)
             or ("." in name and not name.startswith(_WRAPPER_PREFIXES) and name.split(".", 1)[0] not in cloned)]
+
+
+@functools.lru_cache(maxsize=None)
+def numpy_dtype(dtype) -> np.dtype:
+    """NumPy's dtype for a MindSpore one, without ``mindspore.dtype_to_nptype`` (deprecated since 2.7: it logs a
+    warning at every call, one per parameter)."""
+    return ms.Tensor(0, dtype).asnumpy().dtype
 
 
 def refuse_existing(output: Union[str, Path], force: bool) -> None:
@@ -107,6 +116,10 @@ def network_weights(path: Union[str, Path], weights: str = "live") -> Dict[str, 
     if weights not in WEIGHTS:
         raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}; got {weights!r}")
     path = Path(path)
+    if path.suffix in PYTORCH_SUFFIXES and path.is_file():
+        raise CheckpointError(f"{path} is a PyTorch file, not a MindSpore checkpoint: convert it first (python -m "
+                              f"trainkit.convert {path} {path.with_suffix('.ckpt').name} OVERRIDES...), or port "
+                              "its model with python -m trainkit.port")
     saved = load_checkpoint_file(path)
     for key in _APPENDED:
         saved.pop(key, None)
@@ -156,6 +169,6 @@ def load_weights(network: nn.Cell, values: Dict[str, np.ndarray], source: str, k
         if value is None or tuple(value.shape) != tuple(parameter.shape):
             reinitialised.append(name)
             continue
-        parameter.set_data(ms.Tensor(value.astype(ms.dtype_to_nptype(parameter.dtype))))
+        parameter.set_data(ms.Tensor(value.astype(numpy_dtype(parameter.dtype))))
     return reinitialised
 

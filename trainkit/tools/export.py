@@ -49,17 +49,24 @@ def export_checkpoint(checkpoint: Union[str, Path], output: Union[str, Path], we
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Command line: ``python -m trainkit.export CHECKPOINT OUTPUT [--weights live|ema] [--force]``."""
+    """Command line: ``python -m trainkit.export CHECKPOINT OUTPUT [--weights-of live|ema] [--force]``."""
     parser = argparse.ArgumentParser(
         prog="python -m trainkit.export",
         description="Write an inference checkpoint of the network alone (no optimizer, EMA or wrapper state) "
                     "from a trainkit training checkpoint.")
     parser.add_argument("checkpoint", help="a training checkpoint, e.g. outputs/<recipe>/<run>/checkpoints/best.ckpt")
     parser.add_argument("output", help="the inference checkpoint to write")
-    parser.add_argument("--weights", choices=WEIGHTS, default="live",
+    parser.add_argument("--weights-of", "--weights", choices=WEIGHTS, default="live", dest="weights",
                         help="live: the trained weights (default); ema: the EMA shadow weights")
+    parser.add_argument("--to", choices=("mindspore", "torch"), default="mindspore",
+                        help="mindspore: a .ckpt (default); torch: a PyTorch state dict (.safetensors, .pth, .pt) "
+                             "under PyTorch's names, with --mapping FILE applied in reverse")
     parser.add_argument("--force", action="store_true", help="replace OUTPUT if it exists")
     args = parser.parse_args(argv)
+    if args.to != "mindspore" or Path(args.output).suffix in (".safetensors", ".pth", ".pt"):
+        print(f"trainkit: error: {args.output}: a MindSpore checkpoint is written as .ckpt; for PyTorch use "
+              "python -m trainkit.export CHECKPOINT OUT.safetensors|OUT.pth --to torch", file=sys.stderr)
+        return 2
     try:
         path = export_checkpoint(args.checkpoint, args.output, weights=args.weights, force=args.force)
     except CheckpointError as error:

@@ -1,0 +1,163 @@
+"""``python -m trainkit.export CKPT OUT.pth --to torch``: a network's weights back to PyTorch, under PyTorch's names.
+
+The way back of ``convert``: the network's parameters (live or EMA, from a training, exported or converted
+checkpoint) are renamed as PyTorch names them -- batch norm's and layer norm's ``gamma/beta/moving_mean/
+moving_variance`` become ``weight/bias/running_mean/running_var``, each batch norm gets the
+``num_batches_tracked`` counter ``load_state_dict`` expects (0: MindSpore does not count; it matters only to a
+PyTorch batch norm with ``momentum=None``), and a mapping file's rules are applied in reverse -- and written as
+``.safetensors`` (no PyTorch needed) or ``.pth``/``.pt``: a plain ``state_dict`` of tensors that
+``torch.load(path, weights_only=True)`` reads.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from trainkit.bridge.name_mapping import BATCH_NORM_COUNTER, BATCH_NORM_NAMES, Rule, apply_rules, load_rules
+from trainkit.errors import CheckpointError, ConfigError, DataError
+from trainkit.rundir.weights import WEIGHTS, network_weights, refuse_existing
+
+TORCH_SUFFIXES = (".safetensors", ".pth", ".pt")
+_TORCH_NAMES = {value: key for key, value in BATCH_NORM_NAMES.items()}  # gamma -> weight, ...
+# A regular expression that matches one literal text: escapes and anchors only.
+_SPECIAL = set(".^$*+?{}[]\\|()")
+
+
+def torch_names(names: Sequence[str], rules: Sequence[Rule] = ()) -> Dict[str, str]:
+    """network name -> PyTorch name: norm names back, then the mapping file's rules in reverse.
+
+    Raises:
+        ConfigError: a rule that cannot be reversed (a pattern that is not literal text, a replacement with group
+            references), or one whose reverse does not lead back to the network's name.
+    """
+    reverse = [_reversed(index, rule) for index, rule in enumerate(rules) if rule.replace is not None][::-1]
+    mapped = {}
+    for name in names:
+        module, _, leaf = name.rpartition(".")
+        torch_name = f"{module}.{_TORCH_NAMES[leaf]}" if module and leaf in _TORCH_NAMES else name
+        for pattern, replace in reverse:
+            torch_name = pattern.sub(replace, torch_name)
+        forward = apply_rules(torch_name, rules)
+        if rules and forward is not None and forward.rpartition(".")[0] != name.rpartition(".")[0]:
+            raise ConfigError(f"the mapping's rules in reverse send {name} to {torch_name}, which they do not send "
+                              f"back to {name} (but to {forward}): write the reverse rules as a mapping file of its "
+                              "own for this export")
+        mapped[name] = torch_name
+    return mapped
+
+
+def _literal(pattern: str) -> Optional[str]:
+    """The text a pattern matches when it is literal (escapes allowed, ``^``/``$`` anchors aside), else None."""
+    body = pattern[1:] if pattern.startswith("^") else pattern
+    body = body[:-1] if body.endswith("$") and not body.endswith("\\$") else body
+    text, index = "", 0
+    while index < len(body):
+        char = body[index]
+        if char == "\\" and index + 1 < len(body) and not body[index + 1].isalnum():
+            text += body[index + 1]
+            index += 2
+            continue
+        if char in _SPECIAL:
+            return None
+        text += char
+        index += 1
+    return text
+
+
+def _reversed(index: int, rule: Rule):
+    text = _literal(rule.pattern.pattern)
+    if text is None or "\\" in (rule.replace or ""):
+        raise ConfigError(f"mapping rule {index} ({rule.pattern.pattern!r} -> {rule.replace!r}) cannot be applied in "
+                          "reverse: only literal texts can (e.g. '^encoder\\.' -> 'body.'); write the reverse rules "
+                          "as a mapping file of their own for this export")
+    start = "^" if rule.pattern.pattern.startswith("^") else ""
+    end = "$" if rule.pattern.pattern.endswith("$") and not rule.pattern.pattern.endswith("\\$") else ""
+    return re.compile(start + re.escape(rule.replace) + end), text.replace("\\", "\\\\")
+
+
+def torch_state(values: Dict[str, np.ndarray], rules: Sequence[Rule] = ()) -> Dict[str, np.ndarray]:
+    """The network's `values` as a PyTorch state dict (names back, batch norm's counters added)."""
+    names = torch_names(list(values), rules)
+    state: Dict[str, np.ndarray] = {}
+    for name, value in values.items():
+        state[names[name]] = value
+        if name.endswith(".moving_mean"):
+            counter = f"{names[name].rpartition('.')[0]}.{BATCH_NORM_COUNTER}"
+            state[counter] = np.zeros((), dtype=np.int64)
+    clashes = len(state) - len(set(state))
+    if clashes:
+        raise ConfigError("the reversed mapping sends two parameters to one PyTorch name")
+    return state
+
+
+def write_torch(state: Dict[str, np.ndarray], output: Path) -> Path:
+    """`state` as ``.safetensors`` or a ``torch.save`` state dict, through a temporary file renamed into place."""
+    temporary = output.with_name(f".{output.name}.{os.getpid()}.tmp{output.suffix}")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        if output.suffix == ".safetensors":
+            from safetensors.numpy import save_file
+
+            save_file({name: np.array(value, order="C") for name, value in state.items()}, str(temporary))
+        else:
+            try:
+                import torch
+            except ImportError as error:
+                raise ConfigError(f"{output}: writing a .pth needs PyTorch: pip install 'trainkit[torch]', or write "
+                                  ".safetensors, which needs none") from error
+            torch.save({name: torch.from_numpy(np.array(value)) for name, value in state.items()}, str(temporary))
+        os.replace(temporary, output)
+    finally:
+        if temporary.exists():
+            temporary.unlink()
+    return output
+
+
+def export_torch(checkpoint: Path, output: Path, mapping: Optional[Path] = None, weights: str = "live",
+                 force: bool = False) -> Dict[str, np.ndarray]:
+    """Write the network's weights in `checkpoint` to `output` as a PyTorch state dict; returns what was written."""
+    if output.suffix not in TORCH_SUFFIXES:
+        raise ConfigError(f"{output}: --to torch writes {', '.join(TORCH_SUFFIXES)} files; a .ckpt is MindSpore's "
+                          "(leave out --to torch for it)")
+    refuse_existing(output, force)
+    rules: List[Rule] = load_rules(mapping) if mapping else []
+    state = torch_state(network_weights(checkpoint, weights), rules)
+    write_torch(state, output)
+    return state
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Command line: ``python -m trainkit.export CHECKPOINT OUTPUT --to torch [--mapping FILE] [--weights-of W]``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m trainkit.export",
+        description="Write a network's weights (from a training, exported or converted checkpoint) as a PyTorch "
+                    "state dict under PyTorch's names: .safetensors, or .pth/.pt for torch.load(weights_only=True).")
+    parser.add_argument("checkpoint", help="a trainkit checkpoint, e.g. outputs/<recipe>/<run>/checkpoints/best.ckpt")
+    parser.add_argument("output", help="the PyTorch file to write: .safetensors, .pth or .pt")
+    parser.add_argument("--to", choices=("torch",), default="torch", help="torch (implied by the output's suffix)")
+    parser.add_argument("--mapping", type=Path, help="the mapping file convert used: its rules are applied in "
+                                                     "reverse (literal texts only)")
+    parser.add_argument("--weights-of", "--weights", choices=WEIGHTS, default="live", dest="weights",
+                        help="live: the trained weights (default); ema: the EMA shadow weights")
+    parser.add_argument("--force", action="store_true", help="replace OUTPUT if it exists")
+    args = parser.parse_args(argv)
+    try:
+        state = export_torch(Path(args.checkpoint), Path(args.output), args.mapping, args.weights, args.force)
+    except (ConfigError, DataError, CheckpointError) as error:
+        print(f"trainkit: error: {error}", file=sys.stderr)
+        return 2
+    counters = sum(name.endswith(BATCH_NORM_COUNTER) for name in state)
+    print(f"wrote {args.output}: {len(state) - counters} tensors of the network under PyTorch's names ({args.weights} "
+          f"weights, from {args.checkpoint})" + (f", and {counters} batch-norm num_batches_tracked counters (0)"
+                                                   if counters else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

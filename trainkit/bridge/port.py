@@ -1,0 +1,201 @@
+"""``python -m trainkit.port MODULE:CLASS --out DIR``: a PyTorch model becomes MindSpore source, with its proof.
+
+In one go: the model is traced with ``torch.fx`` and written out as readable MindSpore Cells
+(:mod:`trainkit.bridge.port_source`), its weights (``--weights``, else its own initial ones) are converted onto
+them, a model config (``_target_``) is written for the app, and the two are compared layer by layer on a fixed
+batch. ``DIR`` gets::
+
+    DIR/__init__.py
+    DIR/model.py                  the Cells: yours to read, own and edit
+    DIR/weights.ckpt              the converted weights (names identical to the state_dict's, batch norm renamed)
+    DIR/conf/model/DIR.yaml       _target_: DIR.model.<Class>: hydra.searchpath=[file://DIR/conf] model=DIR
+    DIR/compare.csv               every layer's output next to PyTorch's
+
+Anything the port does not cover stops it before anything is written (exit 2), listing every unsupported
+layer, function and method with each place it is used. Exit 1 when the comparison finds a layer beyond the
+tolerance (the files are kept, to inspect), 0 when every layer agrees.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+import mindspore as ms
+import numpy as np
+
+from trainkit import configs
+from trainkit.bridge.compare import (
+    DEFAULT_TOLERANCE,
+    compare_layers,
+    first_divergence,
+    fixed_batch,
+    import_model,
+    load_torch_weights,
+    parse_arguments,
+    write_table,
+)
+from trainkit.bridge.convert import convert_state_dict
+from trainkit.bridge.port_source import generate, problem_lines
+from trainkit.bridge.state_dict import StateDict
+from trainkit.errors import CheckpointError, ConfigError, DataError
+from trainkit.rundir.weights import load_weights, write_checkpoint
+
+MODEL_FILE = "model.py"
+WEIGHTS_FILE = "weights.ckpt"
+TABLE_FILE = "compare.csv"
+
+
+def parse_shape(text: str) -> List[int]:
+    """``3,32,32`` as [3, 32, 32]."""
+    try:
+        shape = [int(part) for part in text.split(",")]
+    except ValueError:
+        shape = []
+    if not shape or any(size <= 0 for size in shape):
+        raise ConfigError(f"--input-shape {text!r} is not valid: give one sample's shape, e.g. 3,32,32 for an image "
+                          "or 12 for 12 token ids (with --input-ints)")
+    return shape
+
+
+def load_generated(path: Path, name: str) -> Any:
+    """The module at `path`, imported under `name` (the package ``DIR.model`` the model config names)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[int], weights: Optional[Path] = None,
+         key: Optional[str] = None, input_ints: Optional[int] = None, batch_size: int = 2, seed: int = 0,
+         tolerance: float = DEFAULT_TOLERANCE, force: bool = False) -> int:
+    """Port `target` (``MODULE:CLASS`` with `arguments`) into `out`; the exit status (see the module)."""
+    import torch
+
+    package = out.resolve().name
+    if not package.isidentifier():
+        raise ConfigError(f"--out {out}: the folder becomes the Python package {package!r}, which is not a valid "
+                          "name: use letters, digits and _")
+    shipped = Path(configs.__file__).parent / "model" / f"{package}.yaml"
+    if shipped.is_file():
+        raise ConfigError(f"--out {out}: model={package} is one of trainkit's own model configs, which would hide "
+                          "the ported one: choose another folder name")
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not force)):
+        raise ConfigError(f"--out {out} exists and is not empty: choose another folder, or --force to replace the "
+                          "files port writes there")
+    model = import_model(target, arguments, option="MODEL")
+    if not isinstance(model, torch.nn.Module):
+        raise ConfigError(f"{target} returned a {type(model).__name__}, not a torch.nn.Module")
+    if weights is not None:
+        load_torch_weights(model, weights, key)
+    model.eval()
+    ported = generate(model, target)
+    if ported.problems:
+        for line in problem_lines(ported.problems):
+            print(line)
+        raise ConfigError(f"{target} cannot be ported: {len(problem_lines(ported.problems))} unsupported layers, "
+                          "functions or options (listed above); nothing was written")
+    shape = [batch_size, *input_shape]
+    batch = (np.random.default_rng(seed).integers(0, input_ints, shape) if input_ints
+             else fixed_batch(shape, seed))
+    try:
+        with torch.no_grad():
+            model(torch.from_numpy(batch))
+    except Exception as error:  # whatever the user's forward raises on an input it does not take
+        raise ConfigError(f"{target} does not run on a batch of shape {'x'.join(map(str, shape))} "
+                          f"({'token ids' if input_ints else 'floats'}): {_first_line(error)}; give the shape of "
+                          "one sample with --input-shape (and --input-ints N for token ids)") from error
+    state = {name: value.detach().cpu().float().numpy() if value.is_floating_point() else value.cpu().numpy()
+             for name, value in model.state_dict().items()}
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "__init__.py").write_text(f'"""{target} ported to MindSpore by python -m trainkit.port."""\n',
+                                     encoding="utf-8")
+    (out / MODEL_FILE).write_text(ported.source, encoding="utf-8")
+    module = load_generated(out / MODEL_FILE, f"{package}.model")
+    ms.set_seed(0)
+    network = getattr(module, ported.top)()
+    conversion = convert_state_dict(StateDict(weights or Path(f"{target} (its own weights)"), state,
+                                              {name: str(value.dtype) for name, value in state.items()}),
+                                    network, description=f"{package}.model.{ported.top}")
+    if not conversion.complete or conversion.only_in_source:
+        print("\n".join(conversion.report()))
+        raise CheckpointError(f"the ported {ported.top} does not take {target}'s weights (see above): a port bug, "
+                              f"please report it; {out / MODEL_FILE} is kept to look at")
+    load_weights(network, conversion.values, str(weights or target))
+    write_checkpoint([{"name": name, "data": ms.Tensor(value)} for name, value in conversion.values.items()],
+                     out / WEIGHTS_FILE)
+    config = out / "conf" / "model" / f"{package}.yaml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(f"# {target} ported by python -m trainkit.port; train it with\n"
+                      f"#   python -m trainkit hydra.searchpath=[file://{out}/conf] model={package} "
+                      f"model.pretrained={out / WEIGHTS_FILE} data=...\n"
+                      f"_target_: {package}.model.{ported.top}\n", encoding="utf-8")
+    try:
+        rows = compare_layers(network, model, batch)
+    except (RuntimeError, ValueError, TypeError) as error:
+        print(f"the ported {ported.top} fails on the batch where PyTorch's runs: {_first_line(error)}; "
+              f"{out / MODEL_FILE} is kept to look at (a port bug: please report it)")
+        return 1
+    diverged = first_divergence(rows, tolerance)
+    paired = sum(row.max_abs_diff is not None for row in rows)
+    write_table(rows, out / TABLE_FILE, None, {})
+    print(f"ported {target} to {out / MODEL_FILE}: {len(ported.source.splitlines())} lines, classes "
+          f"{', '.join(ported.classes)}")
+    print(f"converted {len(conversion.matched)} parameters to {out / WEIGHTS_FILE}"
+          + (f" ({conversion.mapping.renamed_batch_norm} norm names renamed)" if conversion.mapping.renamed_batch_norm
+             else ""))
+    print(f"model config: {config} (_target_: {package}.model.{ported.top})")
+    if diverged is not None:
+        print(f"first layer beyond the tolerance ({tolerance:g} relative): {diverged.name}: max abs diff "
+              f"{diverged.max_abs_diff:.3g}, relative {diverged.max_rel_diff:.3g} (every layer in {out / TABLE_FILE})")
+        return 1
+    print(f"agree: {paired} layers paired with PyTorch on a batch of shape {'x'.join(map(str, shape))}, every one "
+          f"within {tolerance:g} relative")
+    return 0
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return " ".join(text.splitlines()[0].split()) if text else type(error).__name__
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Command line: ``python -m trainkit.port MODULE:CLASS --out DIR --input-shape SHAPE [options]``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m trainkit.port",
+        description="Write a PyTorch model as readable MindSpore source (traced with torch.fx), convert its weights, "
+                    "write a model config for python -m trainkit, and compare the two layer by layer. Exit 0: "
+                    "agree, 1: a layer differs, 2: bad input or something unsupported (nothing written).")
+    parser.add_argument("model", help="the PyTorch model as MODULE:CLASS (or a function returning one)")
+    parser.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE",
+                        help="an argument of the class (repeat), e.g. num_classes=10")
+    parser.add_argument("--weights", type=Path, help="its weights (.pth/.safetensors); default: its own initial ones")
+    parser.add_argument("--key", help="the entry of a wrapping PyTorch checkpoint that holds the state dict")
+    parser.add_argument("--out", type=Path, required=True, help="the folder to write: it becomes a Python package")
+    parser.add_argument("--input-shape", required=True, help="one sample's shape for the comparison, e.g. 3,32,32")
+    parser.add_argument("--input-ints", type=int, metavar="N", help="the input is token ids in [0, N)")
+    parser.add_argument("--batch-size", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the comparison's batch")
+    parser.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE,
+                        help=f"largest relative difference per layer (default {DEFAULT_TOLERANCE})")
+    parser.add_argument("--force", action="store_true", help="replace port's files in a folder that has them")
+    args = parser.parse_args(argv)
+    try:
+        import torch  # noqa: F401 - the check that the extra is installed
+    except ImportError:
+        print("trainkit: error: port needs PyTorch: pip install 'trainkit[torch]'", file=sys.stderr)
+        return 2
+    try:
+        return port(args.model, parse_arguments(args.arg, "--arg"), args.out, parse_shape(args.input_shape),
+                    args.weights, args.key, args.input_ints, args.batch_size, args.seed, args.tolerance, args.force)
+    except (ConfigError, DataError) as error:
+        print(f"trainkit: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,447 @@
+"""What ``port`` writes for each PyTorch layer, function and tensor method: MindSpore code with PyTorch's defaults.
+
+A layer becomes a :class:`Call` (the constructor with every argument written out); the defaults that differ
+between the two are carried explicitly: convolution padding (MindSpore's default is ``same``), ``has_bias``,
+batch norm's momentum (MindSpore's is ``1 -`` PyTorch's), the epsilons, GELU's approximation (MindSpore's
+default is tanh). Where MindSpore's layer names or lays out its parameters differently from PyTorch (Conv1d
+adds an axis, Embedding calls its table ``embedding_table``, the Transformer layer names its linears
+``dense1``/``dense2``), a small Cell written into the generated module (:data:`HELPERS`) keeps PyTorch's names.
+A function or method becomes one line of MindSpore code from its arguments, bound to PyTorch's signature.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+
+class Unsupported(Exception):
+    """A layer, function or method ``port`` has no MindSpore counterpart for (the message says which and why)."""
+
+
+@dataclass
+class Call:
+    """A constructor call: ``callee(*args, **kwargs)``; values are literals, Calls or lists of them."""
+
+    callee: str
+    kwargs: Dict[str, Any] = field(default_factory=dict)
+    args: List[Any] = field(default_factory=list)
+    helper: Optional[str] = None  # the name of the HELPERS entry the callee needs
+
+
+# ------------------------------------------------------------------- helper Cells written into the generated module
+HELPERS: Dict[str, str] = {
+    "Conv1d": '''
+class Conv1d(nn.Cell):
+    """PyTorch's Conv1d: the weight laid out (out, in/groups, k) as PyTorch does (MindSpore's Conv1d adds an axis)."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
+                 bias=True):
+        super().__init__()
+        bound = 1 / math.sqrt(in_channels // groups * kernel_size)
+        self.weight = Parameter(initializer(Uniform(bound), (out_channels, in_channels // groups, kernel_size)),
+                                name="weight")
+        self.bias = Parameter(initializer(Uniform(bound), (out_channels,)), name="bias") if bias else None
+        self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
+
+    def construct(self, x):
+        return ops.conv1d(x, self.weight, self.bias, self.stride, "pad", self.padding, self.dilation, self.groups)
+''',
+    "Embedding": '''
+class Embedding(nn.Cell):
+    """PyTorch's Embedding: the table is called ``weight`` (MindSpore's Embedding calls it embedding_table)."""
+
+    def __init__(self, num_embeddings, embedding_dim):
+        super().__init__()
+        self.weight = Parameter(initializer(Normal(1.0), (num_embeddings, embedding_dim)), name="weight")
+
+    def construct(self, ids):
+        return ops.gather(self.weight, ids, 0)
+''',
+    "TransformerEncoderLayer": '''
+class TransformerEncoderLayer(nn.Cell):
+    """PyTorch's TransformerEncoderLayer with its names (linear1/linear2, norm1/norm2) and its order of operations."""
+
+    def __init__(self, d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first,
+                 norm_first, bias=True):
+        super().__init__()
+        self.self_attn = nn.MultiheadAttention(d_model, nhead, dropout=dropout, has_bias=bias, batch_first=batch_first)
+        self.linear1 = nn.Dense(d_model, dim_feedforward, has_bias=bias)
+        self.dropout = nn.Dropout(p=dropout)
+        self.linear2 = nn.Dense(dim_feedforward, d_model, has_bias=bias)
+        self.norm1 = nn.LayerNorm((d_model,), epsilon=layer_norm_eps)
+        self.norm2 = nn.LayerNorm((d_model,), epsilon=layer_norm_eps)
+        self.dropout1 = nn.Dropout(p=dropout)
+        self.dropout2 = nn.Dropout(p=dropout)
+        self.activation = nn.GELU(approximate=False) if activation == "gelu" else nn.ReLU()
+        self.norm_first = norm_first
+
+    def construct(self, src, src_mask=None, src_key_padding_mask=None):
+        x = src
+        if self.norm_first:
+            x = x + self._attention(self.norm1(x), src_mask, src_key_padding_mask)
+            x = x + self._feed_forward(self.norm2(x))
+        else:
+            x = self.norm1(x + self._attention(x, src_mask, src_key_padding_mask))
+            x = self.norm2(x + self._feed_forward(x))
+        return x
+
+    def _attention(self, x, mask, key_padding_mask):
+        x = self.self_attn(x, x, x, key_padding_mask=key_padding_mask, need_weights=False, attn_mask=mask)[0]
+        return self.dropout1(x)
+
+    def _feed_forward(self, x):
+        return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+''',
+    "TransformerEncoder": '''
+class TransformerEncoder(nn.Cell):
+    """PyTorch's TransformerEncoder: its layers in turn (``layers.N``), then the optional final norm."""
+
+    def __init__(self, layers, norm=None):
+        super().__init__()
+        self.layers = nn.CellList(layers)
+        self.norm = norm
+
+    def construct(self, src, mask=None, src_key_padding_mask=None):
+        x = src
+        for layer in self.layers:
+            x = layer(x, mask, src_key_padding_mask)
+        if self.norm is not None:
+            x = self.norm(x)
+        return x
+''',
+}
+#: The imports each helper needs beyond ``from mindspore import nn, ops``.
+HELPER_IMPORTS = {"Conv1d": ("math", "initializer"), "Embedding": ("initializer",)}
+
+
+# ------------------------------------------------------------------- layers
+def _pair(value: Any) -> Tuple[int, int]:
+    return tuple(value) if isinstance(value, (tuple, list)) else (value, value)  # type: ignore[return-value]
+
+
+def _short(value: Any) -> Any:
+    """``3`` for ``(3, 3)`` and ``(3, 3, 3, 3)``: the same number on every side, written once."""
+    if isinstance(value, tuple) and value and all(item == value[0] for item in value):
+        return value[0]
+    return value
+
+
+def _single(value: Any) -> int:
+    return value[0] if isinstance(value, (tuple, list)) else value
+
+
+def _conv2d(m) -> Call:
+    if m.padding_mode != "zeros":
+        raise Unsupported(f"padding_mode={m.padding_mode!r} (only 'zeros')")
+    kwargs: Dict[str, Any] = {"in_channels": m.in_channels, "out_channels": m.out_channels,
+                              "kernel_size": _short(_pair(m.kernel_size)), "stride": _short(_pair(m.stride))}
+    if isinstance(m.padding, str):
+        kwargs["pad_mode"] = m.padding
+    else:
+        (top, left) = _pair(m.padding)
+        kwargs.update(pad_mode="pad", padding=_short((top, top, left, left)))
+    if _pair(m.dilation) != (1, 1):
+        kwargs["dilation"] = _short(_pair(m.dilation))
+    if m.groups != 1:
+        kwargs["group"] = m.groups
+    kwargs["has_bias"] = m.bias is not None
+    return Call("nn.Conv2d", kwargs)
+
+
+def _conv1d(m) -> Call:
+    if m.padding_mode != "zeros" or isinstance(m.padding, str):
+        raise Unsupported(f"padding={m.padding!r}, padding_mode={m.padding_mode!r} (only numbers and 'zeros')")
+    return Call("Conv1d", {"in_channels": m.in_channels, "out_channels": m.out_channels,
+                           "kernel_size": _single(m.kernel_size), "stride": _single(m.stride),
+                           "padding": _single(m.padding), "dilation": _single(m.dilation), "groups": m.groups,
+                           "bias": m.bias is not None}, helper="Conv1d")
+
+
+def _batch_norm(callee: str) -> Callable:
+    def spec(m) -> Call:
+        if m.momentum is None:
+            raise Unsupported("momentum=None (a cumulative average; MindSpore has an exponential one only)")
+        if not m.affine:
+            raise Unsupported("affine=False")
+        kwargs = {"num_features": m.num_features, "eps": m.eps, "momentum": 1.0 - m.momentum}
+        if not m.track_running_stats:
+            kwargs["use_batch_statistics"] = True
+        return Call(callee, kwargs)
+    return spec
+
+
+def _layer_norm(m) -> Call:
+    if not m.elementwise_affine or getattr(m, "bias", True) is None:
+        raise Unsupported("elementwise_affine=False or bias=False")
+    axes = -len(m.normalized_shape)
+    return Call("nn.LayerNorm", {"normalized_shape": tuple(m.normalized_shape), "begin_norm_axis": axes,
+                                 "begin_params_axis": axes, "epsilon": m.eps})
+
+
+def _group_norm(m) -> Call:
+    if not m.affine:
+        raise Unsupported("affine=False")
+    return Call("nn.GroupNorm", {"num_groups": m.num_groups, "num_channels": m.num_channels, "eps": m.eps})
+
+
+def _embedding(m) -> Call:
+    if m.max_norm is not None or m.sparse:
+        raise Unsupported("max_norm or sparse")
+    return Call("Embedding", {"num_embeddings": m.num_embeddings, "embedding_dim": m.embedding_dim},
+                helper="Embedding")
+
+
+def _recurrent(callee: str) -> Callable:
+    def spec(m) -> Call:
+        if getattr(m, "proj_size", 0):
+            raise Unsupported("proj_size")
+        return Call(callee, {"input_size": m.input_size, "hidden_size": m.hidden_size, "num_layers": m.num_layers,
+                             "has_bias": m.bias, "batch_first": m.batch_first, "dropout": float(m.dropout),
+                             "bidirectional": m.bidirectional})
+    return spec
+
+
+def _attention(m) -> Call:
+    if not m._qkv_same_embed_dim or m.bias_k is not None or m.add_zero_attn:
+        raise Unsupported("kdim/vdim, add_bias_kv or add_zero_attn")
+    return Call("nn.MultiheadAttention", {"embed_dim": m.embed_dim, "num_heads": m.num_heads, "dropout": m.dropout,
+                                          "has_bias": m.in_proj_bias is not None, "batch_first": m.batch_first})
+
+
+def _encoder_layer(m) -> Call:
+    activation = {1: "relu", 2: "gelu"}.get(getattr(m, "activation_relu_or_gelu", 0))
+    if activation is None:
+        raise Unsupported("an activation other than relu or gelu")
+    return Call("TransformerEncoderLayer", {
+        "d_model": m.linear1.in_features, "nhead": m.self_attn.num_heads,
+        "dim_feedforward": m.linear1.out_features, "dropout": m.dropout.p, "activation": activation,
+        "layer_norm_eps": m.norm1.eps, "batch_first": m.self_attn.batch_first, "norm_first": m.norm_first,
+        "bias": m.linear1.bias is not None}, helper="TransformerEncoderLayer")
+
+
+def _encoder(m) -> Call:
+    return Call("TransformerEncoder", {"layers": [_encoder_layer(layer) for layer in m.layers],
+                                       "norm": _layer_norm(m.norm) if m.norm is not None else None},
+                helper="TransformerEncoder")
+
+
+def _pool(callee: str, average: bool, dims: int) -> Callable:
+    def spec(m) -> Call:
+        size = (lambda value: _short(_pair(value))) if dims == 2 else _single
+        kwargs = {"kernel_size": size(m.kernel_size), "stride": size(m.stride or m.kernel_size)}
+        padding = size(m.padding)
+        if padding != size(0) or m.ceil_mode:
+            kwargs.update(pad_mode="pad", padding=padding)
+        if not average and size(getattr(m, "dilation", 1)) != size(1):
+            kwargs["dilation"] = size(m.dilation)
+        kwargs["ceil_mode"] = m.ceil_mode
+        if average:
+            kwargs["count_include_pad"] = m.count_include_pad
+            if dims == 2 and m.divisor_override is not None:
+                kwargs["divisor_override"] = m.divisor_override
+        elif getattr(m, "return_indices", False):
+            raise Unsupported("return_indices=True")
+        return Call(callee, kwargs)
+    return spec
+
+
+def _adaptive(callee: str, dims: int) -> Callable:
+    def spec(m) -> Call:
+        size = m.output_size
+        if (size if dims == 1 else _pair(size)) not in (1, (1, 1)):
+            raise Unsupported(f"output_size={size!r} (only 1)")
+        return Call(callee, {"output_size": 1 if dims == 1 else (1, 1)})
+    return spec
+
+
+def _softmax(m) -> Call:
+    if m.dim is None:
+        raise Unsupported("dim=None (give the axis)")
+    return Call("nn.Softmax", {"axis": m.dim})
+
+
+LAYERS: Dict[str, Callable[[Any], Call]] = {
+    "Conv1d": _conv1d, "Conv2d": _conv2d,
+    "BatchNorm1d": _batch_norm("nn.BatchNorm1d"), "BatchNorm2d": _batch_norm("nn.BatchNorm2d"),
+    "LayerNorm": _layer_norm, "GroupNorm": _group_norm,
+    "Linear": lambda m: Call("nn.Dense", {"in_channels": m.in_features, "out_channels": m.out_features,
+                                          "has_bias": m.bias is not None}),
+    "Embedding": _embedding, "LSTM": _recurrent("nn.LSTM"), "GRU": _recurrent("nn.GRU"),
+    "MultiheadAttention": _attention, "TransformerEncoderLayer": _encoder_layer, "TransformerEncoder": _encoder,
+    "Dropout": lambda m: Call("nn.Dropout", {"p": m.p}),
+    "MaxPool1d": _pool("nn.MaxPool1d", False, 1), "MaxPool2d": _pool("nn.MaxPool2d", False, 2),
+    "AvgPool1d": _pool("nn.AvgPool1d", True, 1), "AvgPool2d": _pool("nn.AvgPool2d", True, 2),
+    "AdaptiveAvgPool1d": _adaptive("nn.AdaptiveAvgPool1d", 1),
+    "AdaptiveAvgPool2d": _adaptive("nn.AdaptiveAvgPool2d", 2),
+    "Flatten": lambda m: Call("nn.Flatten", {"start_dim": m.start_dim, "end_dim": m.end_dim}),
+    "Identity": lambda m: Call("nn.Identity"),
+    "ReLU": lambda m: Call("nn.ReLU"),
+    "GELU": lambda m: Call("nn.GELU", {"approximate": m.approximate == "tanh"}),
+    "SiLU": lambda m: Call("nn.SiLU"), "Sigmoid": lambda m: Call("nn.Sigmoid"), "Tanh": lambda m: Call("nn.Tanh"),
+    "LeakyReLU": lambda m: Call("nn.LeakyReLU", {"alpha": m.negative_slope}),
+    "Softmax": _softmax,
+}
+CONTAINERS = {"Sequential": "nn.SequentialCell", "ModuleList": "nn.CellList"}
+
+
+def layer_call(module: Any) -> Call:
+    """The MindSpore constructor call of a PyTorch layer (a ``torch.nn`` class of :data:`LAYERS`).
+
+    Raises:
+        Unsupported: the class is not covered, or one of its options is not.
+    """
+    name = type(module).__name__
+    if name not in LAYERS or not type(module).__module__.startswith("torch.nn"):
+        raise Unsupported(f"torch.nn.{name}")
+    try:
+        return LAYERS[name](module)
+    except Unsupported as error:
+        raise Unsupported(f"torch.nn.{name} with {error}") from error
+
+
+# ------------------------------------------------------------------- functions and tensor methods
+# Each renders one expression from its arguments already written as code (strings), bound to PyTorch's signature.
+def _dims(*dims) -> str:
+    """``view(2, 3)`` and ``view((2, 3))`` alike: the shape as a tuple's code."""
+    if len(dims) == 1 and dims[0].startswith(("(", "[")):
+        return dims[0]
+    return f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
+
+
+def _mean(input, dim="None", keepdim="False", dtype="None"):  # noqa: A002 - PyTorch's argument names
+    return f"ops.mean({input}, {dim}, keep_dims={keepdim})" if dim != "None" else f"ops.mean({input})"
+
+
+def _add(input, other, alpha="1"):  # noqa: A002
+    return f"{input} + {other}" if alpha == "1" else f"{input} + {alpha} * {other}"
+
+
+def _flatten(input, start_dim="0", end_dim="-1"):  # noqa: A002
+    return f"ops.flatten({input}, start_dim={start_dim}, end_dim={end_dim})"
+
+
+def _softmax_call(input, dim="None", _stacklevel="3", dtype="None"):  # noqa: A002
+    if dim == "None":
+        raise Unsupported("softmax without dim")
+    return f"ops.softmax({input}, axis={dim})"
+
+
+def _size(input, dim="None"):  # noqa: A002
+    return f"{input}.shape" if dim == "None" else f"{input}.shape[{dim}]"
+
+
+def _max_pool2d(input, kernel_size, stride="None", padding="0", dilation="1", ceil_mode="False",  # noqa: A002
+                return_indices="False"):
+    stride = kernel_size if stride in ("None", "()", "[]") else stride
+    return f"ops.max_pool2d({input}, {kernel_size}, {stride}, {padding}, {dilation}, ceil_mode={ceil_mode})"
+
+
+def _avg_pool2d(input, kernel_size, stride="None", padding="0", ceil_mode="False",  # noqa: A002
+                count_include_pad="True", divisor_override="None"):
+    stride = kernel_size if stride in ("None", "()", "[]") else stride
+    return (f"ops.avg_pool2d({input}, {kernel_size}, {stride}, {padding}, ceil_mode={ceil_mode}, "
+            f"count_include_pad={count_include_pad}, divisor_override={divisor_override})")
+
+
+def _adaptive_avg_pool(input, output_size):  # noqa: A002
+    if output_size not in ("1", "(1, 1)", "[1, 1]"):
+        raise Unsupported(f"adaptive average pooling to {output_size} (only to 1)")
+    return f"ops.mean({input}, (2, 3), keep_dims=True)"
+
+
+def _adaptive_avg_pool1d(input, output_size):  # noqa: A002
+    if output_size not in ("1", "(1,)", "[1]"):
+        raise Unsupported(f"adaptive average pooling to {output_size} (only to 1)")
+    return f"ops.mean({input}, -1, keep_dims=True)"
+
+
+def _dropout(input, p="0.5", training="True", inplace="False"):  # noqa: A002
+    return f"ops.dropout({input}, p={p}, training=self.training)"
+
+
+def _gelu(input, approximate="'none'"):  # noqa: A002
+    return f"ops.gelu({input}, approximate={approximate})"
+
+
+def _leaky_relu(input, negative_slope="0.01", inplace="False"):  # noqa: A002
+    return f"ops.leaky_relu({input}, {negative_slope})"
+
+
+def _unary(op: str) -> Callable:
+    def render(input, inplace="False"):  # noqa: A002
+        return f"ops.{op}({input})"
+    return render
+
+
+def _binary(symbol: str) -> Callable:
+    return lambda input, other: f"{input} {symbol} {other}"  # noqa: A002
+
+
+FUNCTIONS: Dict[str, Callable[..., str]] = {
+    # qualified names of the call targets fx records (operator.*, torch.*, torch.nn.functional.*)
+    "operator.add": _binary("+"), "operator.sub": _binary("-"), "operator.mul": _binary("*"),
+    "operator.truediv": _binary("/"), "operator.matmul": _binary("@"),
+    "operator.neg": lambda input: f"-{input}",  # noqa: A002
+    "operator.getitem": lambda value, index: f"{value}[{index}]",
+    "builtins.getattr": lambda value, name: f"{value}.{name.strip(chr(39))}",
+    "torch.add": _add, "torch.mul": lambda input, other: f"{input} * {other}",  # noqa: A002
+    "torch.cat": lambda tensors, dim="0": f"ops.cat({tensors}, axis={dim})",
+    "torch.flatten": _flatten,
+    "torch.reshape": lambda input, shape: f"ops.reshape({input}, {shape})",  # noqa: A002
+    "torch.permute": lambda input, dims: f"ops.permute({input}, {dims})",  # noqa: A002
+    "torch.transpose": lambda input, dim0, dim1: f"ops.swapaxes({input}, {dim0}, {dim1})",  # noqa: A002
+    "torch.mean": _mean, "torch.matmul": lambda input, other: f"ops.matmul({input}, {other})",  # noqa: A002
+    "torch.relu": _unary("relu"), "torch.sigmoid": _unary("sigmoid"), "torch.tanh": _unary("tanh"),
+    "torch.softmax": _softmax_call,
+    "torch.nn.functional.relu": _unary("relu"), "torch.nn.functional.gelu": _gelu,
+    "torch.nn.functional.silu": _unary("silu"), "torch.nn.functional.sigmoid": _unary("sigmoid"),
+    "torch.nn.functional.tanh": _unary("tanh"), "torch.nn.functional.leaky_relu": _leaky_relu,
+    "torch.nn.functional.softmax": _softmax_call, "torch.nn.functional.dropout": _dropout,
+    "torch.nn.functional.max_pool2d": _max_pool2d, "torch.nn.functional.avg_pool2d": _avg_pool2d,
+    "torch.nn.functional.adaptive_avg_pool2d": _adaptive_avg_pool,
+    "torch.nn.functional.adaptive_avg_pool1d": _adaptive_avg_pool1d,
+}
+METHODS: Dict[str, Callable[..., str]] = {
+    "view": lambda self, *shape: f"ops.reshape({self}, {_dims(*shape)})",
+    "reshape": lambda self, *shape: f"ops.reshape({self}, {_dims(*shape)})",
+    "flatten": lambda self, start_dim="0", end_dim="-1": _flatten(self, start_dim, end_dim),
+    "permute": lambda self, *dims: f"ops.permute({self}, {_dims(*dims)})",
+    "transpose": lambda self, dim0, dim1: f"ops.swapaxes({self}, {dim0}, {dim1})",
+    "mean": lambda self, dim="None", keepdim="False", dtype="None": _mean(self, dim, keepdim),
+    "size": _size, "contiguous": lambda self: self,
+    "relu": lambda self: f"ops.relu({self})", "sigmoid": lambda self: f"ops.sigmoid({self})",
+    "tanh": lambda self: f"ops.tanh({self})", "softmax": lambda self, dim: f"ops.softmax({self}, axis={dim})",
+    "unsqueeze": lambda self, dim: f"ops.expand_dims({self}, {dim})",
+    "squeeze": lambda self, dim="None": f"ops.squeeze({self}, {dim})" if dim != "None" else f"ops.squeeze({self})",
+    "add": lambda self, other: f"{self} + {other}", "mul": lambda self, other: f"{self} * {other}",
+    "matmul": lambda self, other: f"ops.matmul({self}, {other})",
+}
+
+
+def target_name(target: Any) -> str:
+    """``torch.nn.functional.relu`` for a function fx recorded (operator.add, torch.cat...)."""
+    import torch
+    import torch.nn.functional as F  # noqa: N812 - PyTorch's own spelling
+
+    if isinstance(target, str):
+        return target
+    name = getattr(target, "__name__", repr(target))
+    if getattr(F, name, None) is target:
+        return f"torch.nn.functional.{name}"
+    if getattr(torch, name, None) is target:
+        return f"torch.{name}"
+    module = getattr(target, "__module__", None) or ""
+    return f"{'operator' if module == '_operator' else module}.{name}"
+
+
+def render_call(renderer: Callable[..., str], args: Tuple[str, ...], kwargs: Dict[str, str], what: str) -> str:
+    """`renderer` bound to the written arguments like PyTorch binds them; Unsupported when they do not fit."""
+    try:
+        inspect.signature(renderer).bind(*args, **kwargs)
+    except TypeError as error:
+        raise Unsupported(f"{what} with arguments ({', '.join([*args, *(f'{k}={v}' for k, v in kwargs.items())])}): "
+                          f"{error}") from error
+    return renderer(*args, **kwargs)
+
+

@@ -1,0 +1,388 @@
+"""From a PyTorch module tree to the source of a MindSpore module: one ``nn.Cell`` class per PyTorch class.
+
+Each module of a class that is not a ``torch.nn`` layer is traced with ``torch.fx``, one level at a time (its
+children are leaves), so ``construct`` calls the same children in the same order as ``forward``: the code reads
+like the PyTorch model, not like a graph dump. Instances of a class whose traces differ (a ResNet block with a
+``downsample`` and one without) become classes of their own (``BasicBlock``, ``BasicBlock2``). A constructor
+argument that differs between the instances of a class (channels, strides) becomes a parameter of its Cell,
+named after the child and the argument (``conv1_in_channels``); the others are written in as constants.
+Every child keeps its PyTorch attribute name, so every parameter keeps its ``state_dict`` name.
+"""
+from __future__ import annotations
+
+import keyword
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Sequence, Tuple
+
+from trainkit.bridge.port_layers import (
+    CONTAINERS,
+    FUNCTIONS,
+    HELPER_IMPORTS,
+    HELPERS,
+    METHODS,
+    Call,
+    Unsupported,
+    layer_call,
+    render_call,
+    target_name,
+)
+
+LINE = 116
+
+
+@dataclass
+class Problem:
+    """Something ``port`` cannot write: what, and where the model uses it."""
+
+    what: str
+    where: str
+
+
+@dataclass
+class Variant:
+    """One generated Cell class: a PyTorch class whose instances trace to the same ``construct``."""
+
+    name: str
+    torch_class: str
+    construct: List[str]
+    children: Dict[str, Any]  # attribute -> Call of the first instance (the template)
+    instances: List[Dict[str, Any]] = field(default_factory=list)  # each instance's children
+    parameters: List[Tuple[Tuple[Any, ...], str]] = field(default_factory=list)  # (slot path, argument name)
+
+
+@dataclass
+class Port:
+    """The generated source, the top Cell's name and what could not be ported (nothing written when any)."""
+
+    source: str
+    top: str
+    problems: List[Problem]
+    classes: List[str] = field(default_factory=list)
+
+
+def _tracer():
+    import torch.fx
+
+    class ChildrenAsLeaves(torch.fx.Tracer):
+        """Traces one module's own forward: every submodule call stays one call."""
+
+        def is_leaf_module(self, module, qualified_name):  # noqa: D102 - fx's hook
+            return True
+
+    return ChildrenAsLeaves()
+
+
+class _Generator:
+    def __init__(self):
+        self.variants: Dict[Tuple, Variant] = {}
+        self.order: List[Variant] = []
+        self.names: Dict[str, int] = {}
+        self.helpers: List[str] = []
+        self.problems: List[Problem] = []
+
+    # ---------------------------------------------------------------- the tree
+    def spec(self, module: Any, path: str) -> Any:
+        """The Call building `module` (a layer, a container, or an instance of a generated class)."""
+        kind = type(module)
+        if kind.__name__ in CONTAINERS and kind.__module__.startswith("torch.nn"):
+            items = [self.spec(child, f"{path}.{name}" if path else name) for name, child in module.named_children()]
+            return Call(CONTAINERS[kind.__name__], args=[items])
+        if kind.__module__.startswith("torch.nn") or kind.__module__.startswith("torch."):
+            try:
+                call = layer_call(module)
+            except Unsupported as error:
+                self.problems.append(Problem(str(error), path or "(the model)"))
+                return Call("None")
+            for helper in self._helpers_of(call):
+                if helper not in self.helpers:
+                    self.helpers.append(helper)
+            return call
+        return self.traced(module, path)
+
+    def _helpers_of(self, call: Any) -> List[str]:
+        found = []
+        if isinstance(call, Call):
+            if call.helper:
+                found.append(call.helper)
+            for value in [*call.kwargs.values(), *call.args]:
+                found += self._helpers_of(value)
+        elif isinstance(call, list):
+            for value in call:
+                found += self._helpers_of(value)
+        return found
+
+    def traced(self, module: Any, path: str) -> Call:
+        children = {name: self.spec(child, f"{path}.{name}" if path else name)
+                    for name, child in module.named_children()}
+        construct = self.construct(module, path)
+        attributes = [(name, tuple(value.shape)) for name, value in module.named_parameters(recurse=False)] + \
+            [(name, tuple(value.shape)) for name, value in module.named_buffers(recurse=False)]
+        if attributes:
+            self.problems.append(Problem(f"{type(module).__qualname__}'s own parameters or buffers "
+                                         f"({', '.join(name for name, _ in attributes)})", path or "(the model)"))
+        key = (type(module), tuple(construct), tuple((name, _signature(value)) for name, value in children.items()))
+        variant = self.variants.get(key)
+        if variant is None:
+            base = type(module).__name__
+            count = self.names.get(base, 0) + 1
+            self.names[base] = count
+            variant = Variant(base if count == 1 else f"{base}{count}",
+                              f"{type(module).__module__}.{type(module).__qualname__}", construct, children)
+            self.variants[key] = variant
+            self.order.append(variant)
+        variant.instances.append(children)
+        return Call(variant.name, {"__instance__": (variant, len(variant.instances) - 1)})
+
+    # ---------------------------------------------------------------- construct
+    def construct(self, module: Any, path: str) -> List[str]:
+        where = f"{type(module).__qualname__}.forward" + (f" (at {path})" if path else "")
+        try:
+            graph = _tracer().trace(module)
+        except Exception as error:  # fx raises many kinds (TraceError, TypeError on data-dependent control flow)
+            self.problems.append(Problem(f"{type(module).__qualname__}.forward cannot be traced by torch.fx: "
+                                         f"{' '.join(str(error).split())[:200]}", path or "(the model)"))
+            return []
+        names: Dict[Any, str] = {}
+        inputs: List[str] = []
+        lines: List[str] = []
+        for node in graph.nodes:
+            name = _variable(node.name)
+            names[node] = name
+
+            def code(value: Any) -> str:
+                return _code(value, names)
+
+            if node.op == "placeholder":
+                default = f"={node.args[0]!r}" if node.args else ""
+                inputs.append(f"{name}{default}")
+                continue
+            if node.op == "output":
+                lines.append(f"return {code(node.args[0])}")
+                continue
+            args = tuple(code(arg) for arg in node.args)
+            if node.op == "call_function" and target_name(node.target) == "operator.getitem" \
+                    and isinstance(node.args[1], tuple) and node.args[1]:
+                args = (args[0], ", ".join(code(item) for item in node.args[1]))  # x[:, -1], not x[(:, -1)]
+            kwargs = {key: code(value) for key, value in node.kwargs.items()}
+            try:
+                if node.op == "call_module":
+                    expression = f"{_attribute(node.target)}({', '.join([*args, *_keywords(kwargs)])})"
+                elif node.op == "call_function":
+                    what = target_name(node.target)
+                    if what not in FUNCTIONS:
+                        raise Unsupported(what)
+                    expression = render_call(FUNCTIONS[what], args, kwargs, what)
+                elif node.op == "call_method":
+                    if node.target not in METHODS:
+                        raise Unsupported(f"Tensor.{node.target}")
+                    expression = render_call(METHODS[node.target], args, kwargs, f"Tensor.{node.target}")
+                else:  # get_attr: a parameter or buffer used directly, reported with the module's own
+                    expression = f"self.{node.target}"
+            except Unsupported as error:
+                self.problems.append(Problem(str(error), where))
+                continue
+            lines.append(f"{name} = {expression}")
+        return [f"def construct(self, {', '.join(inputs)}):", *(f"    {line}" for line in lines)]
+
+    # ---------------------------------------------------------------- classes
+    def finish(self) -> None:
+        """Each variant's parameters: the constructor slots whose values differ between its instances."""
+        for variant in self.order:
+            slots: Dict[Tuple, List[Any]] = {}
+            for children in variant.instances:
+                for path, value in _slots(children, ()):
+                    slots.setdefault(path, []).append(value)
+            taken: set = set()
+            # slots that always hold the same values (a conv's out_channels and the next norm's num_features)
+            # share one parameter, named after the first
+            groups: Dict[str, str] = {}
+            for path, values in slots.items():
+                if all(repr(value) == repr(values[0]) for value in values):
+                    continue
+                key = repr(values)
+                if key not in groups:
+                    groups[key] = _parameter_name(path, taken)
+                    taken.add(groups[key])
+                variant.parameters.append((path, groups[key]))
+
+    def instance_call(self, call: Call) -> Call:
+        variant, index = call.kwargs["__instance__"]
+        values = dict(_slots(variant.instances[index], ()))
+        return Call(variant.name, {name: values[path] for path, name in variant.parameters})
+
+    def arguments(self, variant: Variant) -> List[str]:
+        return list(dict.fromkeys(name for _, name in variant.parameters))
+
+    def render_value(self, value: Any, path: Tuple, parameters: Dict[Tuple, str], indent: int) -> str:
+        if path in parameters:
+            return parameters[path]
+        if isinstance(value, Call):
+            if "__instance__" in value.kwargs:
+                value = self.instance_call(value)
+            parts = [self.render_value(arg, path + (index,), parameters, indent + 4)
+                     for index, arg in enumerate(value.args)]
+            parts += [f"{key}={self.render_value(arg, path + (key,), parameters, indent + 4)}"
+                      for key, arg in value.kwargs.items()]
+            if value.callee == "None":
+                return "None"
+            line = f"{value.callee}({', '.join(parts)})"
+            if len(line) + indent + 16 <= LINE and "\n" not in line:
+                return line
+            pad = " " * (indent + 4)
+            return f"{value.callee}(\n" + ",\n".join(pad + part for part in parts) + ")"
+        if isinstance(value, list):
+            parts = [self.render_value(item, path + (index,), parameters, indent + 4)
+                     for index, item in enumerate(value)]
+            line = f"[{', '.join(parts)}]"
+            if len(line) + indent + 16 <= LINE and "\n" not in line:
+                return line
+            pad = " " * (indent + 4)
+            return "[\n" + ",\n".join(pad + part for part in parts) + "]"
+        return repr(value)
+
+    def class_source(self, variant: Variant) -> str:
+        parameters = {path: name for path, name in variant.parameters}
+        signature = ", ".join(["self", *self.arguments(variant)])
+        if len(signature) > LINE - 20:
+            signature = ",\n                 ".join(_wrap(["self", *self.arguments(variant)], LINE - 20))
+        lines = [f"class {variant.name}(nn.Cell):",
+                 f'    """PyTorch\'s {variant.torch_class}'
+                 + ('' if variant.name == variant.torch_class.rsplit('.', 1)[-1] else
+                    ' (instances whose forward traces differently from the other variants)') + '."""', "",
+                 f"    def __init__({signature}):", "        super().__init__()"]
+        for attribute, call in variant.children.items():
+            value = self.render_value(call, (attribute,), parameters, 8)
+            lines.append(f"        self.{attribute} = {value}")
+        lines.append("")
+        lines += [f"    {line}" for line in variant.construct] or ["    def construct(self, x):", "        return x"]
+        return "\n".join(lines)
+
+
+def _wrap(items: List[str], width: int) -> List[str]:
+    """`items` joined into lines of at most `width` characters (for a long signature)."""
+    lines: List[str] = []
+    for item in items:
+        if lines and len(lines[-1]) + len(item) + 2 <= width:
+            lines[-1] += f", {item}"
+        else:
+            lines.append(item)
+    return lines
+
+
+def _signature(value: Any) -> Any:
+    if isinstance(value, Call):
+        if "__instance__" in value.kwargs:
+            return value.kwargs["__instance__"][0].name
+        return (value.callee, tuple(value.kwargs), tuple(_signature(arg) for arg in value.args))
+    if isinstance(value, list):
+        return tuple(_signature(item) for item in value)
+    return None
+
+
+def _slots(value: Any, path: Tuple) -> List[Tuple[Tuple, Any]]:
+    """(path, literal) of every constructor argument in `value` (children of one instance)."""
+    if isinstance(value, dict):
+        return [slot for key, item in value.items() for slot in _slots(item, path + (key,))]
+    if isinstance(value, Call):
+        if "__instance__" in value.kwargs:
+            variant, index = value.kwargs["__instance__"]
+            values = dict(_slots(variant.instances[index], ()))
+            return [(path + (name,), values[slot]) for slot, name in variant.parameters]
+        return [slot for index, arg in enumerate(value.args) for slot in _slots(arg, path + (index,))] + \
+            [slot for key, arg in value.kwargs.items() for slot in _slots(arg, path + (key,))]
+    if isinstance(value, list):
+        return [slot for index, item in enumerate(value) for slot in _slots(item, path + (index,))]
+    return [(path, value)]
+
+
+def _parameter_name(path: Tuple, taken: set) -> str:
+    name = "_".join(str(part) for part in path)
+    candidate, count = name, 1
+    while candidate in taken:
+        count += 1
+        candidate = f"{name}{count}"
+    return candidate
+
+
+def _variable(name: str) -> str:
+    return f"{name}_" if keyword.iskeyword(name) or name == "self" else name
+
+
+def _attribute(target: str) -> str:
+    """``self.layers[0]`` for fx's ``layers.0``."""
+    code = "self"
+    for part in target.split("."):
+        code += f"[{part}]" if part.isdigit() else f".{part}"
+    return code
+
+
+def _keywords(kwargs: Dict[str, str]) -> List[str]:
+    return [f"{key}={value}" for key, value in kwargs.items()]
+
+
+def _code(value: Any, names: Dict[Any, str]) -> str:
+    """A traced argument as code: a node's variable, a literal, a slice, or a container of them."""
+    if value in names if _hashable(value) else False:
+        return names[value]
+    if isinstance(value, tuple):
+        items = [_code(item, names) for item in value]
+        return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
+    if isinstance(value, list):
+        return f"[{', '.join(_code(item, names) for item in value)}]"
+    if isinstance(value, slice):
+        parts = ["" if part is None else _code(part, names) for part in (value.start, value.stop, value.step)]
+        return ":".join(parts[:2]) + (f":{parts[2]}" if parts[2] else "")
+    if value is Ellipsis:
+        return "..."
+    if type(value).__module__.startswith("torch"):
+        raise Unsupported(f"a {type(value).__name__} constant")
+    return repr(value)
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return type(value).__name__ == "Node"
+
+
+def generate(model: Any, origin: str) -> Port:
+    """The MindSpore source mirroring `model` (a torch module in eval mode); `origin` is ``MODULE:CLASS``."""
+    generator = _Generator()
+    top = generator.spec(model, "")
+    if generator.problems or not isinstance(top, Call) or "__instance__" not in top.kwargs:
+        if not generator.problems:
+            generator.problems.append(Problem(f"the model is a single torch.nn layer ({type(model).__name__}): "
+                                              "port a module of your own that holds it", "(the model)"))
+        return Port("", "", generator.problems)
+    generator.finish()
+    imports = {name for helper in generator.helpers for name in HELPER_IMPORTS.get(helper, ())}
+    header = [f'"""A MindSpore port of PyTorch\'s {origin}, written by python -m trainkit.port from its torch.fx '
+              "trace.", "",
+              "Parameter names are the PyTorch state_dict's (batch norm's and layer norm's weight/bias/running_mean/"
+              "running_var are", "gamma/beta/moving_mean/moving_variance here). This file is yours to edit.",
+              '"""']
+    if "math" in imports:
+        header.append("import math")
+        header.append("")
+    header.append("from mindspore import Parameter, nn, ops" if imports else "from mindspore import nn, ops")
+    if "initializer" in imports:
+        header.append("from mindspore.common.initializer import Normal, Uniform, initializer")
+    blocks = ["\n".join(header)]
+    blocks += [HELPERS[helper].strip("\n") for helper in generator.helpers]
+    blocks += [generator.class_source(variant) for variant in generator.order]
+    return Port("\n\n\n".join(blocks) + "\n", top.kwargs["__instance__"][0].name, [],
+                [*generator.helpers, *(variant.name for variant in generator.order)])
+
+
+def problem_lines(problems: Sequence[Problem]) -> List[str]:
+    """One line per unsupported thing, with every place it is used."""
+    places: Dict[str, List[str]] = {}
+    for problem in problems:
+        places.setdefault(problem.what, [])
+        if problem.where not in places[problem.what]:
+            places[problem.what].append(problem.where)
+    return [f"unsupported: {what}: used at {', '.join(where[:6])}" + (f" and {len(where) - 6} more places"
+                                                                       if len(where) > 6 else "")
+            for what, where in places.items()]
