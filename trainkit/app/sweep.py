@@ -196,8 +196,9 @@ class SweepSummary(Callback):
         if summary["failed"]:
             rows = {row["job"]: row for row in summary["jobs"]}
             first = rows[min(summary["failed"])]
-            print(f"trainkit: error: {len(summary['failed'])} of {len(rows)} jobs failed (job {first['job']}: "
-                  f"{first['error']}); the summary is in {sweep_dir / 'summary.md'}", file=sys.stderr)
+            print(f"trainkit: error: {len(summary['failed'])} of {len(rows)} jobs failed (job "
+                  f"{', '.join(map(str, sorted(summary['failed'])))}); each error line is in "
+                  f"{(sweep_dir / 'summary.md').resolve()}", file=sys.stderr)
             sys.exit(first.get("exit_status") or 1)
 
 
