@@ -1,6 +1,6 @@
 """Sweeps that name their winner: each job's record, the objective a sweeper gets, the summary at the end.
 
-Every job of a ``-m`` sweep writes ``<sweep dir>/.jobs/<n>.json`` when it ends (its overrides, run directory,
+Every job of a ``-m`` sweep writes ``<sweep dir>/.job-<n>.json`` when it ends (its overrides, run directory,
 status, error line, wall time, final metrics), from the process that ran it, so any launcher works. Hydra then
 calls :class:`SweepSummary` (``hydra.callbacks.sweep_summary`` in trainkit's config) once the sweep is over; it
 pairs each record with the run's ``checkpoints/best.json`` and writes ``summary.json``, ``summary.md`` and, when
@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 
 log = logging.getLogger("trainkit")
 
-JOBS_FOLDER = ".jobs"
+JOB_RECORD = ".job-{}.json"  # hidden files beside the jobs' folders
 BEST_INFO = Path("checkpoints") / "best.json"
 # final metrics that describe the run rather than the model: in summary.json, left out of summary.md's table
 RUN_FIGURES = ("skipped_steps", "optimizer_steps", "train_seconds", "samples_per_second", "amp_level")
@@ -59,21 +59,22 @@ def record_job(status: str, seconds: float, error: Optional[str] = None,
     if not in_sweep():
         return
     hydra_cfg = HydraConfig.get()
-    folder = Path(hydra_cfg.sweep.dir) / JOBS_FOLDER
+    folder = Path(hydra_cfg.sweep.dir)
     folder.mkdir(parents=True, exist_ok=True)
     record = {"job": int(hydra_cfg.job.num), "overrides": list(hydra_cfg.overrides.task),
               "run_dir": str(Path(hydra_cfg.runtime.output_dir).resolve()), "status": status, "error": error,
               "wall_seconds": round(seconds, 3), "final_metrics": metrics or {}, "exit_status": exit_status}
-    temporary = folder / f"{record['job']}.json.tmp"
+    path = folder / JOB_RECORD.format(record["job"])
+    temporary = path.with_name(path.name + ".tmp")
     temporary.write_text(json.dumps(record, indent=2, allow_nan=True) + "\n", encoding="utf-8")
-    os.replace(temporary, folder / f"{record['job']}.json")
+    os.replace(temporary, path)
 
 
 # ------------------------------------------------------------------- the summary
 def summarize(sweep_dir: Path) -> Dict[str, Any]:
     """The sweep's jobs, best first (by each run's best value in its ``best_mode``), failed and unscored last."""
     rows: List[Dict[str, Any]] = []
-    for path in sorted((Path(sweep_dir) / JOBS_FOLDER).glob("*.json"), key=lambda p: int(p.stem)):
+    for path in sorted(Path(sweep_dir).glob(JOB_RECORD.format("*")), key=lambda p: int(p.name.split("-")[1][:-5])):
         record = json.loads(path.read_text(encoding="utf-8"))
         best = read_best(Path(record["run_dir"])) if record["status"] == "completed" else None
         record.update({"metric": best and best["metric"], "mode": best and best["mode"],
@@ -130,10 +131,10 @@ def swept_values(summary: Dict[str, Any]) -> Dict[str, List[tuple]]:
             by_key.setdefault(name.lstrip("+~"), {})[row["job"]] = value
     points: Dict[str, List[tuple]] = {}
     for name, values in by_key.items():
-        if len(set(values.values())) < 2:
-            continue
-        points[name] = [(values[row["job"]], row["best"]) for row in summary["jobs"]
-                        if row["job"] in values and row["best"] is not None]
+        pairs = [(values[row["job"]], row["best"]) for row in summary["jobs"]
+                 if row["job"] in values and row["best"] is not None]
+        if len({value for value, _ in pairs}) >= 2:
+            points[name] = pairs
     return points
 
 
@@ -179,7 +180,10 @@ def write_summary(sweep_dir: Path) -> Dict[str, Any]:
         temporary = sweep_dir / (name + ".tmp")
         temporary.write_text(text, encoding="utf-8")
         os.replace(temporary, sweep_dir / name)
-    plot(summary, sweep_dir / "summary.png")
+    try:
+        plot(summary, sweep_dir / "summary.png")
+    except (ValueError, TypeError, OSError, RuntimeError) as error:  # a picture is not worth a failed sweep
+        log.warning("sweep summary: no plot (%s: %s)", type(error).__name__, error)
     return summary
 
 
@@ -189,7 +193,7 @@ class SweepSummary(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
-        if not (sweep_dir / JOBS_FOLDER).is_dir():
+        if not any(sweep_dir.glob(JOB_RECORD.format("*"))):
             return
         summary = write_summary(sweep_dir)
         print("\n" + markdown(summary), end="")
