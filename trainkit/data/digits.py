@@ -72,7 +72,8 @@ class DigitsData:
 
     def __repr__(self) -> str:
         return (f"DigitsData(batch_size={self.batch_size}, eval_batch_size={self.eval_batch_size}, "
-                f"test_fraction={self.test_fraction}, val_fraction={self.val_fraction}, split_seed={self.split_seed}, image_size={self.image_size})")
+                f"test_fraction={self.test_fraction}, val_fraction={self.val_fraction}, split_seed={self.split_seed}, "
+                f"image_size={self.image_size})")
 
     def prepare(self) -> None:
         """Load the digits from scikit-learn (bundled with it, no download), split and normalise them."""
