@@ -4,6 +4,8 @@ The learning rate jumps 30x after epoch 1, so the first epoch's weights are the 
 the test figures below are recomputed here with NumPy from the logits of best.ckpt's weights, and differ from
 those of the last weights.
 """
+import json
+
 import mindspore as ms
 import numpy as np
 import pytest
@@ -13,6 +15,7 @@ from tests.common.callbacks import read_jsonl
 from trainkit.app import train
 from trainkit.app.config import compose_config
 from trainkit.callbacks.evaluation import ema_weights
+from trainkit.tools.evaluate import main as evaluate_main
 
 JUMP = ["lr_schedule=step", "lr_schedule.milestones=[1]", "lr_schedule.gamma=30", "trainer.epochs=2",
         "logger.progress=off", "data.eval_batch_size=1000", "wrapper.ema_decay=0.5"]
@@ -48,6 +51,14 @@ def test_the_test_figures_come_from_best_ckpt_on_the_held_out_images(tmp_path):
     assert tested["test_ema/accuracy"] == pytest.approx(best_ema[0], abs=1e-9)
     assert result.metrics["test_accuracy"] == tested["test/accuracy"]
     assert result.metrics["test_ema_loss"] == tested["test_ema/loss"]
+
+    # python -m trainkit.evaluate RUN_DIR --split test|val: best.ckpt on the chosen set
+    assert evaluate_main([str(tmp_path), "--split", "test", "--output", str(tmp_path / "test.json")]) == 0
+    assert evaluate_main([str(tmp_path), "--output", str(tmp_path / "val.json")]) == 0
+    on_test, on_val = (json.loads((tmp_path / name).read_text()) for name in ("test.json", "val.json"))
+    assert on_test["split"] == "test" and on_test["accuracy"] == pytest.approx(best[0], abs=1e-9)
+    assert on_test["samples"] == len(labels)
+    assert on_val["split"] == "val" and on_val["accuracy"] == pytest.approx(evaluations[0]["eval/accuracy"], abs=1e-9)
 
 
 def test_trainer_test_false_and_a_data_module_without_a_test_set(tmp_path):
