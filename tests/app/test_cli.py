@@ -38,6 +38,14 @@ def test_help_lists_groups_and_recipes(tmp_path):
     assert "loss: bce_with_logits, cross_entropy, l1, mse, smooth_l1" in result.stdout
 
 
+def test_help_labels_its_config_block_with_the_recipe_it_comes_from(tmp_path):
+    for recipe in ("digits_quickstart", "wine_mlp"):
+        result = trainkit(f"recipe={recipe}", "--help", cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert f"== Config: as recipe={recipe} sets it ==" in result.stdout
+        assert "These are the recipe's values, not the groups' defaults" in result.stdout
+
+
 def test_cfg_job_prints_the_composed_config_with_overrides(tmp_path):
     result = trainkit("recipe=resnet50_cifar10", "trainer.epochs=3", "amp=O2", "wrapper.ema_decay=0.9999",
                       "--cfg", "job", cwd=tmp_path)

@@ -92,7 +92,7 @@ def train(cfg: DictConfig) -> TrainResult:
     loss_fn = build.build_loss_fn(cfg)
     metrics = build.build_metrics(cfg)
     check_fit(backbone, loss_fn, eval_set, run.describe_choice(cfg, "loss", run_dir),
-              run.describe_choice(cfg, "model", run_dir), metrics)
+              run.describe_choice(cfg, "model", run_dir), metrics, getattr(data, "num_classes", None))
     user_callbacks = build.build_user_callbacks(cfg)
     with run.inside(run_dir):  # MindSpore's O1 rewrite writes rewritten_network/ into the current directory
         loss_network = build.build_loss_network_for(cfg, backbone, loss_fn)
