@@ -118,16 +118,17 @@ def _check_label(output: Tensor, label: Tensor, loss_fn: nn.Cell, loss_name: str
 def _check_classes(output: Tensor, label: Tensor, loss_fn: nn.Cell, metrics: Dict[str, Metric],
                    num_classes: Optional[int], model_name: str) -> None:
     """One score per class: an output narrower than the classes crashes at step 1 (cross-entropy) or trains
-    silently wrong (a loss of the user's own); a wider one has scores no label ever trains."""
+    silently wrong (a loss of the user's own). A wider one is allowed, as a num_classes above the data's is (a
+    head shared with a larger label set)."""
     if not num_classes or output.ndim != 2 or label.ndim != 1:
         return
     if label.dtype not in mstype.int_type + mstype.uint_type:
         return
     classification = getattr(loss_fn, "sparse_labels", False) or _is_sparse_cross_entropy(loss_fn, output, label) \
         or any(isinstance(metric, CLASSIFICATION_METRICS) for metric in metrics.values())
-    if classification and output.shape[1] != num_classes:
+    if classification and output.shape[1] < num_classes:
         raise ConfigError(f"{model_name} gives {output.shape[1]} scores per sample, but the data has {num_classes} "
-                          f"classes: set the model's output width to {num_classes} (its num_classes, out_features "
+                          f"classes: set the model's output width to at least {num_classes} (its num_classes, out_features "
                           "or your own key for it; null fills num_classes and out_features from the data)")
 
 
