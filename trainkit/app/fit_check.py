@@ -128,8 +128,8 @@ def _check_classes(output: Tensor, label: Tensor, loss_fn: nn.Cell, metrics: Dic
         or any(isinstance(metric, CLASSIFICATION_METRICS) for metric in metrics.values())
     if classification and output.shape[1] < num_classes:
         raise ConfigError(f"{model_name} gives {output.shape[1]} scores per sample, but the data has {num_classes} "
-                          f"classes: set the model's output width to at least {num_classes} (its num_classes, out_features "
-                          "or your own key for it; null fills num_classes and out_features from the data)")
+                          f"classes: set the model's output width to at least {num_classes} (its num_classes, "
+                          "out_features or your own key for it; null fills num_classes and out_features from the data)")
 
 
 def _check_metric(name: str, metric: Metric, output: Tensor, label: Tensor) -> None:
