@@ -10,6 +10,8 @@ import sys
 import types
 
 os.environ.setdefault("GLOG_v", "3")
+# python -m trainkit caches compiled graphs per config (trainkit/app/compile_cache.py): not into the user's cache
+os.environ.setdefault("TRAINKIT_CACHE_DIR", __import__("tempfile").mkdtemp(prefix="trainkit-test-cache-"))
 
 import pytest  # noqa: E402
 from pytest_markdown_docs._runners import DefaultRunner, register_runner  # noqa: E402  (pinned: 0.9.2)

@@ -28,6 +28,7 @@ MODULES = {
     "conv_impl": ("6", "9"),
     "memory": ("7",),
     "kernel_passes": ("10",),
+    "end_to_end": ("11",),
 }
 
 

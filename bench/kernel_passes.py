@@ -17,7 +17,8 @@ from mindspore import dtype as mstype
 from bench.common import Row, Settings, setup, threads, timed
 from bench.conv_impl import torch_available
 from trainkit.models import resnet18, resnet50
-from trainkit.step.ema import _update_shadow
+from trainkit.step import ema, fused
+from trainkit.step.ema import _update_shadow, _update_shadow_fused
 from trainkit.step.grad_ops import add_into, added, float32_total, put_into, size_groups
 
 _scaled = ops.MultitypeFuncGraph("scaled")
@@ -50,11 +51,14 @@ class _Pass(nn.Cell):
             return self.hyper_map(ops.partial(_scaled, self.factor), grads)
         if self.kind == "EMA update in place":
             return self.hyper_map(ops.partial(_update_shadow, self.factor), self.buffers, grads)
+        if self.kind == FUSED_EMA:
+            return self.hyper_map(ops.partial(_update_shadow_fused, self.factor), self.buffers, grads)
         return (ops.sqrt(float32_total(self.hyper_map, grads, self.groups, squared=True)),)  # global norm
 
 
 KINDS = ("copy into", "add in place", "add, new tensor", "multiply, new tensor", "EMA update in place",
          "global norm")
+FUSED_EMA = "EMA update in place, trainkit's fused C++ kernel"  # trainkit/step/fused.py, where it builds
 
 
 def _torch_passes(arrays: List[np.ndarray]) -> Dict[str, Callable[[], object]]:
@@ -69,6 +73,7 @@ def _torch_passes(arrays: List[np.ndarray]) -> Dict[str, Callable[[], object]]:
         "add, new tensor": lambda: torch._foreach_add(buffers, grads),
         "multiply, new tensor": lambda: torch._foreach_mul(grads, 0.001),
         "EMA update in place": lambda: torch._foreach_lerp_(buffers, grads, 0.001),
+        FUSED_EMA: lambda: torch._foreach_lerp_(buffers, grads, 0.001),
         "global norm": lambda: torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))).item(),
     }
 
@@ -87,11 +92,16 @@ def run(settings: Settings) -> List[Row]:
         cell = _Pass(kind, buffers)
         return lambda: [cell(grads)[-1].asnumpy() for _ in range(calls)]
 
-    sides = {f"ms {kind}": mindspore_pass(kind) for kind in KINDS}
+    kinds = KINDS
+    kernel = fused.ema_update_kernel()
+    if kernel is not None:
+        ema._FUSED_KERNEL = kernel  # what an EMA with the fused path sets
+        kinds = (*KINDS, FUSED_EMA)
+    sides = {f"ms {kind}": mindspore_pass(kind) for kind in kinds}
     have_torch = torch_available()
     if have_torch:
         sides.update({f"torch {kind}": (lambda call=call: [call() for _ in range(calls)])
-                      for kind, call in _torch_passes(arrays).items()})
+                      for kind, call in _torch_passes(arrays).items() if kind in kinds})
     for call in sides.values():  # compile, and warm up
         call()
     seconds: Dict[str, List[float]] = {name: [] for name in sides}
@@ -100,7 +110,10 @@ def run(settings: Settings) -> List[Row]:
             seconds[name].append(timed(call) / calls)
     where = setup(model, "-", "-", tensors=len(arrays), megabytes=round(megabytes, 1), calls_per_rep=calls)
     rows = []
-    for kind in KINDS:
+    if kernel is None:
+        rows.append(Row("10", f"one pass, {FUSED_EMA}", None, "x", details=f"not built: {fused.describe()}",
+                        setup=where))
+    for kind in kinds:
         ours = statistics.median(seconds[f"ms {kind}"])
         if have_torch:
             theirs = statistics.median(seconds[f"torch {kind}"])

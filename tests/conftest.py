@@ -2,6 +2,8 @@
 import os
 
 os.environ.setdefault("GLOG_v", "3")
+# python -m trainkit caches compiled graphs per config (trainkit/app/compile_cache.py): not into the user's cache
+os.environ.setdefault("TRAINKIT_CACHE_DIR", __import__("tempfile").mkdtemp(prefix="trainkit-test-cache-"))
 
 import mindspore as ms  # noqa: E402
 import pytest  # noqa: E402

@@ -8,11 +8,14 @@ Exit statuses: 0 done; 1 a run that could not go on (its message, and for a cras
 ``train.log``); 2 bad input; 128 + N stopped by signal N after a step, with a checkpoint there (143: SIGTERM,
 130: SIGINT).
 """
+import gc
 import logging
 import os
+import signal
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 _WARNINGS_KEY = "logger.mindspore_warnings="
 
@@ -52,8 +55,10 @@ def _hydra_main(cfg: DictConfig) -> float:
     from trainkit.app.sweep import objective, record_job
     from trainkit.distributed.launch import launch_workers, needs_launch
     from trainkit.distributed.parallel import close_log_files
+    from trainkit.rundir import held_log
 
     start = time.perf_counter()
+    held_log.hold()  # until train() accepts the input: a refusal leaves an earlier run's train.log as it was
     try:
         if needs_launch(cfg.parallel):
             from trainkit.app.config import check_config
@@ -65,22 +70,33 @@ def _hydra_main(cfg: DictConfig) -> float:
                                        "are in msrun_logs/)", start, printed=True)
             record_job("completed", time.perf_counter() - start)
             return objective(_output_dir())  # the workers' metrics are in the run directory
-        from trainkit.app import train
+        from trainkit.app import compile_cache, train
 
-        result = train(cfg)
+        cached = compile_cache.enable(cfg)  # a second run of this config loads its graphs instead of compiling
+        gc.freeze()  # MindSpore collects garbage before each graph compile: not through what exists by now
+        try:
+            result = train(cfg)
+        finally:
+            gc.unfreeze()  # a process that runs more (a sweep, the tests' in-process runs) collects it again
+            if cached is not None:
+                compile_cache.disable()
     except RunDirectoryInUse as error:  # not a word into the run that is there
+        held_log.discard()
         close_log_files()
         return _failed(2, str(error), start)
     except (ConfigError, DataError) as error:
-        _record_in_log_file(error)  # the console gets the one stderr line below, not the same words twice
+        held_log.drop(error)  # into a new train.log only; the console gets the one stderr line below
         return _failed(2, str(error), start)
     except TrainingError as error:  # logged where it was raised
+        held_log.release()
         return _failed(1, str(error), start)
     except RunInterrupted as stop:  # logged where it was raised; 128 + signal, as a shell reports a signal's end
+        held_log.release()
         record_job("interrupted", time.perf_counter() - start, f"stopped by a signal (exit status {stop.status})",
                    exit_status=stop.status)
         sys.exit(stop.status)
     except Exception as error:  # a crash: the traceback goes to train.log as well as the console
+        held_log.release()
         log.exception("the run crashed: %s: %s", type(error).__name__, error)
         return _failed(1, f"the run crashed ({type(error).__name__}); the full traceback is in {_log_file()}", start)
     record_job("completed", time.perf_counter() - start, metrics=result.metrics)
@@ -110,31 +126,96 @@ def _output_dir() -> Path:
     return Path(HydraConfig.get().runtime.output_dir).resolve()
 
 
-def _record_in_log_file(error: Exception) -> None:
-    """Write the error into train.log only: on the console it is the one ``trainkit: error:`` line."""
-    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, "%s", (error,), None)
-    for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.FileHandler):
-            handler.handle(record)
-
-
 def _log_file() -> str:
     """Where this process's log lines are written: train.log, or msrun's worker log on ranks other than 0."""
-    for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.FileHandler):
-            return handler.baseFilename
+    from trainkit.rundir.held_log import log_files
+
+    for name in log_files():
+        return name
     rank = os.environ.get("RANK_ID")
     return f"msrun's worker_{rank}.log" if rank is not None else "the output above"
 
 
+def _unusable_run_dir(argv) -> Optional[str]:
+    """Why the run directory cannot be written, or None: Hydra creates it and opens its train.log before trainkit
+    runs, and a failure there would be a traceback. Checked for ``hydra.run.dir=PATH`` (or the default under
+    ``outputs/``) when the command trains."""
+    if any(a in ("--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "--multirun", "-m") for a in argv):
+        return None
+    given = [a.split("=", 1)[1] for a in argv if a.lstrip("+").startswith("hydra.run.dir=")]
+    if given and "${" in given[-1]:
+        return None
+    path = Path(given[-1]).expanduser() if given else Path("outputs")
+    key = f"hydra.run.dir={given[-1]}" if given else "the run directory (default outputs/RECIPE/DATE_TIME)"
+    existing = path.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{key}: {existing} is a file, not a folder: choose a directory with hydra.run.dir=PATH"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{key}: {existing} is not writable: choose a directory you can write with hydra.run.dir=PATH"
+    log_file = path / "train.log"
+    if log_file.exists() and not (log_file.is_file() and os.access(log_file, os.W_OK)):
+        return f"{key}: {log_file} is not a writable file: choose another directory with hydra.run.dir=PATH"
+    return None
+
+
+class _Stopped(BaseException):
+    """SIGTERM or SIGINT outside the training loop (whose SignalStop callback stops after a step with a checkpoint):
+    a BaseException, so no ``except Exception`` on the way takes it for an error of its own."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _stop(signum, frame) -> None:
+    raise _Stopped(signum)
+
+
+def _shadowing_folder() -> Optional[str]:
+    """The folder that hides the installed package, or None: run from the folder that holds a clone named
+    ``trainkit``, ``python -m`` puts the current directory first and imports that folder (no ``__init__.py``) as
+    ``trainkit`` -- its submodules still resolve, so the failure would come later and read as a missing name."""
+    package = sys.modules.get("trainkit")
+    if package is None or getattr(package, "__file__", None) is not None:
+        return None
+    here = Path(__file__).resolve().parent
+    others = [str(path) for path in getattr(package, "__path__", []) if Path(path).resolve() != here]
+    return others[0] if others else str(here)
+
+
 def main() -> None:
     """The command line: msrun also runs the training command as its cluster's scheduler, which only serves."""
+    shadow = _shadowing_folder()
+    if shadow:
+        print(f"trainkit: error: the folder {shadow} hides the installed trainkit package (python -m puts the "
+              "current directory first on the import path): run the command from another directory, e.g. inside "
+              "that folder", file=sys.stderr)
+        sys.exit(2)
     if os.environ.get("MS_ROLE") == "MS_SCHED":
         from mindspore.communication import init
 
         init()  # returns when the workers are done
         return
-    _hydra_main()
+    problem = _unusable_run_dir(sys.argv[1:])
+    if problem:
+        print(f"trainkit: error: {problem}", file=sys.stderr)
+        sys.exit(2)
+    previous = {signum: signal.signal(signum, _stop) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        _hydra_main()
+    except _Stopped as stop:
+        from trainkit.rundir import held_log
+
+        message = (f"stopped by {stop} outside the training loop (while starting up or finishing), so no checkpoint "
+                   "was written for it: run the command again (with trainer.resume=auto to continue a run)")
+        held_log.drop(RuntimeError(message))  # an earlier run's train.log keeps its bytes
+        print(f"trainkit: {message}", file=sys.stderr)
+        sys.exit(128 + stop.signum)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ class PlantedNaNData:
     """Feature vectors in a fixed order, one batch with a NaN: the data-module protocol the app uses."""
 
     num_classes = 3
+    values_checked = True  # the NaN batch is the point: the app's first-epoch value check must let it through
 
     def __init__(self, batch_size: int):
         self.batch_size = batch_size

@@ -123,10 +123,13 @@ def test_configs_and_recipes_ship_in_the_wheel(tmp_path):
 def test_bad_input_aimed_at_an_existing_run_changes_nothing_there(cifar10_root, tmp_path):
     run_dir = tmp_path / "run"
     assert trainkit(*TINY, f"data.root={cifar10_root}", f"hydra.run.dir={run_dir}", cwd=tmp_path).returncode == 0
-    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.name != "train.log"}
-    log_before = (run_dir / "train.log").read_text()
-    for bad in ("wrapper.accumulation_steps=0", "data.root=missing_folder", "trainer.epochs=2"):  # the last is valid
-        result = trainkit(*TINY, f"data.root={cifar10_root}", bad, f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    for bad in (["wrapper.accumulation_steps=0"], ["data.root=missing_folder"], ["trainer.epochs=2"],  # valid
+                ["trainer.resume=auto", "data.augment=false"],  # a resume on other samples
+                ["trainer.resume=auto"]):  # a finished run: nothing left
+        result = trainkit(*TINY, f"data.root={cifar10_root}", *bad, f"hydra.run.dir={run_dir}", cwd=tmp_path)
         assert result.returncode == 2, result.stderr
-    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.name != "train.log"} == before
-    assert (run_dir / "train.log").read_text().startswith(log_before)  # the log is only appended to
+        assert result.stderr.count("trainkit: error:") == 1 and "Traceback" not in result.stderr
+        assert "data.augment" not in bad[-1] or "needs the same data.augment" in result.stderr
+    # byte for byte, train.log included: the resume's lines and the error are not appended to it
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before

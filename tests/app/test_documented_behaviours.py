@@ -14,11 +14,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import mindspore as ms
 import numpy as np
 import pytest
 from mindspore import nn
+from omegaconf import OmegaConf
 
 from tests.common.callbacks import read_jsonl
 from tests.common.cifar10_files import write_cifar10
@@ -90,16 +92,21 @@ def test_resume_data_fast_continues_with_the_same_samples_in_the_same_order(unin
     assert not differing, differing[:5]
 
 
-def rewrite_group_size(source: Path, target: Path, group_size: int) -> None:
-    """A copy of `source` as a job of `group_size` processes would have written it."""
+def rewrite_group_size(source: Path, target: Path, group_size: int, root_now: Optional[Path] = None) -> None:
+    """A copy of `source` as a job of `group_size` processes would have written it (and, given `root_now`, as if
+    its run had read the data from there: other files behind the same data.root)."""
     saved = ms.load_checkpoint(str(source))
     appended = {key: saved.pop(key) for key in ("micro_steps", "steps_per_epoch", "skipped_steps", "group_size",
                                                  "trainkit_config")}
     append = {key: (value if isinstance(value, str) else int(value.asnumpy().item()))
               for key, value in appended.items()}
     append["group_size"] = group_size
+    if root_now is not None:
+        config = OmegaConf.create(append["trainkit_config"])
+        config.data.root = str(root_now)
+        append["trainkit_config"] = OmegaConf.to_yaml(config)
     ms.save_checkpoint([{"name": name, "data": value} for name, value in saved.items()], str(target),
-                       append_dict=append)
+                       append_dict=append, crc_check=True)  # with its CRC32, as trainkit writes
 
 
 @pytest.mark.parametrize("change, named", [
@@ -108,17 +115,21 @@ def rewrite_group_size(source: Path, target: Path, group_size: int) -> None:
     (["optimizer=momentum"], "optimizer._target_: 'mindspore.nn.Adam' in the checkpoint, 'mindspore.nn.Momentum'"),
     (["lr_schedule=cosine"], "lr_schedule._target_: 'trainkit.lr_schedule.constant' in the checkpoint"),
     (["trainer.seed=1"], "trainer.seed: 0 in the checkpoint, 1 now"),
+    (["OTHER_ROOT"], "an exact resume needs the same data.root (a data key decides which samples are trained"),
     (["OTHER_DATA"], "has 5 steps per epoch and this run 10: the training data differs"),
     (["OTHER_DP_SIZE"], "was written by a data-parallel job of 2 processes and this one has 1"),
-], ids=["batch_size", "image_size", "optimizer", "schedule", "seed", "other_data", "dp_size"])
+], ids=["batch_size", "image_size", "optimizer", "schedule", "seed", "other_root", "other_data", "dp_size"])
 def test_each_resume_mismatch_is_named_and_stops_before_anything_is_written(uninterrupted, cifar10, tmp_path,
                                                                             change, named):
     run_a, _ = uninterrupted
     source = run_a / "checkpoints" / "trainkit-1_3.ckpt"
     root = cifar10
-    if change == ["OTHER_DATA"]:  # twice the records: the checkpoint's position means other samples here
+    if change in (["OTHER_ROOT"], ["OTHER_DATA"]):  # twice the records: the checkpoint's position means other samples
         root = tmp_path / "other"
         write_cifar10(str(root), train_per_file=16, test_records=8, seed=8)
+        if change == ["OTHER_DATA"]:  # the files replaced behind the same data.root
+            source = tmp_path / "same_root.ckpt"
+            rewrite_group_size(run_a / "checkpoints" / "trainkit-1_3.ckpt", source, 1, root_now=root)
         change = []
     elif change == ["OTHER_DP_SIZE"]:
         source, change = tmp_path / "two_processes.ckpt", []

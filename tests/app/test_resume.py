@@ -7,7 +7,9 @@ TrainingWrapper (weights, batch-norm statistics, optimizer moments and step, los
 here, so nothing looser is needed. Random crops and flips are on, so the data position is checked too.
 """
 import hashlib
+import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -143,6 +145,68 @@ def test_resuming_from_an_older_checkpoint_of_the_run_moves_the_later_ones_aside
     assert len(aside) == 1 and sorted(p.name for p in aside[0].iterdir()) == sorted(later)
 
 
+def unique_tensor(path):
+    """The largest float tensor of checkpoint `path` whose bytes occur once in the file: (offset, length)."""
+    content = path.read_bytes()
+    arrays = sorted((value.asnumpy() for value in ms.load_checkpoint(str(path)).values()
+                     if not isinstance(value, str) and value.asnumpy().dtype == np.float32), key=lambda a: -a.nbytes)
+    for array in arrays:
+        offset = content.find(array.tobytes())
+        if offset > 0 and content.find(array.tobytes(), offset + 1) < 0:
+            return offset, array.nbytes
+    raise AssertionError("no tensor stored once")
+
+
+def damage(path, how):
+    content = bytearray(path.read_bytes())
+    if how == "flip_100_bytes_of_a_tensor":
+        offset, length = unique_tensor(path)
+        for index in np.random.default_rng(0).choice(length, 100, replace=False):
+            content[offset + index] ^= 0xFF
+    elif how == "0xff_over_a_tensor":  # 4000 bytes where the tensor holds that many: NaN weights, framing intact
+        offset, length = unique_tensor(path)
+        content[offset:offset + min(length, 4000)] = b"\xff" * min(length, 4000)
+    elif how == "4000_bytes_of_0xff":
+        content[len(content) // 3:len(content) // 3 + 4000] = b"\xff" * 4000
+    else:  # non-finite weights in a file whose checksum is right: the state itself is what cannot go on
+        saved = ms.load_checkpoint(str(path))
+        appended = {name: saved.pop(name) for name in list(saved) if isinstance(saved[name], str)}
+        name = max((n for n in saved if saved[n].asnumpy().dtype == np.float32), key=lambda n: saved[n].asnumpy().size)
+        values = saved[name].asnumpy().copy()
+        values.flat[3] = np.nan
+        saved[name] = ms.Parameter(ms.Tensor(values), name=name)
+        ms.save_checkpoint([{"name": n, "data": v} for n, v in saved.items()], str(path), append_dict=appended,
+                           crc_check=True)
+        return
+    path.write_bytes(bytes(content))
+
+
+@pytest.mark.parametrize("how, reason", [("flip_100_bytes_of_a_tensor", "fails its CRC32 checksum"),
+                                         ("0xff_over_a_tensor", "fails its CRC32 checksum"),
+                                         ("4000_bytes_of_0xff", "is corrupt"),
+                                         ("non_finite_weights", "holds non-finite values")])
+def test_a_damaged_newest_checkpoint_is_skipped_named_and_the_resume_ends_identical(uninterrupted, tiny_cifar10,
+                                                                                    tmp_path, caplog, how, reason):
+    """The run stopped after step 8; its newest checkpoint was damaged on disk: resume=auto says so, continues from
+    the one before and ends bitwise as the uninterrupted run. Mutations tried: ``crc_check=False`` in
+    ``load_checkpoint_file`` (the flipped tensor loads: red; 0xFF over a tensor is caught as non-finite instead:
+    red on the reason), the non-finite check removed (the NaN state loads: red)."""
+    run_a, final_a = uninterrupted
+    run_dir = tmp_path / "run"
+    shutil.copytree(run_a, run_dir)
+    files = checkpoint_files(run_dir / "checkpoints")
+    for later in files[8:]:
+        later.unlink()
+    newest, previous = files[7], files[6]
+    damage(newest, how)
+    with caplog.at_level(logging.INFO, logger="trainkit"):
+        result = train(compose_config([*overrides(tiny_cifar10), f"run_dir={run_dir}", "trainer.resume=auto"]))
+    skipped = [r.getMessage() for r in caplog.records if "skipping" in r.getMessage()]
+    assert len(skipped) == 1 and f"skipping checkpoint {newest}" in skipped[0] and reason in skipped[0], skipped
+    assert f"resuming from {previous}: epoch 2, step 2 of 5" in caplog.text
+    assert_identical(parameters(result.wrapper), final_a)
+
+
 # ------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("change, message", [
     (["wrapper.accumulation_steps=1"], "wrapper.accumulation_steps: 2 in the checkpoint, 1 now"),
@@ -266,8 +330,8 @@ def test_a_finished_run_continues_for_longer_when_the_past_learning_rates_stay(u
     append["trainkit_config"] = OmegaConf.to_yaml(cosine, resolve=True)
     cosine_run = tmp_path / "cosine"
     (cosine_run / "checkpoints").mkdir(parents=True)
-    ms.save_checkpoint([{"name": k, "data": v} for k, v in saved.items()],
-                       str(cosine_run / "checkpoints" / source.name), append_dict=append)
+    ms.save_checkpoint([{"name": k, "data": v} for k, v in saved.items()],  # with its CRC32, as trainkit writes
+                       str(cosine_run / "checkpoints" / source.name), append_dict=append, crc_check=True)
     before = tree_digest(cosine_run)
     with pytest.raises(ConfigError) as error:
         train(compose_config([*with_epochs(tiny_cifar10, EPOCHS, "lr_schedule=cosine"), f"run_dir={cosine_run}",
@@ -275,3 +339,27 @@ def test_a_finished_run_continues_for_longer_when_the_past_learning_rates_stay(u
     assert "trainer.epochs: 2 in the checkpoint, 3 now" in str(error.value)
     assert "changes the learning rate of updates already taken" in str(error.value)
     assert tree_digest(cosine_run) == before
+
+
+def test_a_checkpoint_whose_stored_schedule_names_an_untrusted_target_is_refused(uninterrupted, tiny_cifar10,
+                                                                                  tmp_path):
+    """A resume that compares schedules builds the checkpoint's own: a planted one is refused, and runs nothing.
+    Mutation tried: the check_trusted call in check_resumable removed (the planted file is written)."""
+    from omegaconf import OmegaConf
+
+    run_a, _ = uninterrupted
+    source = run_a / "checkpoints" / "trainkit-2_2.ckpt"
+    saved = ms.load_checkpoint(str(source))
+    config = OmegaConf.create(saved.pop("trainkit_config"))
+    victim = tmp_path / "x.pth"
+    config.lr_schedule = {"_target_": "pathlib.Path.write_text", "_args_": [str(victim), "import os"]}
+    planted = tmp_path / "planted" / "trainkit-2_2.ckpt"
+    planted.parent.mkdir()
+    ms.save_checkpoint([{"name": k, "data": v} for k, v in saved.items()], str(planted), crc_check=True,
+                       append_dict={"trainkit_config": OmegaConf.to_yaml(config)})
+    run_dir = tmp_path / "run"
+    with pytest.raises(ConfigError, match="lr_schedule._target_=pathlib.Path.write_text, which is not trusted"):
+        train(compose_config([*overrides(tiny_cifar10), f"run_dir={run_dir}", f"trainer.resume={planted}",
+                              f"trainer.epochs={EPOCHS + 1}"]))
+    assert not victim.exists()
+    assert not (run_dir / ".hydra").exists()

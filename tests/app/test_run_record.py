@@ -74,6 +74,33 @@ def wait_for_record(run_dir, step, process):
     raise AssertionError(f"no record at step {step}: {process.poll()}")
 
 
+def kill_between_checkpoints(process, run_dir, after_step):
+    """SIGKILL `process` once metrics.jsonl holds a record at `after_step` or later and past the newest checkpoint.
+
+    The process is frozen (SIGSTOP, then its state read from the kernel) while the files are read, so what they say
+    is what the kill leaves: no race with the next step or checkpoint, however loaded the machine. Returns the last
+    recorded step and the newest checkpoint's."""
+    while True:
+        wait_for_record(run_dir, after_step, process)
+        process.send_signal(signal.SIGSTOP)
+        frozen = psutil.Process(process.pid)
+        while frozen.status() not in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
+            time.sleep(0.01)
+        try:
+            recorded = [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl") if "train/loss" in r]
+        except ValueError:  # frozen in the middle of writing a line
+            recorded = []
+        newest = newest_valid_checkpoint(run_dir / "checkpoints")
+        continued_from = newest.position.micro_steps if newest else 0
+        if recorded and recorded[-1] > continued_from:
+            process.send_signal(signal.SIGKILL)
+            process.communicate()
+            assert process.returncode == -signal.SIGKILL
+            return recorded[-1], continued_from
+        after_step = max([after_step, *recorded]) + 1  # a checkpoint at the last record: the next step, then
+        process.send_signal(signal.SIGCONT)
+
+
 def resume(root, run_dir, cwd):
     result = subprocess.run(command(root, run_dir, "trainer.resume=auto"), cwd=cwd, env=environment(),
                             capture_output=True, text=True, timeout=300)
@@ -157,14 +184,9 @@ def test_sigint_then_sigkill_between_checkpoints_then_resume_keep_one_record_per
     stopped_at = stop_with(process, signal.SIGINT, run_dir)
 
     process = start(tiny_cifar10, run_dir, tmp_path, "trainer.resume=auto")
-    next_checkpoint = (stopped_at // 3 + 1) * 3  # checkpoints every 3 steps
-    killed_at = wait_for_record(run_dir, next_checkpoint + 1, process)
-    process.send_signal(signal.SIGKILL)
-    process.communicate()
-    assert process.returncode == -signal.SIGKILL
-    continued_from = newest_valid_checkpoint(run_dir / "checkpoints").position.micro_steps
+    killed_at, continued_from = kill_between_checkpoints(process, run_dir, stopped_at + 1)
     recorded = [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl") if "train/loss" in r]
-    assert recorded[-1] >= killed_at > continued_from  # records the continuation writes again
+    assert recorded[-1] == killed_at > continued_from  # records the continuation writes again
 
     resume(tiny_cifar10, run_dir, tmp_path)
 

@@ -1,5 +1,7 @@
 """BestCheckpoint: saves on improvement only, atomically, a file mindspore.load_checkpoint reads back."""
+import binascii
 import json
+import logging
 import math
 
 import mindspore as ms
@@ -22,6 +24,15 @@ def make_model(ema_decay=None):
     model = ms.train.Model(wrapper, eval_network=nn.WithEvalCell(net, loss_fn), eval_indexes=[0, 1, 2],
                            metrics={"accuracy", "loss"})
     return net, wrapper, model
+
+
+def stored_crc(path):
+    """The CRC32 MindSpore's trailer holds (b"crc_num" + 10 bytes), checked against the bytes before it."""
+    content = path.read_bytes()
+    assert content[-17:-10] == b"crc_num"
+    stored = int.from_bytes(content[-10:], "big")
+    assert stored == binascii.crc32(content[:-17])
+    return stored
 
 
 def files_in(directory):
@@ -52,7 +63,7 @@ def test_saves_only_on_improvement(tmp_path, mode_name, values, saved_at):
     assert best.best == values[saved_at[-1] - 1] and best.best_epoch == saved_at[-1]
     assert json.loads((tmp_path / "ckpt" / "best.json").read_text()) == {
         "metric": metric, "mode": mode_name, "value": values[saved_at[-1] - 1], "epoch": saved_at[-1],
-        "step": 10 * saved_at[-1], "checkpoint": "best.ckpt"}
+        "step": 10 * saved_at[-1], "checkpoint": "best.ckpt", "crc32": stored_crc(best.path)}
     assert files_in(tmp_path / "ckpt") == ["best.ckpt", "best.json"]  # no temporary file left
 
     # a resumed run starts from the recorded best and does not overwrite it with a worse result
@@ -80,6 +91,11 @@ def test_under_model_train_keeps_the_best_epochs_state(graph_mode, tmp_path):
     assert best.saves == sum(1 for i, v in enumerate(losses) if v < min(losses[:i], default=math.inf))
     saved = ms.load_checkpoint(str(tmp_path / "best.ckpt"))
     expected = snapshots.by_epoch[best_epoch]
+    # what it was saved for, and the marker of a checksummed file, beside the state
+    described = {name: saved.pop(name) for name in ("best_metric", "best_value", "best_step", "trainkit_crc32")}
+    assert described["best_metric"] == "eval_ema/loss"
+    assert float(described["best_value"].asnumpy()) == pytest.approx(min(losses))
+    assert int(described["best_step"].asnumpy()) == evaluation.history[best_epoch - 1]["step"]
     assert set(saved) == set(expected)  # weights, optimizer moments, EMA shadows, counters
     assert {"moments.fc1.weight", "ema.fc1.weight", "global_step", "ema_num_updates"} <= set(saved)
     for name, value in expected.items():
@@ -107,3 +123,26 @@ def test_must_come_after_its_evaluation(tmp_path):
     best = BestCheckpoint(evaluation, tmp_path)
     with pytest.raises(ValueError, match="after its Evaluation"):
         best.on_train_begin(RunContext(Params(train_network=wrapper, list_callback=[best, evaluation])))
+
+
+def test_a_best_json_that_does_not_describe_best_ckpt_is_not_trusted(tmp_path, caplog):
+    """A crash between the two replacements (or an edit) leaves a best.json of another best.ckpt: the best so far is
+    then best.ckpt's own value; a corrupt best.ckpt leaves none (the next evaluation replaces it)."""
+    net, wrapper, model = make_model()
+    evaluation = Evaluation(model, None)
+    best = BestCheckpoint(evaluation, tmp_path, metric="eval/accuracy", mode="max")
+    best.update({"epoch": 1, "step": 10, "eval/accuracy": 0.5}, wrapper)
+    stale = (tmp_path / "best.json").read_text()
+    best.update({"epoch": 2, "step": 20, "eval/accuracy": 0.8}, wrapper)
+    (tmp_path / "best.json").write_text(stale)  # best.ckpt of epoch 2, best.json of epoch 1
+    with caplog.at_level(logging.WARNING, logger="trainkit"):
+        resumed = BestCheckpoint(evaluation, tmp_path, metric="eval/accuracy", mode="max")
+    assert resumed.best == pytest.approx(0.8)  # not 0.5: a 0.6 must not replace the 0.8 checkpoint
+    assert not resumed.update({"epoch": 3, "step": 30, "eval/accuracy": 0.6}, wrapper)
+    assert "does not describe" in caplog.text and "best.ckpt" in caplog.text
+
+    content = bytearray((tmp_path / "best.ckpt").read_bytes())
+    content[len(content) // 2:len(content) // 2 + 64] = b"\xff" * 64
+    (tmp_path / "best.ckpt").write_bytes(bytes(content))
+    (tmp_path / "best.json").write_text(stale)
+    assert BestCheckpoint(evaluation, tmp_path, metric="eval/accuracy", mode="max").best is None

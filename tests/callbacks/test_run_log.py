@@ -100,3 +100,17 @@ def test_text_goes_to_tensorboard_only(tmp_path):
         log.text("config", "model: resnet18")
     assert read_tags(tmp_path / "tensorboard")["config/text_summary"] == "text"
     assert (tmp_path / "metrics.jsonl").read_text() == ""
+
+
+def test_importing_it_leaves_pytorch_unimported_and_importable():
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")  # with PyTorch installed, tensorboardX's package would import it (2 s)
+    code = ("import sys; import trainkit.callbacks.run_log; print('torch' in sys.modules); import torch; "
+            "print(torch.zeros(2).sum().item())")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False", "0.0"]
+    code = "import torch, sys; import trainkit.callbacks.run_log; print(sys.modules['torch'] is torch)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["True"]

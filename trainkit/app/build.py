@@ -29,7 +29,9 @@ from trainkit.callbacks.train_metrics import checked_scalars
 from trainkit.callbacks.training_checkpoint import StartAt, TrainingCheckpoint
 from trainkit.checks import choice
 from trainkit.errors import ConfigError
+from trainkit.models.dropout import streams_from_zero
 from trainkit.rundir.checkpoint import TrainingCheckpoint as SavedCheckpoint
+from trainkit.step import fused
 from trainkit.step.mixed_precision import Float32EvalCell, build_loss_network
 from trainkit.step.wrapper import TrainingWrapper
 
@@ -57,8 +59,12 @@ def group_error(group: str, node: DictConfig, error: BaseException) -> ConfigErr
 
 # ------------------------------------------------------------------- data and model
 def build_model(cfg: DictConfig, data: Any) -> nn.Cell:
-    """The backbone, with its keys left null filled from the data (fine-tuning keys are applied after building)."""
-    return instantiate_group("model", model_arguments(cfg.model), **model_args_from_data(cfg.model, data))
+    """The backbone, with its keys left null filled from the data (fine-tuning keys are applied after building).
+
+    trainkit's Dropout layers get their random streams numbered from 0 in build order, so a resumed run's are the
+    same."""
+    with streams_from_zero():
+        return instantiate_group("model", model_arguments(cfg.model), **model_args_from_data(cfg.model, data))
 
 
 # Data attributes that fill a model key of another name (the data-module protocol before keys matched).
@@ -179,6 +185,8 @@ def build_wrapper(cfg: DictConfig, loss_network: nn.Cell, optimizer: nn.Optimize
         checked_scalars(wrapper.logged_scalars())
     except (TypeError, ValueError) as error:
         raise ConfigError(f"wrapper ({cfg.wrapper._target_}).logged_scalars(): {error}") from error
+    if wrapper.ema is not None:
+        log.info("EMA update: %s", fused.describe())
     return wrapper
 
 

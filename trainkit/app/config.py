@@ -256,6 +256,10 @@ def compose_config(overrides: Iterable[str] = ()) -> DictConfig:
 
 
 # --------------------------------------------------------------------------- checks
+MAX_MICRO_BATCHES = 10 ** 8  # trainer.epochs x steps per epoch: the learning-rate table is 400 MB there
+MAX_IMAGE_SIZE = 4096  # a side; a 4096 x 4096 float32 RGB image is 192 MiB
+
+
 def check_config(cfg: DictConfig) -> None:
     """Raise ConfigError naming the first key that is unknown or whose value is impossible, and what is valid.
 
@@ -278,7 +282,8 @@ def check_config(cfg: DictConfig) -> None:
     if choice(wrapper.loss_scale) == "dynamic":
         _check("wrapper.scale_factor", wrapper.scale_factor, "an integer >= 2", lambda v: v >= 2)
         _check("wrapper.scale_window", wrapper.scale_window, "an integer >= 1", lambda v: v >= 1)
-    _check("trainer.epochs", trainer.epochs, "an integer >= 1", lambda v: v >= 1)
+    _check("trainer.epochs", trainer.epochs, f"an integer in [1, {MAX_MICRO_BATCHES:,}] (the run's learning-rate "
+           "table holds one number per update)", lambda v: 1 <= v <= MAX_MICRO_BATCHES)
     _check("trainer.seed", trainer.seed, "an integer in [0, 2**32)", lambda v: 0 <= v < 2 ** 32)
     _check("trainer.sink_size", trainer.sink_size, "-1 (a whole epoch per sink) or an integer >= 1",
            lambda v: v == -1 or v >= 1)
@@ -311,6 +316,11 @@ def check_config(cfg: DictConfig) -> None:
         value = cfg[group].get(name)
         if value is not None:
             _check(key, value, "an integer >= 1", lambda v: isinstance(v, int) and v >= 1)
+    image_size = cfg.data.get("image_size")
+    if isinstance(image_size, int) and image_size > MAX_IMAGE_SIZE:
+        raise ConfigError(f"data.image_size={image_size} is not valid: it must be at most {MAX_IMAGE_SIZE} (one "
+                          f"{image_size}x{image_size} float32 RGB image alone would take "
+                          f"{image_size * image_size * 12 / 2 ** 30:,.1f} GiB)")
     lr = cfg.optimizer.get("lr")
     if lr is None:
         raise ConfigError("optimizer.lr is missing: the base learning rate of the schedule, e.g. optimizer.lr=0.001")

@@ -40,7 +40,7 @@ def check_fit(backbone: nn.Cell, loss_fn: nn.Cell, dataset: Any, loss_name: str,
         num_classes: the data's number of classes, when it knows it: with a classification loss or metric, the
             output's width must equal it, whatever the model's key for it is called.
     """
-    data, label, columns = _first_samples(dataset)
+    data, label, columns, batch_label = _first_samples(dataset)
     mode = ms.get_context("mode")
     training = backbone.training
     ms.set_context(mode=ms.PYNATIVE_MODE)
@@ -57,6 +57,7 @@ def check_fit(backbone: nn.Cell, loss_fn: nn.Cell, dataset: Any, loss_name: str,
                               "output the loss takes")
         output = output.astype(mstype.float32)
         _check_label(output, label, loss_fn, loss_name, columns)
+        _check_label_values(output, batch_label, loss_fn, loss_name, columns)
         _check_classes(output, label, loss_fn, metrics or {}, num_classes, model_name)
         try:
             value = loss_fn(output, label)
@@ -75,7 +76,7 @@ def check_fit(backbone: nn.Cell, loss_fn: nn.Cell, dataset: Any, loss_name: str,
         ms.set_context(mode=mode)
 
 
-def _first_samples(dataset: Any) -> Tuple[Tensor, Tensor, list]:
+def _first_samples(dataset: Any) -> Tuple[Tensor, Tensor, list, Tensor]:
     columns = list(dataset.get_col_names())
     if len(columns) != 2:
         raise ConfigError(f"the data gives {len(columns)} column(s) ({', '.join(columns)}): trainkit takes two, the "
@@ -88,7 +89,7 @@ def _first_samples(dataset: Any) -> Tuple[Tensor, Tensor, list]:
         raise ConfigError("the evaluation data is empty: the data module's eval_dataset() gives no batch") from error
     finally:
         iterator.stop()
-    return data[:SAMPLES], label[:SAMPLES], columns
+    return data[:SAMPLES], label[:SAMPLES], columns, label
 
 
 def _check_label(output: Tensor, label: Tensor, loss_fn: nn.Cell, loss_name: str, columns: list) -> None:
@@ -130,6 +131,21 @@ def _check_classes(output: Tensor, label: Tensor, loss_fn: nn.Cell, metrics: Dic
         raise ConfigError(f"{model_name} gives {output.shape[1]} scores per sample, but the data has {num_classes} "
                           f"classes: set the model's output width to at least {num_classes} (its num_classes, "
                           "out_features or your own key for it; null fills num_classes and out_features from the data)")
+
+
+def _check_label_values(output: Tensor, label: Tensor, loss_fn: nn.Cell, loss_name: str, columns: list) -> None:
+    """Class labels of the first evaluation batch against the model's outputs: a label the logits have no entry for
+    would fail after compiling, or (with a model sized from the data) mean a class that does not exist."""
+    if not (getattr(loss_fn, "sparse_labels", False) or _is_sparse_cross_entropy(loss_fn, output, label)):
+        return
+    classes = output.shape[1]
+    values = label.asnumpy().reshape(-1)
+    bad = (values < 0) | (values >= classes)
+    if bad.any():
+        index = int(bad.argmax())
+        raise ConfigError(f"{loss_name}: the first evaluation batch's label {columns[1]!r}, sample {index}, is "
+                          f"{values[index]}, but the model has {classes} outputs: class labels must be integers in "
+                          f"[0, {classes}); check the data (trainkit.data.check_values) or model.num_classes")
 
 
 def _check_metric(name: str, metric: Metric, output: Tensor, label: Tensor) -> None:

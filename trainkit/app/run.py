@@ -19,6 +19,7 @@ from mindspore import nn
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError
 
+from trainkit.app.config import MAX_MICRO_BATCHES
 from trainkit.app.stopping import check_not_finished_early
 from trainkit.callbacks import Evaluation, TrainMetrics
 from trainkit.callbacks.early_stopping import MARKER as EARLY_STOP_MARKER
@@ -126,6 +127,11 @@ def sink_size_of(trainer: DictConfig, steps_per_epoch: int) -> int:
 def check_accumulation(cfg: DictConfig, steps_per_epoch: int) -> None:
     """A window must fit in the run; a last incomplete window is dropped, which is worth a warning."""
     micro_steps, k = cfg.trainer.epochs * steps_per_epoch, cfg.wrapper.accumulation_steps
+    if micro_steps > MAX_MICRO_BATCHES:
+        raise ConfigError(f"trainer.epochs={cfg.trainer.epochs} is not valid with {steps_per_epoch} steps per epoch: "
+                          f"{micro_steps:,} micro-batches in all, and a run holds at most {MAX_MICRO_BATCHES:,} (its "
+                          f"learning-rate table holds one number per update); use at most "
+                          f"{MAX_MICRO_BATCHES // steps_per_epoch:,} epochs")
     if k > micro_steps:
         raise ConfigError(f"wrapper.accumulation_steps={k} is not valid for a run of {micro_steps} micro-batches "
                           f"({cfg.trainer.epochs} epochs of {steps_per_epoch}): no window would complete, so "
@@ -195,6 +201,21 @@ def set_aside_later_checkpoints(resumed: SavedCheckpoint) -> None:
         path.rename(folder / path.name)
     log.warning("resuming from %s: moved the %d later checkpoints of this run to %s", resumed.path.name, len(later),
                 folder)
+
+
+def set_aside_earlier_attempt(checkpoints: Path) -> None:
+    """A run starting anew where an earlier attempt left no checkpoint it can resume from: move what that attempt
+    left in `checkpoints` (unreadable checkpoints, best.ckpt, best.json) aside, as a resume moves later checkpoints
+    (never deleted; this run's own files would otherwise replace them)."""
+    left = [p for p in sorted(checkpoints.iterdir()) if not p.name.startswith("superseded-")] \
+        if checkpoints.is_dir() else []
+    if not left:
+        return
+    folder = checkpoints / time.strftime("superseded-%Y%m%d-%H%M%S")
+    folder.mkdir()
+    for path in left:
+        path.rename(folder / path.name)
+    log.warning("starting a new run: moved the %d files of the earlier attempt's checkpoints to %s", len(left), folder)
 
 
 # ------------------------------------------------------------------- reporting

@@ -28,12 +28,17 @@ from trainkit.rundir.command import continue_command
 
 log = logging.getLogger("trainkit")
 
-def continues_at(resumed: Any, run_dir: Path) -> Optional[int]:
+def continues_at(resumed: Any, run_dir: Path, continuing: bool = False) -> Optional[int]:
     """The step a resumed run continues this run directory's record from; None for a new record.
 
-    A checkpoint of this run directory continues its record; one from elsewhere starts a new record here.
+    A checkpoint of this run directory continues its record; one from elsewhere starts a new record here. A run
+    `continuing` this directory without a checkpoint (``trainer.resume=auto`` found none: the earlier attempt died
+    before its first, or every one was damaged) starts the record again: -1, so everything the earlier attempt
+    recorded (step 0 included) is superseded, as a resume would supersede what came after its checkpoint.
     """
-    if resumed is None or Path(resumed.path).parent != Path(run_dir) / "checkpoints":
+    if resumed is None:
+        return -1 if continuing else None
+    if Path(resumed.path).parent != Path(run_dir) / "checkpoints":
         return None
     return int(resumed.position.micro_steps)
 

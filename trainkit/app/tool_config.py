@@ -2,12 +2,13 @@
 
 Either Hydra overrides exactly as ``python -m trainkit`` takes them (``model=resnet50 model.num_classes=10``,
 ``recipe=resnet50_cifar10``), or ``run=RUN_DIR``: the config that run saved (``RUN_DIR/.hydra/config.yaml``),
-with ``key=value`` overrides on top (``run=outputs/x model.conv_impl=native``).
+with ``key=value`` overrides on top (``run=outputs/x model.conv_impl=native``). A config read from a file names only
+trusted ``_target_``s (:mod:`trainkit.rundir.trust`): trainkit's own and those the user trusts (``--trust MODULE``).
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 import mindspore as ms
 import yaml
@@ -20,30 +21,39 @@ from trainkit.app import build
 from trainkit.app.config import compose_config
 from trainkit.app.finetune import model_arguments
 from trainkit.errors import ConfigError
+from trainkit.rundir.trust import check_trusted, override_targets
 
 RUN_KEY = "run="
 _ABSENT = object()
 
 
-def tool_config(overrides: Sequence[str]) -> DictConfig:
-    """The config `overrides` describe: composed by Hydra, or a run's saved config when one is ``run=RUN_DIR``.
+def tool_config(overrides: Sequence[str], trust: Sequence[str] = ()) -> DictConfig:
+    """The config `overrides` describe: composed by Hydra, or a run's saved config when one is ``run=RUN_DIR``
+    (whose targets must be trainkit's own or under the modules `trust` names).
 
     Raises:
         ConfigError: an override Hydra rejects (an unknown group option such as ``model=resnet9``, a typo in a
-            key), ``run=`` naming a folder without a saved config, or a group choice next to ``run=``.
+            key), ``run=`` naming a folder without a saved config, a group choice next to ``run=``, or a saved
+            config naming a target that is not trusted.
     """
     runs = [item for item in overrides if item.startswith(RUN_KEY)]
     rest = [item for item in overrides if not item.startswith(RUN_KEY)]
     if runs:
-        return saved_config(Path(runs[-1][len(RUN_KEY):]).expanduser(), rest)
+        return saved_config(Path(runs[-1][len(RUN_KEY):]).expanduser(), rest, trust)
     try:
         return compose_config(rest)
     except (HydraException, OmegaConfBaseException) as error:
         raise ConfigError(" ".join(str(error).split())) from error
 
 
-def saved_config(run_dir: Path, overrides: Sequence[str]) -> DictConfig:
-    """``RUN_DIR/.hydra/config.yaml`` with ``key=value`` `overrides` applied (keys must exist there)."""
+def saved_config(run_dir: Path, overrides: Sequence[str], trust: Sequence[str] = (),
+                 source: Optional[str] = None) -> DictConfig:
+    """``RUN_DIR/.hydra/config.yaml`` with ``key=value`` `overrides` applied (keys must exist there), checked to
+    name only trusted targets: trainkit's own, those under the modules in `trust`, and those the overrides set.
+
+    Args:
+        source: how an error names the file (default: its path).
+    """
     saved = run_dir / ".hydra" / "config.yaml"
     if not saved.is_file():
         raise ConfigError(f"run={run_dir}: {saved} does not exist; run= takes a run directory written by "
@@ -58,6 +68,7 @@ def saved_config(run_dir: Path, overrides: Sequence[str]) -> DictConfig:
         if OmegaConf.select(cfg, key, default=_ABSENT) is _ABSENT:
             raise ConfigError(f"{key} is not a key of {saved}")
         OmegaConf.update(cfg, key, yaml.safe_load(value), merge=False)
+    check_trusted(cfg, source or str(saved), [*trust, *override_targets(overrides)])
     return cfg
 
 

@@ -34,8 +34,19 @@ from trainkit.app.stopping import continues_at, raise_if_interrupted, stop_metri
 from trainkit.app.testing import evaluate_test_set, wants_test
 from trainkit.callbacks import RunLog
 from trainkit.checks import choice
-from trainkit.distributed.parallel import describe_job, job_metrics, prepare_data, scaled_learning_rate, setup_parallel
+from trainkit.data.values import checked_batches
+from trainkit.distributed.parallel import (
+    describe_job,
+    job_metrics,
+    launched_by_msrun,
+    prepare_data,
+    scaled_learning_rate,
+    setup_parallel,
+)
 from trainkit.errors import ConfigError
+from trainkit.rundir import held_log
+from trainkit.rundir.lock import RunDirectoryLock, held_by_launcher
+from trainkit.rundir.random_state import unrestorable_random_layers
 from trainkit.step.mixed_precision import applied_amp_level
 from trainkit.step.wrapper import TrainingWrapper
 
@@ -63,14 +74,24 @@ def train(cfg: DictConfig) -> TrainResult:
         ConfigError: a config value is invalid (the message names the key).
         DataError: the data is missing or corrupt (the message names the path).
     """
-    # 1. Check the config, set up the context and the processes; refuse a directory that holds another run.
+    # 1. Check the config, lock the run directory, set up the context and the processes; refuse a directory that
+    # holds another run, live (the lock) or finished.
     check_config(cfg)
     run_dir = run.run_dir_of(cfg)
+    with RunDirectoryLock(run_dir) as lock:  # released when the run ends, however it ends
+        if not launched_by_msrun():
+            lock.acquire()  # before anything is written; under msrun rank 0 takes it below, or the launcher has it
+        return _train(cfg, run_dir, lock)
+
+
+def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResult:
     trainer = cfg.trainer
     run.set_context(trainer, run_dir)
     parallel = setup_parallel(cfg.parallel)
     rank, group_size = parallel.rank, parallel.group_size
     writer = parallel.writer  # the rank that writes config, metrics, events, progress and checkpoints
+    if writer and not lock.held and not held_by_launcher(run_dir):
+        lock.acquire()
     if writer and not run.continues_run_dir(trainer.resume, run_dir):
         run.check_run_dir_is_new(run_dir, cfg.logger.metrics_file)
 
@@ -78,6 +99,11 @@ def train(cfg: DictConfig) -> TrainResult:
     data = build.instantiate_group("data", cfg.data)
     prepare_data(data, parallel)  # rank 0 first: only one process per machine downloads
     train_set = data.train_dataset(num_shards=group_size, shard_id=rank)
+    batch_check = None
+    if not getattr(data, "values_checked", False):  # a module that streams: its first epoch, batch by batch
+        classes = getattr(data, "num_classes", None)
+        train_set, batch_check = checked_batches(train_set, f"{run.describe(data)}.train_dataset()",
+                                                 classes if isinstance(classes, int) else None)
     eval_set = data.eval_dataset()  # the whole set on every rank: a sharded one is padded with repeats
     test_set = data.test_dataset() if wants_test(cfg, data) else None  # held out: tested once, with best.ckpt
     steps_per_epoch = train_set.get_dataset_size()
@@ -113,9 +139,13 @@ def train(cfg: DictConfig) -> TrainResult:
     initial_epoch = run.initial_epoch_of(done, steps_per_epoch, sink_size, resumed)
 
     # 4. Every check passed: only now write into the run directory (bad input leaves no trace there).
+    lock.commit()
+    held_log.release()  # the lines held since start-up (python -m trainkit) go into train.log
     if writer:
         if resumed and resumed.path.parent == run_dir / "checkpoints":
             run.set_aside_later_checkpoints(resumed)
+        elif not resumed and run.continues_run_dir(trainer.resume, run_dir):
+            run.set_aside_earlier_attempt(run_dir / "checkpoints")
         run.save_config(cfg, run_dir)
     if done:
         train_set.set_init_step(done)  # Model.train then continues the data mid-epoch where the checkpoint left it
@@ -127,7 +157,11 @@ def train(cfg: DictConfig) -> TrainResult:
     model_epochs = trainer.epochs * (steps_per_epoch // sink_size if sink_size > 0 else 1)
     run_log = RunLog(run_dir, tensorboard=cfg.logger.tensorboard and writer,
                      metrics_file=cfg.logger.metrics_file if writer else None,
-                     continues_at=continues_at(resumed, run_dir) if writer else None)  # records after it leave
+                     continues_at=continues_at(resumed, run_dir, run.continues_run_dir(trainer.resume, run_dir))
+                     if writer else None)  # the records after it leave the main record
+    if run_log.superseded is not None:
+        log.warning("the records an earlier attempt made %s were moved to %s: this run records them again",
+                    f"after step {done}" if resumed else "in this directory", run_log.superseded)
     hooks = build.build_callbacks(cfg, writer, run_dir, run_log, model, wrapper, eval_set, resumed,
                                   steps_per_epoch, sink_size, samples_per_step, group_size, user_callbacks)
     hooks.callbacks.extend(profiler)
@@ -143,12 +177,22 @@ def train(cfg: DictConfig) -> TrainResult:
         log.info("resuming from %s: epoch %d, step %d of %d in it (%d micro-batches done, %d optimizer steps)",
                  resumed.path, done // steps_per_epoch + 1, done % steps_per_epoch, steps_per_epoch, done,
                  int(optimizer.global_step.asnumpy().item()))
+        random_layers = unrestorable_random_layers(backbone)
+        if random_layers:
+            log.warning("resume is not exact: %s draw random numbers from MindSpore kernels whose state a checkpoint "
+                        "cannot hold, so their streams (dropout masks) restart; the weights, optimizer, data order "
+                        "and everything else continue exactly", ", ".join(random_layers))
 
     # 5. Train, then report.
     start = time.perf_counter()
     try:
-        model.train(model_epochs, train_set, callbacks=hooks.callbacks, dataset_sink_mode=trainer.dataset_sink_mode,
-                    sink_size=sink_size, initial_epoch=initial_epoch)
+        try:
+            model.train(model_epochs, train_set, callbacks=hooks.callbacks,
+                        dataset_sink_mode=trainer.dataset_sink_mode, sink_size=sink_size, initial_epoch=initial_epoch)
+        except RuntimeError as error:  # a bad batch of a streaming source: MindSpore's many lines, said in one
+            if batch_check is not None and batch_check.problem is not None:
+                raise batch_check.problem from error
+            raise
         raise_if_interrupted(hooks.callbacks, run_dir, steps_per_epoch)  # a signal: RunInterrupted, 128 + signal
         elapsed = time.perf_counter() - start
         metrics = run.final_metrics(hooks.evaluation, hooks.train_metrics, optimizer, elapsed,

@@ -280,6 +280,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help=f"largest relative difference per layer (default {DEFAULT_TOLERANCE})")
     parser.add_argument("--csv", type=Path, help="write the table as CSV")
     parser.add_argument("--json", type=Path, help="write the table and the verdict as JSON")
+    parser.add_argument("--trust", action="append", default=[], metavar="MODULE",
+                        help="with run=RUN_DIR: a module (or one target) whose _target_s the saved config may name, "
+                             "besides trainkit's own; repeat for several (e.g. --trust mypkg)")
     args = parser.parse_intermixed_args(argv)
     try:
         return _run(args)
@@ -299,7 +302,7 @@ def _run(args: argparse.Namespace) -> int:
                               "checkpoint)")
         model = import_model(args.torch_model, _parse_arguments(args.torch_arg))
         load_torch_weights(model, torch_weights, args.key)
-    cfg = tool_config(args.overrides)
+    cfg = tool_config(args.overrides, args.trust)
     set_device(cfg)
     data = build_data(cfg)
     network = build_network(cfg, data)

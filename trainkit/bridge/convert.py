@@ -138,8 +138,9 @@ def convert_state_dict(source: StateDict, network: nn.Cell, rules: Sequence[Rule
 
 def convert(source: Path, output: Path, overrides: Sequence[str] = (), mapping_file: Optional[Path] = None,
             allow_missing: Sequence[str] = (), key: Optional[str] = None, prefix: Optional[str] = None,
-            force: bool = False) -> Conversion:
-    """Convert `source` for the network `overrides` build and write it to `output` when it is complete.
+            force: bool = False, trust: Sequence[str] = ()) -> Conversion:
+    """Convert `source` for the network `overrides` build and write it to `output` when it is complete (`trust`:
+    the modules a ``run=RUN_DIR`` config may name targets of, besides trainkit's own).
 
     Raises:
         CheckpointError: the source is unreadable, `output` exists (without `force`), or the network would lack
@@ -149,7 +150,7 @@ def convert(source: Path, output: Path, overrides: Sequence[str] = (), mapping_f
     refuse_existing(output, force)
     rules = load_rules(mapping_file) if mapping_file else []
     state = read_state_dict(source, key)
-    cfg = tool_config(overrides)
+    cfg = tool_config(overrides, trust)
     set_device(cfg)
     data = build_data(cfg)
     network = build_network(cfg, data)
@@ -224,10 +225,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--prefix", help="use only names starting with PREFIX, stripped (module., model.); "
                                          "default: the prefix, if any, under which most names fit the network")
     parser.add_argument("--force", action="store_true", help="replace OUTPUT if it exists")
+    parser.add_argument("--trust", action="append", default=[], metavar="MODULE",
+                        help="with run=RUN_DIR: a module (or one target) whose _target_s the saved config may name, "
+                             "besides trainkit's own; repeat for several (e.g. --trust mypkg)")
     args = parser.parse_intermixed_args(argv)
     try:
         conversion = convert(Path(args.source), Path(args.output), args.overrides, args.mapping, args.allow_missing,
-                             args.key, args.prefix, args.force)
+                             args.key, args.prefix, args.force, args.trust)
     except (ConfigError, DataError) as error:
         report = getattr(error, "conversion", None)
         if report is not None:

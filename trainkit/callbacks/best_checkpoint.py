@@ -8,11 +8,12 @@ import os
 from pathlib import Path
 from typing import Any, Dict, Optional, Union
 
-import mindspore as ms
 from mindspore import nn
 from mindspore.train import Callback
 
 from trainkit.callbacks.evaluation import Evaluation, check_watched
+from trainkit.errors import DataError
+from trainkit.rundir.checkpoint import checkpoint_crc, load_checkpoint_file, save_checksummed
 
 logger = logging.getLogger("trainkit")
 
@@ -26,11 +27,15 @@ class BestCheckpoint(Callback):
     TrainingWrapper, so the optimizer state, loss scale and EMA shadows are in the file too. The file
     is written as ``best.tmp.ckpt`` in the same directory (``mindspore.save_checkpoint`` insists on a
     ``.ckpt`` suffix) and moved over ``best.ckpt`` with ``os.replace``, so a crash leaves the previous best
-    intact. ``best.json`` (``{"metric", "mode", "value", "epoch", "step", "checkpoint"}``) is replaced the
-    same way after it.
+    intact. ``best.json`` (``{"metric", "mode", "value", "epoch", "step", "checkpoint", "crc32"}``) is replaced the
+    same way after it. The file carries its CRC32 (checked whenever trainkit loads it) and, appended, the metric,
+    value and step it was saved for (:data:`BEST_ENTRIES`); ``best.json``'s ``crc32`` is that file's, so the two
+    are tied: a ``best.json`` left by a crash between the two replacements, or edited, does not match.
 
-    An existing ``best.json`` for the same metric and mode, next to its checkpoint, sets the best so far, so a
-    resumed run does not overwrite a better checkpoint with a worse one.
+    An existing ``best.json`` for the same metric and mode, next to the checkpoint it describes, sets the best so
+    far, so a resumed run does not overwrite a better checkpoint with a worse one. When it does not describe
+    ``best.ckpt`` (another CRC32), the best so far is read from ``best.ckpt`` itself, with a warning; when
+    ``best.ckpt`` is corrupt, there is no best so far and the next evaluation replaces it.
 
     Args:
         evaluation: the Evaluation callback whose results to follow.
@@ -106,10 +111,11 @@ class BestCheckpoint(Callback):
             return False
         self.directory.mkdir(parents=True, exist_ok=True)
         temporary = self.directory / self.temporary_name
-        ms.save_checkpoint(network, str(temporary))
+        save_checksummed(network, temporary, {"best_metric": self.metric, "best_value": value,
+                                              "best_step": int(result.get("step") or 0)})
         os.replace(temporary, self.path)
         info = {"metric": self.metric, "mode": self.mode, "value": value, "epoch": result.get("epoch"),
-                "step": result.get("step"), "checkpoint": self.checkpoint_name}
+                "step": result.get("step"), "checkpoint": self.checkpoint_name, "crc32": checkpoint_crc(self.path)}
         info_temporary = self.directory / (self.info_name + ".tmp")
         info_temporary.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
         os.replace(info_temporary, self.directory / self.info_name)
@@ -128,6 +134,25 @@ class BestCheckpoint(Callback):
             info = json.loads(info_path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return
+        if info.get("crc32") != checkpoint_crc(self.path):
+            info = self._info_from_checkpoint(info_path)
         if info.get("metric") == self.metric and info.get("mode") == self.mode and \
                 isinstance(info.get("value"), (int, float)):
             self.best, self.best_epoch = float(info["value"]), info.get("epoch")
+
+    def _info_from_checkpoint(self, info_path: Path) -> Dict[str, Any]:
+        """What ``best.ckpt`` says it was saved for, when ``best.json`` does not describe it."""
+        try:
+            saved = load_checkpoint_file(self.path)
+        except DataError as error:
+            logger.warning("%s does not describe %s and %s: the best so far is unknown, the next evaluation "
+                           "replaces it", info_path, self.path, error)
+            return {}
+        if "best_value" not in saved:
+            logger.warning("%s does not describe %s (another CRC32), which does not say its value: the best so far "
+                           "is unknown, the next evaluation replaces it", info_path, self.path)
+            return {}
+        value = float(saved["best_value"].asnumpy())
+        logger.warning("%s does not describe %s (another CRC32): the best so far is %s's own, %.6g at step %d",
+                       info_path, self.path, self.path.name, value, int(saved["best_step"].asnumpy()))
+        return {"metric": str(saved.get("best_metric")), "mode": self.mode, "value": value, "epoch": None}

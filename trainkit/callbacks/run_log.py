@@ -5,14 +5,35 @@ import itertools
 import json
 import numbers
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Union
 
 import numpy as np
-from tensorboardX import summary as tb_summary
-from tensorboardX.event_file_writer import EventsWriter
-from tensorboardX.proto.event_pb2 import Event, SessionLog
+
+
+def _import_tensorboardx_without_torch() -> None:
+    """Import tensorboardX without PyTorch unless the process has imported PyTorch already.
+
+    tensorboardX's package imports ``torch`` when it is installed, only to name ``torch.Tensor`` in type hints:
+    2.2 s of the quick start's 10 s wall time, and a larger heap for the ``gc.collect()`` that precedes every
+    MindSpore graph compile (docs/performance.md, "Where a run's seconds go"). trainkit writes numbers only.
+    """
+    if "torch" in sys.modules or "tensorboardX" in sys.modules:
+        return
+    sys.modules["torch"] = None  # type: ignore[assignment]  # `import torch` raises ImportError meanwhile
+    try:
+        import tensorboardX  # noqa: F401
+    finally:
+        if sys.modules.get("torch", 0) is None:
+            del sys.modules["torch"]
+
+
+_import_tensorboardx_without_torch()
+from tensorboardX import summary as tb_summary  # noqa: E402
+from tensorboardX.event_file_writer import EventsWriter  # noqa: E402
+from tensorboardX.proto.event_pb2 import Event, SessionLog  # noqa: E402
 
 PathLike = Union[str, Path]
 

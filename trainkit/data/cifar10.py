@@ -98,6 +98,7 @@ class Cifar10Data:
     """
 
     num_classes: int = 10
+    values_checked = True  # prepare() reads every label byte; pixels are bytes: no per-batch check
     image_channels: int = 3
 
     def __init__(self, root: str, image_size: int = 224, batch_size: int = 32, eval_batch_size: Optional[int] = None,

@@ -17,6 +17,7 @@ import numpy as np
 
 from trainkit.checks import check_bool, check_int
 from trainkit.data.cifar10 import check_shards
+from trainkit.data.values import check_values, num_classes_of
 from trainkit.errors import ConfigError, DataError
 
 # name -> (scikit-learn loader, task)
@@ -46,6 +47,8 @@ class SklearnTabularData:
         split_seed: ``random_state`` of scikit-learn's ``train_test_split``.
         standardize: standardise the features (train-split statistics).
     """
+
+    values_checked = True  # prepare() checks every value (trainkit.data.check_values): no per-batch check
 
     def __init__(self, dataset: str = "wine", batch_size: int = 32, eval_batch_size: Optional[int] = None,
                  test_fraction: float = 0.2, split_seed: int = 0, standardize: bool = True,
@@ -90,7 +93,15 @@ class SklearnTabularData:
         features, target = getattr(sklearn.datasets, self.loader)(return_X_y=True)
         features = np.asarray(features, np.float64)
         classification = self.task == "classification"
-        target = np.asarray(target, np.int32) if classification else np.asarray(target, np.float32).reshape(-1, 1)
+        source = f"scikit-learn's {self.loader}"
+        if classification:
+            target = np.asarray(target)
+            num_classes_of(source, "target", target)  # integers 0..N-1, every class present
+            target = target.astype(np.int32)
+        else:
+            target = np.asarray(target, np.float32).reshape(-1, 1)
+        check_values(source, {"features": features}, {"target": target},
+                     int(target.max()) + 1 if classification else None)
         train_x, test_x, train_y, test_y = train_test_split(
             features, target, test_size=self.test_fraction, random_state=self.split_seed,
             stratify=target if classification else None)

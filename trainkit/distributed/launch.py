@@ -31,6 +31,7 @@ from trainkit.checks import choice
 from trainkit.distributed.parallel import check_parallel, close_log_files, launched_by_msrun
 from trainkit.errors import ConfigError, RunDirectoryInUse
 from trainkit.rundir.command import command_flags, forwarded_hydra_overrides, hydra_quoted
+from trainkit.rundir.lock import RunDirectoryLock, launcher_marker
 
 log = logging.getLogger("trainkit")
 
@@ -66,23 +67,29 @@ def launch_workers(cfg: DictConfig) -> int:
     run_dir = Path(hydra_cfg.runtime.output_dir).resolve()
     arguments = ["-m", "trainkit", *command_flags(sys.argv[1:]), *hydra_cfg.overrides.task,
                  *forwarded_hydra_overrides(hydra_cfg.overrides.hydra), f"hydra.run.dir={hydra_quoted(str(run_dir))}"]
-    return run_msrun(cfg.parallel, arguments, run_dir, resuming=cfg.trainer.resume is not None)
+    with RunDirectoryLock(run_dir) as lock:  # the launcher holds the run directory for the whole job
+        lock.acquire()
+        return run_msrun(cfg.parallel, arguments, run_dir, resuming=cfg.trainer.resume is not None, lock=lock)
 
 
-def run_msrun(parallel, arguments: Sequence[str], run_dir: Path, resuming: bool = False) -> int:
+def run_msrun(parallel, arguments: Sequence[str], run_dir: Path, resuming: bool = False,
+              lock: Optional[RunDirectoryLock] = None) -> int:
     """``msrun ... python ARGUMENTS`` with msrun's logs in ``run_dir/msrun_logs``; rank 0's log is shown as it grows.
 
     When `resuming`, the logs of the run's earlier jobs are moved to ``msrun_logs-<n>/`` (kept, not overwritten).
+    With `lock` (held), the workers are told that this process holds the run directory for them.
 
     Returns:
         The job's exit status (see :func:`launch_workers`).
     """
     log_dir = run_dir / LOG_DIR
+    if log_dir.exists() and not resuming:
+        raise RunDirectoryInUse(f"{run_dir} already holds a data-parallel run ({LOG_DIR}/): nothing was changed "
+                                "there; choose a new directory with hydra.run.dir=PATH, or continue it with "
+                                "trainer.resume=auto")
+    if lock is not None:
+        lock.commit()
     if log_dir.exists():
-        if not resuming:
-            raise RunDirectoryInUse(f"{run_dir} already holds a data-parallel run ({LOG_DIR}/): nothing was changed "
-                                    "there; choose a new directory with hydra.run.dir=PATH, or continue it with "
-                                    "trainer.resume=auto")
         number = 1
         while (run_dir / f"{LOG_DIR}-{number}").exists():
             number += 1
@@ -95,7 +102,8 @@ def run_msrun(parallel, arguments: Sequence[str], run_dir: Path, resuming: bool 
                "--join=True", f"--tail_worker_log={parallel.workers + 1}",  # no rank: the launcher shows the log
                "python", *arguments]
     interpreter_dir = os.path.dirname(sys.executable)
-    env = dict(os.environ, PATH=interpreter_dir + os.pathsep + os.environ.get("PATH", ""))
+    env = dict(os.environ, PATH=interpreter_dir + os.pathsep + os.environ.get("PATH", ""),
+               **(launcher_marker() if lock is not None and lock.held else {}))
     close_log_files()  # rank 0 writes train.log; the launcher's own lines go to the console
     log.info("starting %d worker(s) of %d on this machine through msrun (%s:%d); per-rank logs in %s",
              parallel.workers, parallel.workers * parallel.nodes, parallel.master_addr, port, log_dir)

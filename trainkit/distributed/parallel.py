@@ -14,6 +14,7 @@ import mindspore as ms
 
 from trainkit.checks import choice
 from trainkit.errors import ConfigError, DataError
+from trainkit.rundir import held_log
 
 log = logging.getLogger("trainkit")
 
@@ -178,6 +179,7 @@ def job_metrics(setup: ParallelSetup, batch_size: int, accumulation_steps: int) 
 
 def close_log_files() -> None:
     """Close the root logger's file handlers (Hydra's train.log): for processes that must not write it."""
+    held_log.discard()
     root = logging.getLogger()
     for handler in list(root.handlers):
         if isinstance(handler, logging.FileHandler):

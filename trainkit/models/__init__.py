@@ -1,10 +1,12 @@
-"""Networks trainkit ships: the ResNet family (torchvision layout) and a small CNN."""
+"""Networks trainkit ships: the ResNet family (torchvision layout), a small CNN, and a Dropout a resume continues."""
+from trainkit.models.dropout import Dropout
 from trainkit.models.resnet import BasicBlock, Bottleneck, ResNet, resnet18, resnet34, resnet50, resnet101, resnet152
 from trainkit.models.small_cnn import SmallCNN
 
 __all__ = [
     "BasicBlock",
     "Bottleneck",
+    "Dropout",
     "ResNet",
     "SmallCNN",
     "resnet18",

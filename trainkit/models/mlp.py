@@ -6,6 +6,7 @@ from typing import Sequence
 from mindspore import nn
 
 from trainkit.checks import check_int, check_number
+from trainkit.models.dropout import Dropout
 
 __all__ = ["MLP"]
 
@@ -18,7 +19,8 @@ class MLP(nn.Cell):
         out_features: outputs: the logits of each class, or 1 for one regression target (null: the data's
             ``out_features``).
         hidden_sizes: widths of the hidden layers; empty for a linear model.
-        dropout: dropout probability after each hidden layer, in [0, 1); 0: none.
+        dropout: dropout probability after each hidden layer, in [0, 1); 0: none. The layers are
+            :class:`trainkit.models.dropout.Dropout`, whose masks a resume continues exactly.
     """
 
     def __init__(self, in_features: int, out_features: int, hidden_sizes: Sequence[int] = (64,),
@@ -33,7 +35,7 @@ class MLP(nn.Cell):
             size = check_int(f"hidden_sizes[{index}]", size, 1)
             layers += [nn.Dense(width, size), nn.ReLU()]
             if dropout > 0:
-                layers.append(nn.Dropout(p=dropout))
+                layers.append(Dropout(p=dropout))  # trainkit's: its random stream resumes exactly
             width = size
         layers.append(nn.Dense(width, out_features))
         self.in_features, self.out_features = in_features, out_features

@@ -9,9 +9,17 @@ position in the data (micro-batches done), the skipped-step count, the seed and 
 Files are ``<directory>/trainkit-<epoch>_<step>.ckpt`` (MindSpore's naming: the epoch in progress, counted from
 1, and the step within it). MindSpore writes each to a temporary file and renames it into place; trainkit then
 flushes it to disk before deleting older ones, so the newest complete checkpoint always survives a crash.
+
+Every file trainkit writes carries MindSpore's CRC32 of its bytes (``save_checkpoint(..., crc_check=True)``) and
+every read checks it (``load_checkpoint(..., crc_check=True)``): a byte changed after the write (a bad disk, a
+copy cut short and patched, a hand edit) makes the file corrupt, never silently different. A file written
+before trainkit checksummed its checkpoints has no CRC and loads unchecked.
 """
 from __future__ import annotations
 
+import binascii
+import contextlib
+import errno
 import logging
 import os
 import re
@@ -20,11 +28,13 @@ from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import mindspore as ms
+import numpy as np
 from mindspore import nn
 from omegaconf import DictConfig, OmegaConf
 
-from trainkit.errors import CheckpointError, ConfigError, DataError
+from trainkit.errors import CheckpointError, ConfigError, DataError, TrainingError
 from trainkit.rundir.parameter_fit import fit_problems, listing
+from trainkit.rundir.trust import check_trusted, targets
 from trainkit.step.wrapper import RUNNING_TOTALS
 
 log = logging.getLogger("trainkit")
@@ -32,15 +42,24 @@ log = logging.getLogger("trainkit")
 PREFIX = "trainkit"
 _NAME = re.compile(rf"^{PREFIX}-(\d+)_(\d+)\.ckpt$")
 
-# The config keys an exact resume depends on: a different value changes the parameters' shapes, the data
-# order or the step sequence. Differences elsewhere (clipping, logging, evaluation...) are allowed and logged.
-RESUME_KEYS = ("model", "data._target_", "data.batch_size", "data.image_size", "loss", "optimizer",
-               "wrapper._target_", "wrapper.accumulation_steps", "trainer.seed")
+# The config keys an exact resume depends on: a different value changes the parameters' shapes, the samples
+# trained and evaluated on, their order or the step sequence. Differences elsewhere (clipping, logging,
+# evaluation...) are allowed and logged. Every data key is one, except those of DATA_KEYS_FREE.
+RESUME_KEYS = ("model", "data", "loss", "optimizer", "wrapper._target_", "wrapper.accumulation_steps", "trainer.seed")
+# The data keys a resume may change: they decide how fast the samples arrive (threads, prefetching) or whether
+# missing files may be fetched, never which samples a data module gives or in what order. Any other data key
+# (the split, its fraction and seed, the class subset, the task, the files, the image size...) may change the
+# samples, so a resume refuses a change of it, naming the key.
+DATA_KEYS_FREE = ("data.num_parallel_workers", "data.num_workers", "data.prefetch_size", "data.download")
 # Keys that reach the past only through the learning rate of each update: a change is allowed when every update
 # already taken keeps its rate (more epochs of a constant schedule, or of a step schedule whose milestones lie
 # ahead), and refused otherwise (a cosine stretched over more epochs changes every rate).
 SCHEDULE_KEYS = ("trainer.epochs", "lr_schedule", "optimizer.lr", "parallel.lr_scaling")
 _RATE_TABLE = "learning_rate"  # the Parameter a MindSpore optimizer keeps a list of rates in
+# An entry every checksummed file holds: with it, a file whose CRC32 trailer is gone (cut or overwritten) is
+# corrupt, not "an older file without a checksum".
+CHECKSUMMED = "trainkit_crc32"
+_CRC_MARK = b"crc_num"  # MindSpore's trailer: b"crc_num" + the CRC32 of everything before it, 10 bytes big-endian
 
 
 @dataclass
@@ -101,10 +120,36 @@ def save_training_checkpoint(wrapper: nn.Cell, path: Path, position: Position, *
     if config_text is not None:
         append["trainkit_config"] = config_text
     path = Path(path)
-    ms.save_checkpoint(wrapper, str(path), append_dict=append)  # written as <name>.tmp, then renamed
+    try:
+        save_checksummed(wrapper, path, append)  # written as <name>.tmp, then renamed
+    except BaseException as error:
+        _remove_partial(path.with_suffix(".tmp"))
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            full = TrainingError(f"checkpoint {path} could not be written: the disk is full ({error.strerror}); "
+                                 "nothing partial was left and the earlier checkpoints are intact: free some space, "
+                                 "then continue with trainer.resume=auto")
+            log.error("%s", full)
+            raise full from error
+        raise
     _fsync(path)
     _fsync(path.parent)
     return path
+
+
+def save_checksummed(network, path: Path, append_dict: Optional[Dict[str, object]] = None) -> None:
+    """``mindspore.save_checkpoint`` with its CRC32 (checked by every :func:`load_checkpoint_file`)."""
+    ms.save_checkpoint(network, str(path), append_dict={**(append_dict or {}), CHECKSUMMED: 1}, crc_check=True)
+
+
+def checkpoint_crc(path: Path) -> Optional[int]:
+    """The CRC32 MindSpore stored at the end of checkpoint `path` (None without one): names one exact file."""
+    with open(path, "rb") as stream:
+        stream.seek(0, os.SEEK_END)
+        if stream.tell() < len(_CRC_MARK) + 10:
+            return None
+        stream.seek(-(len(_CRC_MARK) + 10), os.SEEK_END)
+        tail = stream.read()
+    return int.from_bytes(tail[len(_CRC_MARK):], "big") if tail.startswith(_CRC_MARK) else None
 
 
 def checkpoint_files(directory: Path) -> List[Path]:
@@ -127,13 +172,29 @@ def load_checkpoint_file(path: Path) -> Dict[str, ms.Parameter]:
         raise CheckpointError(f"checkpoint {path} does not exist" if not path.exists()
                               else f"checkpoint {path} is not a file")
     try:
-        saved = ms.load_checkpoint(str(path))
+        saved = ms.load_checkpoint(str(path), crc_check=True)
     except (ValueError, RuntimeError, OSError, TypeError) as error:
+        if _fails_its_crc(path):
+            raise CheckpointError(f"checkpoint {path} is corrupt: it fails its CRC32 checksum (its bytes changed "
+                                  "after it was written)") from error
         raise CheckpointError(f"checkpoint {path} cannot be read: it is corrupt or not a MindSpore checkpoint: "
                               f"{str(error).splitlines()[0] if str(error) else type(error).__name__}") from error
     if not saved:
         raise CheckpointError(f"checkpoint {path} holds no parameters")
+    if CHECKSUMMED in saved:
+        saved.pop(CHECKSUMMED)
+        if checkpoint_crc(path) is None:
+            raise CheckpointError(f"checkpoint {path} is corrupt: it was written with a CRC32 checksum and its "
+                                  "checksum is gone (the end of the file changed)")
     return saved
+
+
+def _fails_its_crc(path: Path) -> bool:
+    """Whether `path` has a CRC32 trailer that its bytes do not match."""
+    with open(path, "rb") as stream:
+        content = stream.read()
+    stored = checkpoint_crc(path)
+    return stored is not None and binascii.crc32(content[:-(len(_CRC_MARK) + 10)]) != stored
 
 
 def read_training_checkpoint(path: Path) -> TrainingCheckpoint:
@@ -155,11 +216,30 @@ def read_training_checkpoint(path: Path) -> TrainingCheckpoint:
         group_size=int(_scalar(extra.get("group_size", 1))), config=config)
 
 
+def read_resumable_checkpoint(path: Path) -> TrainingCheckpoint:
+    """:func:`read_training_checkpoint`, refusing a state no run can continue from: a non-finite float Parameter.
+
+    The non-finite guard skips a step whose update is not finite, so a run never saves such a state (unless it ran
+    with the guard off and diverged); one found here was damaged after the write, or by a run without the guard.
+    """
+    checkpoint = read_training_checkpoint(path)
+    for name, value in checkpoint.parameters.items():
+        array = value.asnumpy() if hasattr(value, "asnumpy") else None
+        if array is not None and array.dtype.kind == "f" and not np.isfinite(array).all():
+            raise CheckpointError(f"checkpoint {checkpoint.path} holds non-finite values ({name}: "
+                                  f"{int(np.size(array) - np.isfinite(array).sum())} of {np.size(array)}): no run "
+                                  "can continue from it, and with the non-finite guard (wrapper.skip_nonfinite, the "
+                                  "default) no run saves one, so the file is damaged; resume from an earlier "
+                                  "checkpoint")
+    return checkpoint
+
+
 def newest_valid_checkpoint(directory: Path) -> Optional[TrainingCheckpoint]:
-    """The newest checkpoint in `directory` that loads; broken ones are skipped with a warning naming them."""
+    """The newest checkpoint in `directory` that loads, passes its CRC32 and is finite; the others are skipped
+    with a warning naming them."""
     for path in reversed(checkpoint_files(directory)):
         try:
-            return read_training_checkpoint(path)
+            return read_resumable_checkpoint(path)
         except DataError as error:
             log.warning("trainer.resume=auto: skipping %s", error)
     return None
@@ -181,7 +261,7 @@ def find_resume_checkpoint(resume: str, run_dir: Path) -> Optional[TrainingCheck
         if found is None:
             raise DataError(f"trainer.resume={resume}: no checkpoint in {folder} loads (see the warnings above)")
         return found
-    return read_training_checkpoint(path)
+    return read_resumable_checkpoint(path)
 
 
 def check_resumable(checkpoint: TrainingCheckpoint, cfg: DictConfig, network: nn.Cell, steps_per_epoch: int,
@@ -203,14 +283,20 @@ def check_resumable(checkpoint: TrainingCheckpoint, cfg: DictConfig, network: nn
                        if key != "run_dir" and not key.startswith("trainer.resume")]
         decisive = [d for d in differences if _is_resume_key(d[0]) and not _is_schedule_key(d[0])]
         scheduled = [d for d in differences if _is_schedule_key(d[0])]
-        if scheduled and not decisive:
+        if scheduled and not decisive:  # the checkpoint's schedule is built: it may name only trusted targets
+            check_trusted(checkpoint.config, f"the config stored in {where}",
+                          [target for _, target in targets(now) if isinstance(target, str)],
+                          how="this run's config naming the same target")
             _check_past_rates(checkpoint, now, scheduled, learning_rates)
             _use_this_runs_rate_table(checkpoint, network)
         if decisive:
             shown = "; ".join(f"{key}: {_show(before)} in the checkpoint, {_show(after)} now"
                               for key, before, after in decisive[:6])
+            samples = (" (a data key decides which samples are trained and evaluated on; only "
+                       f"{', '.join(DATA_KEYS_FREE)} may change)" if any(d[0].startswith("data.") for d in decisive)
+                       else "")
             raise ConfigError(f"{where} was written by a run configured differently, and an exact resume needs the "
-                              f"same {', '.join(sorted({_resume_key(d[0]) for d in decisive}))}: {shown}. "
+                              f"same {', '.join(sorted({_resume_key(d[0]) for d in decisive}))}{samples}: {shown}. "
                               "Resume with the checkpoint's values (its run's .hydra/config.yaml) or start a new run")
         for key, before, after in differences:
             if not _is_schedule_key(key):
@@ -296,6 +382,8 @@ def _use_this_runs_rate_table(checkpoint: TrainingCheckpoint, network: nn.Cell) 
 
 
 def _is_resume_key(key: str) -> bool:
+    if any(key == k or key.startswith(k + ".") for k in DATA_KEYS_FREE):
+        return False
     return any(key == k or key.startswith(k + ".") for k in RESUME_KEYS)
 
 
@@ -308,6 +396,8 @@ def _schedule_key(key: str) -> str:
 
 
 def _resume_key(key: str) -> str:
+    if key.startswith("data."):  # each data key on its own: which of them changed the samples
+        return key
     return next(k for k in RESUME_KEYS if key == k or key.startswith(k + "."))
 
 
@@ -333,6 +423,12 @@ def _scalar(value):
         return value
     array = value.asnumpy() if hasattr(value, "asnumpy") else value
     return array.item() if hasattr(array, "item") else array
+
+
+def _remove_partial(path: Path) -> None:
+    """A save that failed leaves MindSpore's temporary file: remove it (best effort; it is never read)."""
+    with contextlib.suppress(OSError):  # a folder gone read-only: the save's own error is the one to report
+        path.unlink()
 
 
 def _fsync(path: Path) -> None:

@@ -30,7 +30,8 @@ log = logging.getLogger("trainkit")
 WEIGHTS = ("live", "ema")
 EMA_PREFIX = "ema."
 # What trainkit appends to a training checkpoint besides Parameters (checkpoint.save_training_checkpoint).
-_APPENDED = ("micro_steps", "steps_per_epoch", "skipped_steps", "group_size", "trainkit_config")
+_APPENDED = ("micro_steps", "steps_per_epoch", "skipped_steps", "group_size", "trainkit_config", "best_metric",
+             "best_value", "best_step")
 
 
 # Training state the TrainingWrapper adds under a prefix of its own or as a bare name.
@@ -68,7 +69,8 @@ def refuse_existing(output: Union[str, Path], force: bool) -> None:
 
 
 def write_checkpoint(entries: Sequence[Dict], output: Union[str, Path]) -> Path:
-    """``mindspore.save_checkpoint(entries)`` to a temporary file beside `output`, renamed into place.
+    """``mindspore.save_checkpoint(entries)`` to a temporary file beside `output`, renamed into place, with its
+    CRC32 (checked when trainkit reads it).
 
     The output is never left half-written: a crash or an error leaves the previous file (or none).
     """
@@ -76,7 +78,7 @@ def write_checkpoint(entries: Sequence[Dict], output: Union[str, Path]) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp.ckpt")  # save_checkpoint insists on .ckpt
     try:
-        ms.save_checkpoint(list(entries), str(temporary))
+        ms.save_checkpoint(list(entries), str(temporary), crc_check=True)
         os.replace(temporary, target)
     finally:
         if temporary.exists():

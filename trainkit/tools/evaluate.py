@@ -61,13 +61,18 @@ def find_checkpoint(path: Path, which: str = "best") -> Path:
     return files[-1]
 
 
-def evaluation_config(target: Path, checkpoint: Path, overrides: Sequence[str]) -> DictConfig:
-    """The run's saved config (run directory), the checkpoint's own (training checkpoint), else the overrides'."""
+def evaluation_config(target: Path, checkpoint: Path, overrides: Sequence[str],
+                      trust: Sequence[str] = ()) -> DictConfig:
+    """The run's saved config (run directory), the checkpoint's own (training checkpoint), else the overrides'.
+
+    A saved config may name only trainkit's own targets and those under the modules in `trust`
+    (:mod:`trainkit.rundir.trust`): a checkpoint or a run directory is data, never code.
+    """
     if target.is_dir():
         run_dir = target.parent if target.name == "checkpoints" else target
-        return saved_config(run_dir, overrides)
+        return saved_config(run_dir, overrides, trust)
     if any(item.startswith("run=") for item in overrides):
-        return tool_config(overrides)
+        return tool_config(overrides, trust)
     try:
         saved = read_training_checkpoint(checkpoint).config
     except CheckpointError:
@@ -77,7 +82,7 @@ def evaluation_config(target: Path, checkpoint: Path, overrides: Sequence[str]) 
     with tempfile.TemporaryDirectory() as folder:  # the saved config, through the same override rules as run=
         (Path(folder) / ".hydra").mkdir()
         OmegaConf.save(saved, Path(folder) / ".hydra" / "config.yaml")
-        return saved_config(Path(folder), overrides)
+        return saved_config(Path(folder), overrides, trust, source=f"the config stored in checkpoint {checkpoint}")
 
 
 class EvalProgress(Callback):
@@ -187,6 +192,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--output", type=Path, help="the JSON file to write (default: beside the checkpoint, "
                                                     "<stem>-<weights>.eval.json)")
     parser.add_argument("--force", action="store_true", help="replace OUTPUT if it exists")
+    parser.add_argument("--trust", action="append", default=[], metavar="MODULE",
+                        help="a module (or one target) whose _target_s a stored config may name, besides trainkit's "
+                             "own; repeat for several (e.g. --trust mypkg)")
     args = parser.parse_intermixed_args(argv)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
@@ -195,7 +203,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         checkpoint = find_checkpoint(target, args.checkpoint)
         output = args.output or default_output(checkpoint, args.weights, args.split)
         refuse_existing(output, args.force)
-        cfg = evaluation_config(target, checkpoint, args.overrides)
+        cfg = evaluation_config(target, checkpoint, args.overrides, args.trust)
         run.set_context(cfg.trainer, output.parent)  # compiler dumps beside the output, not in the cwd
         if not launched_by_msrun():  # a data-parallel run's config evaluates in this one process
             OmegaConf.update(cfg, "parallel.mode", "stand_alone", merge=False)

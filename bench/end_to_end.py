@@ -1,0 +1,109 @@
+"""Row 11, end to end: the whole `python -m trainkit` process against a plain PyTorch eager script of the same job.
+
+Each side is a new process, timed from the parent (interpreter start-up to exit), the sides taking turns over
+the repetitions. trainkit runs under `bench.wall_breakdown` (the command's own main with timers around its
+phases, which also reports the time to the first step from the process's start); the PyTorch side is
+`bench.peer_quickstart_torch` (see its docstring for what "the same job" covers). trainkit runs twice per
+repetition: with an empty compile cache (a first run) and with the cache its earlier run filled (a sweep's next
+job of the same config, `trainkit/app/compile_cache.py`).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+from bench.common import Row, Settings, setup
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _run(argv: List[str], cwd: Path, env: Dict[str, str]) -> Tuple[float, float, str]:
+    """(wall seconds, seconds to the first step as the process reports it, its output)."""
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=1800)
+    wall = time.perf_counter() - start
+    output = done.stdout + done.stderr
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} exited with {done.returncode}: {output[-2000:]}")
+    found = re.search(r"first step at ([0-9.]+) s", output)
+    if found is None:
+        raise RuntimeError(f"{' '.join(argv)} did not report its first step: {output[-2000:]}")
+    return wall, float(found.group(1)), output
+
+
+def quick_start(settings: Settings) -> List[Row]:
+    epochs = 1 if settings.smoke else 5
+    env = {**os.environ, "GLOG_v": "3", "PYTHONPATH": str(REPO)}
+    env.pop("TRAINKIT_COMPILE_CACHE", None)
+    results: Dict[str, List[Tuple[float, float]]] = {"trainkit": [], "cached": [], "torch": []}
+    with tempfile.TemporaryDirectory(prefix="trainkit-bench-e2e-") as folder:
+        base = Path(folder)
+        runs = iter(range(10 ** 6))
+
+        def trainkit(cache: Path) -> Tuple[float, float]:
+            wall, first, _ = _run(["-m", "bench.wall_breakdown", f"trainer.epochs={epochs}",
+                                   f"hydra.run.dir={base / f'run{next(runs)}'}"], base,
+                                  {**env, "TRAINKIT_CACHE_DIR": str(cache)})
+            return wall, first
+
+        def torch_side() -> Tuple[float, float]:
+            wall, first, _ = _run(["-m", "bench.peer_quickstart_torch", f"--epochs={epochs}",
+                                   f"--out={base / f'peer{next(runs)}'}"], base, env)
+            return wall, first
+
+        warm = base / "warm-cache"
+        trainkit(warm)  # fills the cache the "cached" side reads; uncounted
+        for rep in range(settings.reps):
+            cold = base / f"cold{rep}"
+            if (warm / "kernels").is_dir():  # a first run of a config, on a machine that built the kernels once
+                shutil.copytree(warm / "kernels", cold / "kernels")
+            sides = [("trainkit", lambda cold=cold: trainkit(cold)), ("cached", lambda: trainkit(warm)),
+                     ("torch", torch_side)]
+            for name, call in (sides if rep % 2 == 0 else sides[::-1]):
+                results[name].append(call())
+
+    def pairs(a: str, b: str, index: int, subtract: bool = False):
+        values = [x[index] - y[index] if subtract else x[index] / y[index] for x, y in zip(results[a], results[b])]
+        return statistics.median(values), f"{min(values):.3f}-{max(values):.3f} over {len(values)} pairs"
+
+    def median(side: str, index: int) -> float:
+        return statistics.median(r[index] for r in results[side])
+
+    times = (f"whole process: trainkit {median('trainkit', 0):.2f} s, its second run {median('cached', 0):.2f} s, "
+             f"PyTorch {median('torch', 0):.2f} s; first step at {median('trainkit', 1):.2f} / "
+             f"{median('cached', 1):.2f} / {median('torch', 1):.2f} s; load average at the end "
+             f"{os.getloadavg()[0]:.2f}")
+    where = setup("small_cnn (digits_quickstart)", 32, 8, epochs=epochs, sides="a process each",
+                  torch_threads=os.environ.get("OMP_NUM_THREADS", "default"))
+    whole, whole_spread = pairs("trainkit", "torch", 0)
+    cached, cached_spread = pairs("cached", "torch", 0)
+    first, first_spread = pairs("trainkit", "torch", 1, subtract=True)
+    again, again_spread = pairs("cached", "trainkit", 0)
+    return [
+        Row("11", "end to end, quick start: whole process, trainkit / PyTorch eager", whole, "x", "<= 1.0",
+            whole <= 1.0, whole_spread, times, where),
+        Row("11", "end to end, quick start: a second run of the config (compile cache) / PyTorch eager", cached, "x",
+            "<= 1.0", cached <= 1.0, cached_spread, times, where),
+        Row("11", "end to end, quick start: time to the first step, trainkit - PyTorch eager", first, "s", "<= 1.0",
+            first <= 1.0, first_spread, times, where),
+        Row("11", "end to end, quick start: second run / first run of the same config", again, "x", "< 1.0",
+            again < 1.0, again_spread, times, where),
+    ]
+
+
+def run(settings: Settings) -> List[Row]:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        where = setup("small_cnn (digits_quickstart)", 32, 8)
+        return [Row("11", "end to end, quick start against PyTorch eager", None, "x",
+                    details="PyTorch is not installed: pip install -e '.[bench]'", setup=where)]
+    return quick_start(settings)

@@ -1,0 +1,103 @@
+"""MindSpore's compile cache under `python -m trainkit`: one folder per config, and a cached run is the same run.
+
+MindSpore itself loaded a cache saved by a run without an EMA into a run with one (its EMA never moved), so the
+key is what these tests guard: what shapes the graphs must change it, what does not must not.
+"""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import mindspore as ms
+import numpy as np
+import pytest
+
+from trainkit.app import compile_cache
+from trainkit.app.config import compose_config
+
+REPO = Path(__file__).resolve().parents[2]
+QUICK = ["recipe=digits_quickstart", "trainer.epochs=1", "logger.progress=off", "logger.tensorboard=false"]
+
+
+def trainkit(*args, cwd, cache):
+    env = {**os.environ, "GLOG_v": "3", "PYTHONPATH": str(REPO), "TRAINKIT_CACHE_DIR": str(cache)}
+    env.pop("TRAINKIT_COMPILE_CACHE", None)
+    return subprocess.run([sys.executable, "-m", "trainkit", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def last_checkpoint(run_dir: Path) -> dict:
+    (path,) = sorted((run_dir / "checkpoints").glob("trainkit-*.ckpt"))
+    return {name: value.asnumpy() for name, value in ms.load_checkpoint(str(path)).items() if hasattr(value, "asnumpy")}
+
+
+def test_a_second_run_of_a_config_loads_its_graphs_and_trains_bit_for_bit_the_same(tmp_path):
+    cache = tmp_path / "cache"
+    first = trainkit(*QUICK, "hydra.run.dir=first", cwd=tmp_path, cache=cache)
+    assert first.returncode == 0, first.stderr
+    assert "compile cache:" in first.stdout and "a new config" in first.stdout
+    (folder,) = (cache / "compile").iterdir()
+    assert list(folder.rglob("*.mindir"))  # MindSpore saved the graphs there
+
+    no_ema = trainkit(*QUICK, "wrapper.ema_decay=null", "hydra.run.dir=no_ema", cwd=tmp_path, cache=cache)
+    assert no_ema.returncode == 0, no_ema.stderr
+    assert "a new config" in no_ema.stdout  # another graph: its own folder, never the first run's graphs
+    assert len(list((cache / "compile").iterdir())) == 2
+
+    second = trainkit(*QUICK, "hydra.run.dir=second", cwd=tmp_path, cache=cache)
+    assert second.returncode == 0, second.stderr
+    assert "graphs saved by an earlier run of this config" in second.stdout
+    expected, got = last_checkpoint(tmp_path / "first"), last_checkpoint(tmp_path / "second")
+    assert sorted(expected) == sorted(got) and any(name.startswith("ema") for name in got)
+    for name, value in expected.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
+
+
+def test_the_key_follows_the_config_the_target_modules_and_named_files_but_not_the_run_directory(
+        tmp_path, monkeypatch):
+    def key(*overrides):
+        return compile_cache.cache_key(compose_config([*QUICK, f"run_dir={tmp_path / 'run'}", *overrides]))
+
+    base = key()
+    assert key() == base
+    assert compile_cache.cache_key(compose_config([*QUICK, f"run_dir={tmp_path / 'other'}"])) == base
+    assert key("wrapper.ema_decay=0.9") != base
+    assert key("data.batch_size=16") != base
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "user_net_for_cache.py").write_text("A = 1\n")
+    monkeypatch.syspath_prepend(str(project))
+    target = ["model._target_=user_net_for_cache.Net"]
+    before = key(*target)
+    (project / "user_net_for_cache.py").write_text("A = 2\n")  # the user edited their model
+    assert key(*target) != before
+
+    data_file = tmp_path / "table.csv"
+    data_file.write_text("1,2\n")
+    named = [f"+data.extra_file={data_file}"]
+    before = key(*named)
+    data_file.write_text("1,2,3\n")
+    assert key(*named) != before
+
+
+@pytest.mark.parametrize("value", ["0", "off", "false"])
+def test_trainkit_compile_cache_0_turns_it_off(value, monkeypatch):
+    monkeypatch.setenv("TRAINKIT_COMPILE_CACHE", value)
+    assert compile_cache.cache_root() is None
+
+
+def test_a_graph_mindspore_cannot_save_compiles_uncached_and_its_config_is_not_tried_again(tmp_path):
+    cache = tmp_path / "cache"
+    unsavable = [*QUICK, "wrapper.accumulation_steps=2", "wrapper.loss_scale=dynamic"]  # a PyExecute node
+    first = trainkit(*unsavable, "hydra.run.dir=first", cwd=tmp_path, cache=cache)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr
+    assert "compile cache: off for the rest of this run" in first.stdout
+    (folder,) = (cache / "compile").iterdir()
+    assert (folder / compile_cache.UNSAVABLE).exists()
+    second = trainkit(*unsavable, "hydra.run.dir=second", cwd=tmp_path, cache=cache)
+    assert second.returncode == 0, second.stderr
+    assert "compile cache: off (MindSpore could not save" in second.stdout
+    expected, got = last_checkpoint(tmp_path / "first"), last_checkpoint(tmp_path / "second")
+    for name, value in expected.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)

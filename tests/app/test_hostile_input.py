@@ -1,0 +1,127 @@
+"""Hostile input to `python -m trainkit` is one line and exit status 2, never a traceback, a hang or a change to an
+earlier run: a run directory that is a file or cannot be written, huge values."""
+import os
+
+import pytest
+
+from tests.common.transcripts import run_in_process
+
+
+def trainkit(*args):
+    return run_in_process(["python", "-m", "trainkit", *args])
+
+
+def one_line(printed, message):
+    assert printed.status == 2, printed.stderr
+    assert printed.stderr.count("\n") == 1 and printed.stderr.startswith("trainkit: error: "), printed.stderr
+    assert message in printed.stderr, printed.stderr
+
+
+def test_a_run_directory_that_is_a_file_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "taken").write_text("not a folder")
+    one_line(trainkit(f"hydra.run.dir={tmp_path / 'taken'}"), f"{tmp_path / 'taken'} is a file, not a folder")
+    one_line(trainkit(f"hydra.run.dir={tmp_path / 'taken' / 'run'}"), f"{tmp_path / 'taken'} is a file, not a folder")
+    assert (tmp_path / "taken").read_text() == "not a folder"
+
+
+def test_a_read_only_run_directory_is_one_line(tmp_path, monkeypatch):
+    # The tests may run as root, for whom every folder is writable: os.access says what a user would be told.
+    monkeypatch.chdir(tmp_path)
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: str(path) != str(locked) and real_access(path, mode))
+    one_line(trainkit(f"hydra.run.dir={locked}"), f"{locked} is not writable")
+    one_line(trainkit(f"hydra.run.dir={locked}/new/run"), f"{locked} is not writable")
+    assert list(locked.iterdir()) == []
+
+
+@pytest.mark.parametrize("args, message", [
+    (["trainer.epochs=100000000000"], "trainer.epochs=100000000000 is not valid: it must be an integer in "
+                                      "[1, 100,000,000]"),
+    (["trainer.epochs=10000000"], "trainer.epochs=10000000 is not valid with 44 steps per epoch: 440,000,000 "
+                                  "micro-batches in all"),
+    (["data.image_size=100000"], "data.image_size=100000 is not valid: it must be at most 4096"),
+])
+def test_huge_values_are_refused(args, message, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    one_line(trainkit("recipe=digits_quickstart", *args, f"hydra.run.dir={tmp_path / 'run'}"), message)
+
+
+def test_a_full_disk_during_a_checkpoint_save_leaves_no_temporary_file_and_says_so(tmp_path, monkeypatch):
+    import errno
+
+    import mindspore as ms
+    from mindspore import nn
+
+    from trainkit.callbacks.training_checkpoint import TrainingCheckpoint
+    from trainkit.errors import TrainingError
+    from trainkit.rundir.checkpoint import checkpoint_files
+
+    class Context:
+        def __init__(self, step):
+            self.step = step
+
+        def original_args(self):
+            return type("Params", (), {"cur_step_num": self.step})()
+
+    callback = TrainingCheckpoint(nn.Dense(2, 2), tmp_path, steps_per_epoch=4, every_n_steps=1, keep=2)
+    callback.on_train_begin(Context(0))
+    callback.on_train_step_end(Context(1))
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+
+    def disk_full(network, name, **kwargs):  # MindSpore had written part of its temporary file
+        (tmp_path / "trainkit-1_2.tmp").write_bytes(b"partial")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), name)
+
+    monkeypatch.setattr(ms, "save_checkpoint", disk_full)
+    with pytest.raises(TrainingError, match=r"trainkit-1_2.ckpt could not be written: the disk is full \(No space"):
+        callback.on_train_step_end(Context(2))
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # no .tmp, the earlier one intact
+    assert [p.name for p in checkpoint_files(tmp_path)] == ["trainkit-1_1.ckpt"]
+
+
+def test_sigterm_during_start_up_is_one_line_and_status_143(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    marker = tmp_path / "preparing"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "trainkit", "recipe=digits_quickstart",
+         "data._target_=tests.common.start_up.PreparesUntilSignalled", f"+data.marker={marker}",
+         f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env={**os.environ, "GLOG_v": "3", "PYTHONPATH": str(repo)})
+    deadline = time.monotonic() + 240
+    while not marker.exists() and process.poll() is None and time.monotonic() < deadline:  # wait on the disk
+        time.sleep(0.05)
+    assert marker.exists(), process.communicate()
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 143, stderr
+    assert stderr.count("\n") == 1 and stderr.startswith("trainkit: stopped by SIGTERM outside the training loop")
+
+
+def test_a_clone_folder_named_trainkit_in_the_current_directory_is_named(tmp_path):
+    import importlib.metadata
+    import subprocess
+    import sys
+
+    try:
+        importlib.metadata.distribution("trainkit")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("trainkit is not installed: only an installed package can be hidden by a folder")
+    (tmp_path / "trainkit").mkdir()
+    (tmp_path / "trainkit" / "README.md").write_text("a clone of the repository")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, "-m", "trainkit", "recipe=digits_quickstart"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (f"trainkit: error: the folder {tmp_path / 'trainkit'} hides the installed trainkit "
+                             "package (python -m puts the current directory first on the import path): run the "
+                             "command from another directory, e.g. inside that folder\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trainkit"]

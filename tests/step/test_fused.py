@@ -1,0 +1,98 @@
+"""The fused C++ EMA kernel (trainkit/step/fused.py): bitwise NumPy's float32 arithmetic, in place in the
+Parameter, in graph and pynative mode; built once into the cache folder; MindSpore's kernels without a compiler."""
+import os
+import shutil
+from pathlib import Path
+
+import mindspore as ms
+import numpy as np
+import pytest
+from mindspore import Parameter, Tensor, nn
+
+from tests.common.models import TinyMLP, batches, loss_network, run, weights_of
+from trainkit import TrainingWrapper
+from trainkit.step import fused
+
+needs_compiler = pytest.mark.skipif(shutil.which(os.environ.get("CXX") or "g++") is None,
+                                    reason="no C++ compiler: the fused path cannot be built here")
+
+
+@pytest.fixture
+def own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRAINKIT_CACHE_DIR", str(tmp_path / "cache"))
+    fused._build.cache_clear()
+    yield tmp_path / "cache"
+    fused._build.cache_clear()
+
+
+def numpy_update(shadow: np.ndarray, value: np.ndarray, weight: np.float32) -> np.ndarray:
+    """MindSpore's fallback, op by op in float32: shadow - (shadow - value) * weight."""
+    return shadow - (shadow - value) * weight
+
+
+class Updater(nn.Cell):
+    def __init__(self, shadow: np.ndarray, value: np.ndarray):
+        super().__init__()
+        self.kernel = fused.ema_update_kernel()
+        self.shadow = Parameter(Tensor(shadow.copy()), name="shadow")
+        self.value = Parameter(Tensor(value), name="value")
+
+    def construct(self, weight):
+        return self.kernel(self.shadow, self.value, weight)
+
+
+@needs_compiler
+@pytest.mark.parametrize("size", [1, 7, 1000, 300_001])  # 300,001: the multithreaded path, an odd tail
+def test_the_kernel_updates_the_parameter_in_place_bitwise_as_numpy(mode, own_cache, size):
+    rng = np.random.default_rng(size)
+    shadow, value = rng.standard_normal(size).astype(np.float32), rng.standard_normal(size).astype(np.float32)
+    cell = Updater(shadow.reshape(-1, 1) if size % 2 else shadow, value.reshape(-1, 1) if size % 2 else value)
+    expected = shadow
+    for weight in (np.float32(0.1), np.float32(0.0137), np.float32(1.0)):
+        cell(Tensor(weight))
+        expected = numpy_update(expected, value, weight)
+        np.testing.assert_array_equal(cell.shadow.asnumpy().reshape(-1), expected)
+    np.testing.assert_array_equal(cell.value.asnumpy().reshape(-1), value)  # the source is only read
+
+
+@needs_compiler
+def test_it_is_built_once_into_the_cache_folder_and_reused(own_cache):
+    path, reason = fused.library()
+    assert path is not None, reason
+    assert Path(path).parent == own_cache / "kernels"  # never into the package
+    built = os.stat(path).st_mtime_ns
+    fused._build.cache_clear()  # a new process: finds the library, builds nothing
+    assert fused.library() == (path, "") and os.stat(path).st_mtime_ns == built
+    assert "fused C++ kernels" in fused.describe()
+
+
+def test_without_a_compiler_or_when_turned_off_mindspores_kernels_run(own_cache, monkeypatch):
+    monkeypatch.setenv("CXX", "no-such-compiler-here")
+    assert fused.library() == (None, "no C++ compiler (no-such-compiler-here) on PATH")
+    assert fused.ema_update_kernel() is None
+    assert fused.describe().startswith("MindSpore's kernels (no C++ compiler")
+    monkeypatch.delenv("CXX")
+    monkeypatch.setenv("TRAINKIT_FUSED_KERNELS", "0")
+    assert fused.library() == (None, "TRAINKIT_FUSED_KERNELS=0")
+
+
+@pytest.mark.parametrize("path", ["fused", "mindspore"])
+def test_the_wrappers_ema_is_bitwise_the_same_on_both_paths(mode, own_cache, monkeypatch, path):
+    if path == "fused" and shutil.which(os.environ.get("CXX") or "g++") is None:
+        pytest.skip("no C++ compiler")
+    if path == "mindspore":
+        monkeypatch.setenv("TRAINKIT_FUSED_KERNELS", "0")
+    ms.set_seed(0)
+    net = TinyMLP(batch_norm=True)
+    wrapper = TrainingWrapper(loss_network(net), nn.Momentum(net.trainable_params(), 0.1, 0.9), ema_decay=0.7,
+                              ema_warmup=True)
+    assert (wrapper.ema.fused_kernel is not None) == (path == "fused")
+    expected = {name: value.astype(np.float32) for name, value in weights_of(net).items()}
+    for updates, batch in enumerate(batches(4, 4, seed=3)):
+        run(wrapper, [batch])
+        weight = np.float32(1.0) - np.minimum(np.float32(0.7), np.float32(1 + updates) / np.float32(10 + updates))
+        expected = {k: numpy_update(expected[k], v, weight) for k, v in weights_of(net).items()}
+    shadows = {p.name[len("ema."):]: p.asnumpy() for p in wrapper.get_parameters() if p.name.startswith("ema.")}
+    assert shadows.keys() == expected.keys()
+    for name, value in expected.items():
+        np.testing.assert_array_equal(shadows[name], value, err_msg=name)

@@ -1,0 +1,172 @@
+"""MindSpore's compile cache for `python -m trainkit`: a second run of the same config skips most of compiling.
+
+Compiling the train and eval graphs is about a third of the quick start's wall time (docs/performance.md);
+MindSpore 2.10 can save the compiled graphs (``set_context(enable_compile_cache=True, compile_cache_path=...)``)
+and load them in the next process. It keys what it saves by the order of compiles in the process and checks
+little else: a cache filled by a run without an EMA, loaded by a run with one, gave that run an EMA that never
+moved (measured while writing this). So trainkit gives every config its own folder, keyed by everything that
+shapes a graph and that it can see before the run builds anything --
+
+- the composed config (without ``run_dir``), MindSpore's and Python's versions;
+- the source of trainkit and of every module a ``_target_`` of the config names outside MindSpore;
+- the size and modification time of every file the config names;
+
+and uses the cache only for the first run of a process whose graphs compile first (a Hydra sweep's later jobs
+in the same process compile as usual). ``TRAINKIT_COMPILE_CACHE=0`` turns it off; ``TRAINKIT_CACHE_DIR``
+moves it (default ``$XDG_CACHE_HOME/trainkit``, else ``~/.cache/trainkit``). A model whose module imports
+other code of the user's that changes between runs is not seen by the key: turn the cache off while editing it.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import mindspore as ms
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger("trainkit")
+
+_PACKAGE = Path(__file__).resolve().parents[1]
+_used_in_this_process = False
+UNSAVABLE = "unsavable.txt"  # in a config's folder: MindSpore could not save its graphs
+
+
+def cache_root() -> Optional[Path]:
+    """Where trainkit caches (None when ``TRAINKIT_COMPILE_CACHE`` turns the compile cache off)."""
+    if os.environ.get("TRAINKIT_COMPILE_CACHE", "1").strip().lower() in ("0", "false", "off", "no"):
+        return None
+    if os.environ.get("TRAINKIT_CACHE_DIR"):
+        return Path(os.environ["TRAINKIT_CACHE_DIR"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "trainkit"
+
+
+def _strings(node: Any) -> Iterator[str]:
+    if isinstance(node, dict):
+        for value in node.values():
+            yield from _strings(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _strings(value)
+    elif isinstance(node, str):
+        yield node
+
+
+def _targets(node: Any) -> Iterator[str]:
+    if isinstance(node, dict):
+        target = node.get("_target_")
+        if isinstance(target, str):
+            yield target
+        for value in node.values():
+            yield from _targets(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _targets(value)
+
+
+def _module_file(target: str) -> Optional[Path]:
+    """The source file of the module `target` (``package.module.Name``) lives in, or None inside MindSpore."""
+    parts = target.split(".")
+    for end in range(len(parts) - 1, 0, -1):
+        name = ".".join(parts[:end])
+        if name.split(".")[0] == "mindspore":
+            return None
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin and spec.origin.endswith(".py"):
+            return Path(spec.origin)
+    return None
+
+
+def cache_key(cfg: DictConfig) -> str:
+    """A hash of what decides the graphs a run compiles (see the module's docstring)."""
+    container = OmegaConf.to_container(cfg, resolve=False)
+    container.pop("run_dir", None)
+    digest = hashlib.sha256()
+    digest.update(OmegaConf.to_yaml(OmegaConf.create(container)).encode())
+    digest.update(f"{ms.__version__} {sys.version} {platform.machine()}".encode())
+    sources = sorted(_PACKAGE.rglob("*.py"))
+    sources += sorted({path for path in map(_module_file, _targets(container)) if path is not None
+                       and _PACKAGE not in path.parents})
+    for path in sources:
+        digest.update(str(path).encode())
+        digest.update(path.read_bytes())
+    for text in sorted(set(_strings(container))):
+        if len(text) < 4096 and os.sep in text:
+            path = Path(text).expanduser()
+            if path.is_file():
+                stat = path.stat()
+                digest.update(f"{path.resolve()} {stat.st_size} {stat.st_mtime_ns}".encode())
+    return digest.hexdigest()[:24]
+
+
+def _graphs_compiled_already() -> bool:
+    from mindspore.graph import api
+
+    return any(bool(phases) for phases in api.cells_compile_cache.values())
+
+
+def enable(cfg: DictConfig) -> Optional[Path]:
+    """Turn MindSpore's compile cache on in this config's folder; None where it stays off (see the module)."""
+    global _used_in_this_process
+    root = cache_root()
+    if root is None or _used_in_this_process or _graphs_compiled_already():
+        return None
+    _used_in_this_process = True
+    try:
+        folder = root / "compile" / cache_key(cfg)
+        folder.mkdir(parents=True, exist_ok=True)
+    except Exception as error:  # noqa: BLE001 -- a cache is never worth a failed run: the run itself reports bad input
+        log.debug("compile cache off: %s", error)
+        return None
+    if (folder / UNSAVABLE).exists():
+        log.info("compile cache: off (MindSpore could not save this config's graphs in an earlier run)")
+        return None
+    reused = any(folder.rglob("*.mindir"))
+    # Said at the first compile, not now: a run refused before it (bad input, a directory in use) writes nothing.
+    _compile_without_cache_where_mindspore_cannot_save(folder, "compile cache: %s (%s)" % (
+        folder, "graphs saved by an earlier run of this config" if reused else "a new config: compiling and saving"))
+    ms.set_context(enable_compile_cache=True, compile_cache_path=str(folder))
+    return folder
+
+
+def _compile_without_cache_where_mindspore_cannot_save(folder: Path, message: str) -> None:
+    """MindSpore 2.10 fails the compile of a graph its cache cannot save (``Cannot export a PyExecute CNode in
+    MindIR``: graphs with Python fallbacks, e.g. the wrapper with accumulation and dynamic loss scaling) instead
+    of compiling it uncached; such a graph is compiled again with the cache off, for the rest of the run, and
+    the config's folder is marked so that its next runs do not try again."""
+    from mindspore.graph import api
+
+    original = api._CellGraphExecutor.compile
+    if getattr(original, "_trainkit_fallback", False):
+        original = original.__wrapped__
+
+    untold = [message]
+
+    def compile(self, obj, *args, **kwargs):
+        if untold and ms.get_context("enable_compile_cache"):
+            log.info("%s", untold.pop())
+        try:
+            return original(self, obj, *args, **kwargs)
+        except RuntimeError as error:
+            if "in MindIR" not in str(error) or not ms.get_context("enable_compile_cache"):
+                raise
+            log.info("compile cache: off for the rest of this run (MindSpore cannot save %s's graph: %s)",
+                     type(obj).__name__, str(error).strip().splitlines()[0])
+            disable()
+            (folder / UNSAVABLE).write_text(f"{type(obj).__name__}: {error}\n")
+            return original(self, obj, *args, **kwargs)
+
+    compile._trainkit_fallback = True
+    compile.__wrapped__ = original
+    api._CellGraphExecutor.compile = compile
+
+
+def disable() -> None:
+    """Turn the compile cache off again (after the run it was turned on for)."""
+    ms.set_context(enable_compile_cache=False)

@@ -1,0 +1,129 @@
+"""A config read from a file is data, never code: the ``_target_``s it may name.
+
+``hydra.utils.instantiate`` calls whatever ``_target_`` names, with the arguments next to it. On the command line
+that is the user's choice; in a file -- a checkpoint's stored config, a run directory's ``.hydra/config.yaml`` -- it
+is the choice of whoever wrote the file. Hydra's own block list stops ``os.system``, not ``pathlib.Path.write_text``
+or ``shutil.copyfile``, which are enough to plant code (a ``.pth`` file in site-packages runs at the next start).
+
+So, as ``torch.load(weights_only=True)`` does for pickles, a config read from a file may name only
+
+* trainkit's own targets: those the configs and recipes trainkit ships name (:func:`shipped_targets`: its models,
+  data modules, losses, schedules, wrapper, and the MindSpore optimizers, losses and metrics they choose), and
+* what the user trusts explicitly, from the command line and never from the file: a module (``--trust mypkg``
+  trusts ``mypkg`` and everything under it) or one target (``--trust mypkg.models.Net``).
+
+Every ``_target_`` is checked, at any depth (``_args_``, lists, ``_partial_`` nodes alike), before anything of the
+config is imported or called. A target given on the command line as an override (``model._target_=...``) is the
+user's, so it is trusted too.
+"""
+from __future__ import annotations
+
+import functools
+from importlib import resources
+from typing import FrozenSet, Iterable, Iterator, Optional, Sequence, Tuple
+
+import yaml
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from trainkit.errors import ConfigError
+
+TARGET = "_target_"
+_MAX_DEPTH = 32
+
+
+@functools.lru_cache(maxsize=1)
+def shipped_targets() -> FrozenSet[str]:
+    """Every ``_target_`` named in the YAML files of ``trainkit.configs`` and ``trainkit.recipes``."""
+    found = set()
+    for package in ("trainkit.configs", "trainkit.recipes"):
+        for path in _yaml_files(resources.files(package)):
+            try:
+                found.update(_targets_in(yaml.safe_load(path.read_text(encoding="utf-8"))))
+            except yaml.YAMLError:
+                continue
+    return frozenset(found)
+
+
+def is_trusted(target: str, trusted: Iterable[str] = ()) -> bool:
+    """Whether `target` is trainkit's own or under one of the `trusted` modules (or equal to a trusted target)."""
+    return target in shipped_targets() or any(target == name or target.startswith(name + ".") for name in trusted)
+
+
+def check_trusted(cfg: DictConfig, source: str, trusted: Sequence[str] = (), how: str = "--trust MODULE") -> None:
+    """Raise ConfigError naming the first ``_target_`` of `cfg` (read from `source`) that is not trusted.
+
+    Args:
+        cfg: the config read from the file (with the user's overrides applied).
+        source: how the message names the file (``checkpoint PATH``, ``PATH/.hydra/config.yaml``).
+        trusted: modules or targets the user trusts explicitly.
+        how: how the user trusts one (``--trust MODULE`` on the tools' command line).
+    """
+    for where, target in targets(cfg):
+        if not isinstance(target, str) or not target.strip():
+            raise ConfigError(f"{source}: {where}={target!r} is not a target trainkit can check: a config read from "
+                              "a file may name only trusted targets (a dotted path)")
+        if not is_trusted(target, trusted):
+            module = target.rsplit(".", 1)[0] if "." in target else target
+            raise ConfigError(f"{source} names {where}={target}, which is not trusted: a config read from a file may "
+                              f"call only trainkit's own targets and those you trust; if you trust this file, trust "
+                              f"it with {how.replace('MODULE', module)}")
+
+
+def targets(cfg, path: str = "", depth: int = 0) -> Iterator[Tuple[str, object]]:
+    """(``key.path._target_``, value) for every ``_target_`` in `cfg`, interpolations resolved (a node made by
+    ``${oc.create:...}`` is walked like any other); a node that does not resolve here cannot be instantiated
+    either, and is passed over."""
+    if depth > _MAX_DEPTH:
+        raise ConfigError(f"{path}: the config nests deeper than {_MAX_DEPTH} levels (a node that refers to itself?)")
+    if isinstance(cfg, DictConfig):
+        for key in cfg:
+            name = f"{path}.{key}" if path else str(key)
+            if key == TARGET:
+                yield name, _value(cfg, key)
+            else:
+                yield from targets(_resolved(cfg, key), name, depth + 1)
+    elif isinstance(cfg, ListConfig):
+        for index in range(len(cfg)):
+            yield from targets(_resolved(cfg, index), f"{path}[{index}]", depth + 1)
+
+
+def _resolved(node, key):
+    """``node[key]`` resolved, as instantiate would see it; None where it does not resolve."""
+    try:
+        return node[key]
+    except Exception:  # a missing value, an interpolation that does not resolve outside its run
+        return None
+
+
+def override_targets(overrides: Sequence[str]) -> Tuple[str, ...]:
+    """The targets the user set on the command line (``KEY._target_=VALUE``): theirs, so trusted."""
+    return tuple(item.split("=", 1)[1] for item in overrides
+                 if "=" in item and item.split("=", 1)[0].lstrip("+~").endswith(TARGET))
+
+
+def _value(node: DictConfig, key: str) -> Optional[object]:
+    try:
+        value = node[key]
+    except Exception:  # an interpolation that does not resolve: not a name trainkit can check
+        return node._get_node(key)._value()
+    return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+
+
+def _targets_in(value) -> Iterator[str]:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key == TARGET and isinstance(item, str):
+                yield item
+            else:
+                yield from _targets_in(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _targets_in(item)
+
+
+def _yaml_files(folder) -> Iterator:
+    for entry in folder.iterdir():
+        if entry.is_dir():
+            yield from _yaml_files(entry)
+        elif entry.name.endswith(".yaml"):
+            yield entry
