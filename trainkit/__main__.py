@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -34,20 +35,29 @@ import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 from trainkit.app.config import best_metric, register_configs  # noqa: E402
+from trainkit.app.sweep import register_resolver  # noqa: E402
 from trainkit.errors import ConfigError, DataError, RunDirectoryInUse, RunInterrupted, TrainingError  # noqa: E402
 
 register_configs()
+register_resolver()
 log = logging.getLogger("trainkit")
 
 
 @hydra.main(version_base=None, config_path="pkg://trainkit.configs", config_name="config")
 def _hydra_main(cfg: DictConfig) -> float:
     """Train (or launch the workers that train); bad input ends the run with exit status 2, a run that cannot go
-    on with 1, a signal with 128 + its number, each with one message."""
+    on with 1, a signal with 128 + its number, each with one message.
+
+    Returns the objective for Hydra's sweepers: the run's best ``trainer.best_metric`` (its ``best.json``). In a
+    ``-m`` sweep a job that cannot go on is a failed row of the sweep's summary and the sweep goes on; bad input
+    stops the sweep there (after writing the summary of the jobs so far).
+    """
+    from trainkit.app.sweep import objective, record_job
     from trainkit.distributed.launch import launch_workers, needs_launch
     from trainkit.distributed.parallel import close_log_files
     from trainkit.rundir import held_log
 
+    start = time.perf_counter()
     held_log.hold()  # until train() accepts the input: a refusal leaves an earlier run's train.log as it was
     try:
         if needs_launch(cfg.parallel):
@@ -56,8 +66,10 @@ def _hydra_main(cfg: DictConfig) -> float:
             check_config(cfg)  # every value, before any process starts
             status = launch_workers(cfg)
             if status:
-                sys.exit(status)
-            return float("nan")  # the workers' metrics are in the run directory
+                return _failed(status, f"the workers of {_output_dir()} ended with exit status {status} (their logs "
+                                       "are in msrun_logs/)", start, printed=True)
+            record_job("completed", time.perf_counter() - start)
+            return objective(_output_dir())  # the workers' metrics are in the run directory
         from trainkit.app import compile_cache, train
 
         cached = compile_cache.enable(cfg)  # a second run of this config loads its graphs instead of compiling
@@ -71,26 +83,47 @@ def _hydra_main(cfg: DictConfig) -> float:
     except RunDirectoryInUse as error:  # not a word into the run that is there
         held_log.discard()
         close_log_files()
-        print(f"trainkit: error: {error}", file=sys.stderr)
-        sys.exit(2)
+        return _failed(2, str(error), start)
     except (ConfigError, DataError) as error:
         held_log.drop(error)  # into a new train.log only; the console gets the one stderr line below
-        print(f"trainkit: error: {error}", file=sys.stderr)
-        sys.exit(2)
+        return _failed(2, str(error), start)
     except TrainingError as error:  # logged where it was raised
         held_log.release()
-        print(f"trainkit: error: {error}", file=sys.stderr)
-        sys.exit(1)
+        return _failed(1, str(error), start)
     except RunInterrupted as stop:  # logged where it was raised; 128 + signal, as a shell reports a signal's end
         held_log.release()
+        record_job("interrupted", time.perf_counter() - start, f"stopped by a signal (exit status {stop.status})",
+                   exit_status=stop.status)
         sys.exit(stop.status)
     except Exception as error:  # a crash: the traceback goes to train.log as well as the console
         held_log.release()
         log.exception("the run crashed: %s: %s", type(error).__name__, error)
-        print(f"trainkit: error: the run crashed ({type(error).__name__}); the full traceback is in "
-              f"{_log_file()}", file=sys.stderr)
-        sys.exit(1)
-    return result.metrics.get(best_metric(cfg), float("nan"))  # the objective for Hydra sweepers
+        return _failed(1, f"the run crashed ({type(error).__name__}); the full traceback is in {_log_file()}", start)
+    record_job("completed", time.perf_counter() - start, metrics=result.metrics)
+    return objective(result.run_dir, result.metrics.get(best_metric(cfg), float("nan")))
+
+
+def _failed(status: int, message: str, start: float, printed: bool = False) -> float:
+    """End a run that failed: its one line on stderr, then exit with `status` -- except in a sweep, where a run that
+    could not go on (1) is a failed job and the sweep goes on (the sweeper gets NaN)."""
+    from trainkit.app.sweep import in_sweep, record_job, write_summary
+
+    if not printed:
+        print(f"trainkit: error: {message}", file=sys.stderr)
+    record_job("failed", time.perf_counter() - start, message, exit_status=status)
+    if in_sweep():
+        if status == 1:
+            return float("nan")
+        from hydra.core.hydra_config import HydraConfig
+
+        write_summary(Path(HydraConfig.get().sweep.dir))  # the jobs so far, this one a failed row
+    sys.exit(status)
+
+
+def _output_dir() -> Path:
+    from hydra.core.hydra_config import HydraConfig
+
+    return Path(HydraConfig.get().runtime.output_dir).resolve()
 
 
 def _log_file() -> str:

@@ -32,10 +32,18 @@ def cifar10_root(tmp_path_factory):
 def test_help_lists_groups_and_recipes(tmp_path):
     result = trainkit("--help", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert "recipe: diabetes_regression, digits_quickstart, resnet50_cifar10, wine_mlp" in result.stdout
+    assert "recipe: diabetes_regression, digits_optuna, digits_quickstart, resnet50_cifar10, wine_mlp" in result.stdout
     assert "amp: O0, O1, O2, O3" in result.stdout
     assert "model: mlp, resnet101, resnet152, resnet18, resnet34, resnet50, small_cnn" in result.stdout
     assert "loss: bce_with_logits, cross_entropy, l1, mse, smooth_l1" in result.stdout
+
+
+def test_help_labels_its_config_block_with_the_recipe_it_comes_from(tmp_path):
+    for recipe in ("digits_quickstart", "wine_mlp"):
+        result = trainkit(f"recipe={recipe}", "--help", cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert f"== Config: as recipe={recipe} sets it ==" in result.stdout
+        assert "These are the recipe's values, not the groups' defaults" in result.stdout
 
 
 def test_cfg_job_prints_the_composed_config_with_overrides(tmp_path):

@@ -40,7 +40,7 @@ def test_a_read_only_run_directory_is_one_line(tmp_path, monkeypatch):
 @pytest.mark.parametrize("args, message", [
     (["trainer.epochs=100000000000"], "trainer.epochs=100000000000 is not valid: it must be an integer in "
                                       "[1, 100,000,000]"),
-    (["trainer.epochs=10000000"], "trainer.epochs=10000000 is not valid with 44 steps per epoch: 440,000,000 "
+    (["trainer.epochs=10000000"], "trainer.epochs=10000000 is not valid with 39 steps per epoch: 390,000,000 "
                                   "micro-batches in all"),
     (["data.image_size=100000"], "data.image_size=100000 is not valid: it must be at most 4096"),
 ])

@@ -27,30 +27,54 @@ def eval_arrays(data, **kwargs):
 
 def test_split_sizes_disjoint_stratified_and_deterministic(digits):
     _, labels = digits
-    data = DigitsData(test_fraction=0.2, split_seed=3)
-    train, test = data.split(labels)
-    assert len(train) + len(test) == 1797 and not set(train) & set(test)
-    assert sorted(np.concatenate([train, test]).tolist()) == list(range(1797))
-    for c in range(10):  # every class held out in proportion
+    data = DigitsData(test_fraction=0.2, val_fraction=0.1, split_seed=3)
+    train, val, test = data.split(labels)
+    assert len(train) + len(val) + len(test) == 1797
+    assert not set(train) & set(test) and not set(val) & set(test) and not set(train) & set(val)
+    assert sorted(np.concatenate([train, val, test]).tolist()) == list(range(1797))
+    for c in range(10):  # every class held out in proportion, in both held-out sets
         assert abs(np.sum(labels[test] == c) - 0.2 * np.sum(labels == c)) <= 0.5
-    again, _ = DigitsData(test_fraction=0.2, split_seed=3).split(labels)
-    other, _ = DigitsData(test_fraction=0.2, split_seed=4).split(labels)
+        assert abs(np.sum(labels[val] == c) - 0.1 * np.sum(labels == c)) <= 0.5
+    again, _, _ = DigitsData(test_fraction=0.2, split_seed=3).split(labels)
+    other, _, _ = DigitsData(test_fraction=0.2, split_seed=4).split(labels)
     np.testing.assert_array_equal(train, again)
     assert not np.array_equal(train, other)
+    _, _, same_test = DigitsData(test_fraction=0.2, val_fraction=0.3, split_seed=3).split(labels)
+    np.testing.assert_array_equal(same_test, test)  # the test images do not move with the validation share
+
+
+def test_the_test_set_is_each_class_s_first_share_and_disjoint_from_what_the_run_sees(digits):
+    images, labels = digits
+    data = DigitsData(eval_batch_size=1000, split_seed=0)
+    rng = np.random.default_rng(0)  # the documented rule, recomputed: per class, a permutation's first 20 %
+    expected = np.sort(np.concatenate([rng.permutation(np.flatnonzero(labels == c))[
+        :round(0.2 * np.sum(labels == c))] for c in range(10)]))
+    (test_images, test_labels), = batches(data.test_dataset())
+    scaled = images / 16.0
+    train, val, _ = data.split(labels)
+    mean, std = scaled[train].mean(), scaled[train].std()
+    np.testing.assert_allclose(test_images[:, 0], (scaled[expected] - mean) / std, rtol=0, atol=1e-5)
+    np.testing.assert_array_equal(test_labels, labels[expected])
+    (val_images, _), = batches(data.eval_dataset())
+    seen = np.concatenate([b[0] for b in batches(DigitsData(batch_size=1).train_dataset())] + [val_images])
+    seen_rows = {row.tobytes() for row in seen.reshape(len(seen), -1)}
+    test_rows = {row.tobytes() for row in test_images.reshape(len(test_images), -1)}
+    assert len(seen_rows) == len(train) + len(val) and len(test_rows) == len(expected)  # no two images alike
+    assert not seen_rows & test_rows  # no test image is trained or validated on
 
 
 def test_eval_images_are_normalised_with_the_train_statistics(digits):
     images, labels = digits
     data = DigitsData(eval_batch_size=100, split_seed=1)
     data.prepare()
-    train, test = data.split(labels)
+    train, val, _ = data.split(labels)
     scaled = images / 16.0
     mean, std = scaled[train].mean(), scaled[train].std()
-    got_images, got_labels = eval_arrays(data)
+    got_images, got_labels = eval_arrays(data)  # the validation split
     assert got_images.dtype == np.float32 and got_labels.dtype == np.int32
-    assert got_images.shape == (len(test), 1, 8, 8)
-    np.testing.assert_allclose(got_images[:, 0], (scaled[test] - mean) / std, rtol=0, atol=1e-5)
-    np.testing.assert_array_equal(got_labels, labels[test])
+    assert got_images.shape == (len(val), 1, 8, 8)
+    np.testing.assert_allclose(got_images[:, 0], (scaled[val] - mean) / std, rtol=0, atol=1e-5)
+    np.testing.assert_array_equal(got_labels, labels[val])
     assert data.mean == pytest.approx(mean) and data.std == pytest.approx(std)
 
 
@@ -58,7 +82,7 @@ def test_train_batches_shapes_drop_remainder_and_shuffle(digits):
     _, labels = digits
     data = DigitsData(batch_size=100)
     out = batches(data.train_dataset())
-    train, _ = data.split(labels)
+    train, _, _ = data.split(labels)
     assert len(out) == len(train) // 100
     assert all(b[0].shape == (100, 1, 8, 8) and b[0].dtype == np.float32 and b[1].dtype == np.int32 for b in out)
     seen = np.concatenate([b[1] for b in out])

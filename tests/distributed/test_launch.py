@@ -1,6 +1,7 @@
 """`python -m trainkit ... parallel=data_parallel parallel.workers=2` as users run it: msrun starts two CPU workers
 (MCCL) that share one run directory; a failing worker ends the job with its log tail and leaves no process behind;
 bad parallel values stop before anything starts."""
+import json
 import os
 import re
 import shutil
@@ -12,6 +13,7 @@ import mindspore as ms
 import numpy as np
 import psutil
 import pytest
+import yaml
 
 from tests.common.callbacks import read_jsonl
 from tests.common.cifar10_files import write_cifar10
@@ -249,3 +251,21 @@ def test_sigterm_to_the_launcher_stops_every_rank_after_the_same_step_with_one_c
     assert_same_checkpoint(run_dir, whole, at_stop)
     train_steps = [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl") if "train/loss" in r]
     assert train_steps == list(range(1, step + 1))
+
+
+def test_a_sweep_of_data_parallel_runs_returns_each_run_s_best_value(cifar10, tmp_path):
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    root, _ = cifar10
+    result = trainkit("-m", *tiny(root, "trainer.epochs=1"), "hydra/sweeper=optuna", "hydra.sweeper.n_trials=2",
+                      "hydra.sweeper.direction=maximize", "hydra.sweeper.sampler.seed=0",
+                      "optimizer.lr=interval(0.001,0.01)", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]  # NaN was a failed trial
+    (sweep,) = (tmp_path / "multirun" / "resnet50_cifar10").iterdir()
+    bests = {}
+    for job in ("0", "1"):  # rank 0's records of each job, read here
+        values = [r["eval/accuracy"] for r in read_jsonl(sweep / job / "metrics.jsonl") if "eval/accuracy" in r]
+        bests[job] = max(values)
+    optimization = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
+    assert optimization["best_value"] == pytest.approx(max(bests.values()), abs=1e-9)
+    summary = json.loads((sweep / "summary.json").read_text())
+    assert {str(row["job"]): row["best"] for row in summary["jobs"]} == pytest.approx(bests)

@@ -173,6 +173,7 @@ class TrainerConfig:
     save_checkpoints: bool = True
     keep_checkpoints: int = 3
     evaluate: bool = True
+    test: Optional[bool] = None
     best_metric: Optional[str] = None
     best_mode: BestMode = BestMode.auto
     checkpoint_every_n_steps: int = 0

@@ -14,17 +14,19 @@ from typing import Any, Dict, Optional, Tuple
 import mindspore as ms
 from mindspore import Tensor, nn
 from mindspore import dtype as mstype
-from mindspore.train import Loss, Metric
+from mindspore.train import F1, Accuracy, Loss, Metric, Precision, Recall, TopKCategoricalAccuracy
 
 from trainkit.errors import ConfigError
 
 SAMPLES = 2  # enough for the batch dimension to show; batch norm in evaluation mode needs no more
 # Losses that compare output and label element by element (a shape mismatch broadcasts silently).
 ELEMENTWISE_LOSSES = (nn.MSELoss, nn.L1Loss, nn.SmoothL1Loss, nn.BCEWithLogitsLoss, nn.HuberLoss)
+# Metrics that read the output as one score per class.
+CLASSIFICATION_METRICS = (Accuracy, Precision, Recall, F1, TopKCategoricalAccuracy)
 
 
 def check_fit(backbone: nn.Cell, loss_fn: nn.Cell, dataset: Any, loss_name: str, model_name: str,
-              metrics: Optional[Dict[str, Metric]] = None) -> None:
+              metrics: Optional[Dict[str, Metric]] = None, num_classes: Optional[int] = None) -> None:
     """Raise ConfigError when `dataset`'s batches, `backbone`, `loss_fn` and `metrics` do not fit together.
 
     Args:
@@ -35,6 +37,8 @@ def check_fit(backbone: nn.Cell, loss_fn: nn.Cell, dataset: Any, loss_name: str,
         model_name: how the config names the model (``model (trainkit.models.mlp.MLP)``).
         metrics: the evaluation's metrics by name; each is updated once with the output and the label, then
             cleared.
+        num_classes: the data's number of classes, when it knows it: with a classification loss or metric, the
+            output's width must equal it, whatever the model's key for it is called.
     """
     data, label, columns, batch_label = _first_samples(dataset)
     mode = ms.get_context("mode")
@@ -54,6 +58,7 @@ def check_fit(backbone: nn.Cell, loss_fn: nn.Cell, dataset: Any, loss_name: str,
         output = output.astype(mstype.float32)
         _check_label(output, label, loss_fn, loss_name, columns)
         _check_label_values(output, batch_label, loss_fn, loss_name, columns)
+        _check_classes(output, label, loss_fn, metrics or {}, num_classes, model_name)
         try:
             value = loss_fn(output, label)
         except Exception as error:
@@ -109,6 +114,23 @@ def _check_label(output: Tensor, label: Tensor, loss_fn: nn.Cell, loss_name: str
                               f"is {_describe(output)} and the label {columns[1]!r} {_describe(label)}: make the "
                               "model give the label's shape (e.g. model.out_features, null: from the data) or the "
                               "data module give labels shaped like the output")
+
+
+def _check_classes(output: Tensor, label: Tensor, loss_fn: nn.Cell, metrics: Dict[str, Metric],
+                   num_classes: Optional[int], model_name: str) -> None:
+    """One score per class: an output narrower than the classes crashes at step 1 (cross-entropy) or trains
+    silently wrong (a loss of the user's own). A wider one is allowed, as a num_classes above the data's is (a
+    head shared with a larger label set)."""
+    if not num_classes or output.ndim != 2 or label.ndim != 1:
+        return
+    if label.dtype not in mstype.int_type + mstype.uint_type:
+        return
+    classification = getattr(loss_fn, "sparse_labels", False) or _is_sparse_cross_entropy(loss_fn, output, label) \
+        or any(isinstance(metric, CLASSIFICATION_METRICS) for metric in metrics.values())
+    if classification and output.shape[1] < num_classes:
+        raise ConfigError(f"{model_name} gives {output.shape[1]} scores per sample, but the data has {num_classes} "
+                          f"classes: set the model's output width to at least {num_classes} (its num_classes, "
+                          "out_features or your own key for it; null fills num_classes and out_features from the data)")
 
 
 def _check_label_values(output: Tensor, label: Tensor, loss_fn: nn.Cell, loss_name: str, columns: list) -> None:

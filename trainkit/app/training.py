@@ -31,6 +31,7 @@ from trainkit.app.finetune import apply_finetuning
 from trainkit.app.fit_check import check_fit
 from trainkit.app.profiling import profile_window
 from trainkit.app.stopping import continues_at, raise_if_interrupted, stop_metrics
+from trainkit.app.testing import evaluate_test_set, wants_test
 from trainkit.callbacks import RunLog
 from trainkit.checks import choice
 from trainkit.data.values import checked_batches
@@ -104,6 +105,7 @@ def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResul
         train_set, batch_check = checked_batches(train_set, f"{run.describe(data)}.train_dataset()",
                                                  classes if isinstance(classes, int) else None)
     eval_set = data.eval_dataset()  # the whole set on every rank: a sharded one is padded with repeats
+    test_set = data.test_dataset() if wants_test(cfg, data) else None  # held out: tested once, with best.ckpt
     steps_per_epoch = train_set.get_dataset_size()
     if steps_per_epoch < 1:
         raise ConfigError(f"data.batch_size={cfg.data.get('batch_size')} is larger than the training set "
@@ -116,7 +118,7 @@ def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResul
     loss_fn = build.build_loss_fn(cfg)
     metrics = build.build_metrics(cfg)
     check_fit(backbone, loss_fn, eval_set, run.describe_choice(cfg, "loss", run_dir),
-              run.describe_choice(cfg, "model", run_dir), metrics)
+              run.describe_choice(cfg, "model", run_dir), metrics, getattr(data, "num_classes", None))
     user_callbacks = build.build_user_callbacks(cfg)
     with run.inside(run_dir):  # MindSpore's O1 rewrite writes rewritten_network/ into the current directory
         loss_network = build.build_loss_network_for(cfg, backbone, loss_fn)
@@ -197,6 +199,11 @@ def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResul
                                     trainer.epochs * steps_per_epoch - done, samples_per_step)
         metrics["amp_level"] = float(applied_amp_level(loss_network.backbone)[1])  # 2.0: O2 ran
         metrics.update(stop_metrics(hooks.callbacks))  # early stopping: best_epoch, stopped_epoch
+        if test_set is not None:
+            last = hooks.evaluation.latest if hooks.evaluation is not None else {}
+            metrics.update(evaluate_test_set(model, wrapper, test_set, run_dir / "checkpoints" / "best.ckpt",
+                                             last.get("step", trainer.epochs * steps_per_epoch), last.get("epoch"),
+                                             run_log))
         if choice(cfg.parallel.mode) != "stand_alone":
             metrics.update(job_metrics(parallel, samples_per_step // group_size, accumulation_steps))
         run_log.hparams(run.hyper_parameters(cfg), {f"final/{k}": v for k, v in metrics.items()})

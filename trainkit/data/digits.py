@@ -55,13 +55,17 @@ def load_digits_arrays() -> Tuple[np.ndarray, np.ndarray]:
 
 
 class DigitsData:
-    """Digits data module: a deterministic stratified train/test split, normalised with the train set's statistics.
+    """Digits data module: a deterministic stratified train/validation/test split, normalised with the train set's
+    statistics. ``eval_dataset()`` is the validation split (best checkpoint, early stopping), ``test_dataset()`` the
+    held-out test split nobody tuned on (``trainer.test``).
 
     Args:
         batch_size: training batch size; the last incomplete batch is dropped.
         eval_batch_size: evaluation batch size (None: same as batch_size); the last batch is kept.
-        test_fraction: share of each class held out for evaluation, in (0, 1). Each class contributes
+        test_fraction: share of each class held out as the test set, in (0, 1). Each class contributes
             round(test_fraction * its count) images, at least 1 and at most all but one, so every class is in both.
+        val_fraction: share of each class carved from the rest for validation, in (0, 1) (round(val_fraction *
+            its count), at least 1, leaving at least one image to train on).
         split_seed: seed of the split alone (independent of the global shuffle seed), so runs that change the
             training seed still evaluate on the same images.
         image_size: side of the square images; 8 is the native size, larger sizes are bilinear upscales
@@ -76,7 +80,7 @@ class DigitsData:
     image_channels: int = 1
 
     def __init__(self, batch_size: int = 32, eval_batch_size: Optional[int] = None, test_fraction: float = 0.2,
-                 split_seed: int = 0, image_size: int = 8, num_parallel_workers: int = 1):
+                 split_seed: int = 0, image_size: int = 8, num_parallel_workers: int = 1, val_fraction: float = 0.1):
         self.batch_size = check_int("batch_size", batch_size, 1)
         self.eval_batch_size = self.batch_size if eval_batch_size is None else check_int(
             "eval_batch_size", eval_batch_size, 1)
@@ -84,17 +88,24 @@ class DigitsData:
                 or not 0.0 < float(test_fraction) < 1.0):
             raise ConfigError(f"test_fraction must be a number in (0, 1); got {test_fraction!r}")
         self.test_fraction = float(test_fraction)
+        if (isinstance(val_fraction, bool) or not isinstance(val_fraction, numbers.Real)
+                or not 0.0 < float(val_fraction) < 1.0 or float(val_fraction) + self.test_fraction >= 1.0):
+            raise ConfigError(f"val_fraction must be a number in (0, 1) with test_fraction + val_fraction < 1; got "
+                              f"{val_fraction!r} (test_fraction {self.test_fraction})")
+        self.val_fraction = float(val_fraction)
         self.split_seed = check_int("split_seed", split_seed, 0)
         self.image_size = check_int("image_size", image_size, MIN_IMAGE_SIZE)
         self.num_parallel_workers = check_int("num_parallel_workers", num_parallel_workers, 1)
         self.mean: Optional[float] = None
         self.std: Optional[float] = None
         self._train: Optional[tuple] = None
+        self._val: Optional[tuple] = None
         self._test: Optional[tuple] = None
 
     def __repr__(self) -> str:
         return (f"DigitsData(batch_size={self.batch_size}, eval_batch_size={self.eval_batch_size}, "
-                f"test_fraction={self.test_fraction}, split_seed={self.split_seed}, image_size={self.image_size})")
+                f"test_fraction={self.test_fraction}, val_fraction={self.val_fraction}, split_seed={self.split_seed}, "
+                f"image_size={self.image_size})")
 
     def prepare(self) -> None:
         """Load the digits bundled with scikit-learn (no download), split and normalise them."""
@@ -105,24 +116,28 @@ class DigitsData:
             raise DataError(f"scikit-learn's load_digits returned images of shape {images.shape} and "
                             f"{len(labels)} labels; expected [N, 8, 8] and N labels. Reinstall scikit-learn.")
         check_values("scikit-learn's load_digits", {"image": images}, {"label": labels}, self.num_classes)
-        train_index, test_index = self.split(labels)
+        train_index, val_index, test_index = self.split(labels)
         scaled = images / PIXEL_MAX
         self.mean = float(scaled[train_index].mean())
         self.std = float(scaled[train_index].std())
         normalised = ((scaled - self.mean) / self.std).astype(np.float32)[..., None]  # HWC: [N, 8, 8, 1]
         self._train = (normalised[train_index], labels[train_index])
+        self._val = (normalised[val_index], labels[val_index])
         self._test = (normalised[test_index], labels[test_index])
 
     def split(self, labels: np.ndarray) -> tuple:
-        """Indices (train, test), each sorted: per class, a `split_seed` permutation's first share goes to test."""
+        """Indices (train, validation, test), each sorted: per class, a `split_seed` permutation's first share goes
+        to test, the next to validation, the rest to train (the test images do not depend on `val_fraction`)."""
         rng = np.random.default_rng(self.split_seed)
-        train, test = [], []
+        train, val, test = [], [], []
         for label in np.unique(labels):
             members = rng.permutation(np.flatnonzero(labels == label))
             count = min(len(members) - 1, max(1, round(self.test_fraction * len(members))))
+            val_count = min(len(members) - count - 1, max(1, round(self.val_fraction * len(members))))
             test.append(members[:count])
-            train.append(members[count:])
-        return np.sort(np.concatenate(train)), np.sort(np.concatenate(test))
+            val.append(members[count:count + val_count])
+            train.append(members[count + val_count:])
+        return tuple(np.sort(np.concatenate(part)) for part in (train, val, test))
 
     def train_dataset(self, num_shards: int = 1, shard_id: int = 0) -> ds.Dataset:
         """Shuffled batches of `batch_size` (last partial one dropped): "image" float32 [B, 1, S, S], "label" int32."""
@@ -136,11 +151,17 @@ class DigitsData:
         return self._pipeline(images, labels, True, self.batch_size, num_shards, shard_id)
 
     def eval_dataset(self, num_shards: int = 1, shard_id: int = 0) -> ds.Dataset:
-        """Test images in index order, batches of `eval_batch_size` (the last one may be smaller).
+        """Validation images in index order, batches of `eval_batch_size` (the last one may be smaller).
 
         With num_shards > 1 shard k gets images k, k + num_shards, ...; shards are padded by repetition to equal
         sizes when the count is not a multiple of num_shards.
         """
+        num_shards, shard_id = check_shards(num_shards, shard_id)
+        images, labels = self._split_arrays("val")
+        return self._pipeline(images, labels, False, self.eval_batch_size, num_shards, shard_id)
+
+    def test_dataset(self, num_shards: int = 1, shard_id: int = 0) -> ds.Dataset:
+        """The held-out test images, as ``eval_dataset`` gives the validation ones."""
         num_shards, shard_id = check_shards(num_shards, shard_id)
         images, labels = self._split_arrays("test")
         return self._pipeline(images, labels, False, self.eval_batch_size, num_shards, shard_id)
@@ -149,7 +170,7 @@ class DigitsData:
         if self._train is None:
             self.prepare()
         assert self._train is not None and self._test is not None
-        return self._train if which == "train" else self._test
+        return {"train": self._train, "val": self._val, "test": self._test}[which]
 
     def _pipeline(self, images: np.ndarray, labels: np.ndarray, train: bool, batch_size: int,
                   num_shards: int, shard_id: int) -> ds.Dataset:

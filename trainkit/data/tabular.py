@@ -40,7 +40,10 @@ class SklearnTabularData:
         dataset: ``wine``, ``breast_cancer``, ``iris`` (classification) or ``diabetes`` (regression).
         batch_size: training batch size; the last incomplete batch is dropped.
         eval_batch_size: evaluation batch size (None: the test split in one batch).
-        test_fraction: share held out for evaluation, in (0, 1); stratified by class for classification.
+        test_fraction: share held out as the test set (``test_dataset()``, ``trainer.test``), in (0, 1); stratified
+            by class for classification.
+        val_fraction: share of the whole carved from the rest for validation (``eval_dataset()``: the best
+            checkpoint, early stopping), in (0, 1), test_fraction + val_fraction < 1.
         split_seed: ``random_state`` of scikit-learn's ``train_test_split``.
         standardize: standardise the features (train-split statistics).
     """
@@ -48,7 +51,8 @@ class SklearnTabularData:
     values_checked = True  # prepare() checks every value (trainkit.data.check_values): no per-batch check
 
     def __init__(self, dataset: str = "wine", batch_size: int = 32, eval_batch_size: Optional[int] = None,
-                 test_fraction: float = 0.2, split_seed: int = 0, standardize: bool = True):
+                 test_fraction: float = 0.2, split_seed: int = 0, standardize: bool = True,
+                 val_fraction: float = 0.1):
         if dataset not in DATASETS:
             raise ConfigError(f"dataset must be one of {', '.join(DATASETS)}; got {dataset!r}")
         self.dataset = dataset
@@ -59,6 +63,11 @@ class SklearnTabularData:
                 or not 0.0 < float(test_fraction) < 1.0):
             raise ConfigError(f"test_fraction must be a number in (0, 1); got {test_fraction!r}")
         self.test_fraction = float(test_fraction)
+        if (isinstance(val_fraction, bool) or not isinstance(val_fraction, numbers.Real)
+                or not 0.0 < float(val_fraction) < 1.0 or float(val_fraction) + self.test_fraction >= 1.0):
+            raise ConfigError(f"val_fraction must be a number in (0, 1) with test_fraction + val_fraction < 1; got "
+                              f"{val_fraction!r} (test_fraction {self.test_fraction})")
+        self.val_fraction = float(val_fraction)
         self.split_seed = check_int("split_seed", split_seed, 0)
         self.standardize = check_bool("standardize", standardize)
         self.in_features: Optional[int] = None
@@ -67,6 +76,7 @@ class SklearnTabularData:
         self.feature_mean: Optional[np.ndarray] = None
         self.feature_std: Optional[np.ndarray] = None
         self._train: Optional[tuple] = None
+        self._val: Optional[tuple] = None
         self._test: Optional[tuple] = None
 
     def __repr__(self) -> str:
@@ -95,11 +105,15 @@ class SklearnTabularData:
         train_x, test_x, train_y, test_y = train_test_split(
             features, target, test_size=self.test_fraction, random_state=self.split_seed,
             stratify=target if classification else None)
+        train_x, val_x, train_y, val_y = train_test_split(  # validation carved from the rest, as the same share
+            train_x, train_y, test_size=self.val_fraction / (1.0 - self.test_fraction), random_state=self.split_seed,
+            stratify=train_y if classification else None)
         if self.standardize:
             self.feature_mean, self.feature_std = train_x.mean(axis=0), train_x.std(axis=0)
             self.feature_std[self.feature_std == 0] = 1.0
-            train_x, test_x = ((x - self.feature_mean) / self.feature_std for x in (train_x, test_x))
+            train_x, val_x, test_x = ((x - self.feature_mean) / self.feature_std for x in (train_x, val_x, test_x))
         self._train = (train_x.astype(np.float32), train_y)
+        self._val = (val_x.astype(np.float32), val_y)
         self._test = (test_x.astype(np.float32), test_y)
         self.in_features = features.shape[1]
         self.num_classes = int(target.max()) + 1 if classification else None
@@ -118,19 +132,33 @@ class SklearnTabularData:
         return dataset.batch(self.batch_size, drop_remainder=True)
 
     def eval_dataset(self, num_shards: int = 1, shard_id: int = 0) -> ds.Dataset:
-        """The test split in order, in batches of `eval_batch_size` (the last one may be smaller)."""
+        """The validation split in order, in batches of `eval_batch_size` (the last one may be smaller)."""
+        return self._ordered(self.eval_arrays, num_shards, shard_id)
+
+    def test_dataset(self, num_shards: int = 1, shard_id: int = 0) -> ds.Dataset:
+        """The held-out test split, as ``eval_dataset`` gives the validation one."""
+        return self._ordered(self.test_arrays, num_shards, shard_id)
+
+    def _ordered(self, arrays: tuple, num_shards: int, shard_id: int) -> ds.Dataset:
         num_shards, shard_id = check_shards(num_shards, shard_id)
-        features, target = self._arrays(train=False)
+        features, target = arrays
         shards = {"num_shards": num_shards, "shard_id": shard_id} if num_shards > 1 else {}
         dataset = ds.NumpySlicesDataset({"features": features, "target": target}, shuffle=False, **shards)
         return dataset.batch(self.eval_batch_size or len(target))
 
     @property
     def eval_arrays(self) -> tuple:
-        """The test split as ``(features, target)`` NumPy arrays, as ``eval_dataset`` gives them."""
-        return self._arrays(train=False)
+        """The validation split as ``(features, target)`` NumPy arrays, as ``eval_dataset`` gives them."""
+        self._arrays(train=True)
+        return self._val
+
+    @property
+    def test_arrays(self) -> tuple:
+        """The test split as ``(features, target)`` NumPy arrays, as ``test_dataset`` gives them."""
+        self._arrays(train=True)
+        return self._test
 
     def _arrays(self, train: bool) -> tuple:
         if self._train is None:
             self.prepare()
-        return self._train if train else self._test
+        return self._train if train else self._val

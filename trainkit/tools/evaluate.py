@@ -10,7 +10,9 @@ What it evaluates, and the config the network and the data are built from:
 ``key=value`` overrides change a saved config (``data.root=...``, ``data.eval_batch_size=256``). Live or EMA
 weights (``--weights ema``, a training checkpoint's). The metrics are the app's (``accuracy``, ``loss``: the mean
 of the batches' mean losses, as MindSpore's ``Loss``), plus per-class accuracy and the confusion matrix (rows:
-true class, columns: predicted), printed and written as JSON. Under ``msrun`` (with ``parallel=data_parallel``)
+true class, columns: predicted), printed and written as JSON. ``--split val`` (the default) evaluates the data's
+evaluation (validation) set, ``--split test`` its held-out ``test_dataset()``.
+Under ``msrun`` (with ``parallel=data_parallel``)
 each rank evaluates the whole evaluation set, as the app's evaluation does, and rank 0 writes the file.
 """
 from __future__ import annotations
@@ -101,8 +103,9 @@ class EvalProgress(Callback):
 
 
 def evaluate(cfg: DictConfig, checkpoint: Path, weights: str = "live",
-             parallel: Optional[ParallelSetup] = None) -> Dict[str, Any]:
-    """Evaluate `checkpoint`'s weights in the network `cfg` builds, on `cfg.data`'s evaluation set.
+             parallel: Optional[ParallelSetup] = None, split: str = "val") -> Dict[str, Any]:
+    """Evaluate `checkpoint`'s weights in the network `cfg` builds, on `cfg.data`'s evaluation set (`split`
+    ``val``) or its held-out test set (``test``).
 
     Returns:
         ``accuracy``, ``loss``, ``samples``, ``per_class_accuracy``, ``confusion_matrix`` (rows: true class) and
@@ -111,7 +114,10 @@ def evaluate(cfg: DictConfig, checkpoint: Path, weights: str = "live",
     values = network_weights(checkpoint, weights)  # a bad file stops before the data is read
     data = build.instantiate_group("data", cfg.data)
     data.prepare()
-    eval_set = data.eval_dataset()
+    if split == "test" and not callable(getattr(data, "test_dataset", None)):
+        raise ConfigError(f"--split test: the data module {type(data).__name__} has no test_dataset(); use "
+                          "--split val")
+    eval_set = data.test_dataset() if split == "test" else data.eval_dataset()
     network = build_network(cfg, data)
     load_weights(network, values, str(checkpoint))
     loss_fn = build.build_loss_fn(cfg)
@@ -130,7 +136,7 @@ def evaluate(cfg: DictConfig, checkpoint: Path, weights: str = "live",
     callbacks = [EvalProgress(batches)] if parallel is None or parallel.writer else []
     with np.errstate(invalid="ignore", divide="ignore"):  # ConfusionMatrix also divides by empty columns
         result = model.eval(eval_set, callbacks=callbacks, dataset_sink_mode=False)
-    output: Dict[str, Any] = {"checkpoint": str(checkpoint), "weights": weights,
+    output: Dict[str, Any] = {"checkpoint": str(checkpoint), "weights": weights, "split": split,
                               "model": str(cfg.model.get("_target_")), "data": type(data).__name__}
     output.update({name: float(value) for name, value in result.items() if name != "confusion"})
     if classification:
@@ -141,16 +147,17 @@ def evaluate(cfg: DictConfig, checkpoint: Path, weights: str = "live",
     return output
 
 
-def default_output(checkpoint: Path, weights: str) -> Path:
-    """``<checkpoint folder>/<stem>-<weights>.eval.json``."""
-    return checkpoint.with_name(f"{checkpoint.stem}-{weights}.eval.json")
+def default_output(checkpoint: Path, weights: str, split: str = "val") -> Path:
+    """``<checkpoint folder>/<stem>-<weights>.eval.json`` (``-<weights>-test.eval.json`` for the test set)."""
+    return checkpoint.with_name(f"{checkpoint.stem}-{weights}{'-test' if split == 'test' else ''}.eval.json")
 
 
 def format_result(result: Dict[str, Any]) -> List[str]:
     scores = ", ".join(f"{name} {value:.4f}" for name, value in result.items()
                        if isinstance(value, float) and name != "per_class_accuracy")
     samples = f" on {result['samples']} samples" if "samples" in result else ""
-    lines = [f"{result['checkpoint']} ({result['weights']} weights): {scores}{samples}"]
+    split = " on the test set" if result.get("split") == "test" else ""
+    lines = [f"{result['checkpoint']} ({result['weights']} weights{split}): {scores}{samples}"]
     if "confusion_matrix" in result:
         lines.append("per-class accuracy: " + ", ".join(f"{index}: {value:.3f}"
                                                           for index, value in enumerate(result["per_class_accuracy"])))
@@ -178,6 +185,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                                      "key=value changes to the saved config")
     parser.add_argument("--weights", choices=WEIGHTS, default="live",
                         help="live (default) or ema: a training checkpoint's EMA weights")
+    parser.add_argument("--split", choices=("val", "test"), default="val",
+                        help="val (default): the data's evaluation set; test: its held-out test_dataset()")
     parser.add_argument("--checkpoint", choices=("best", "newest"), default="best",
                         help="for a run directory: best.ckpt (default) or the newest epoch checkpoint")
     parser.add_argument("--output", type=Path, help="the JSON file to write (default: beside the checkpoint, "
@@ -192,14 +201,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         target = Path(args.target).expanduser()
         checkpoint = find_checkpoint(target, args.checkpoint)
-        output = args.output or default_output(checkpoint, args.weights)
+        output = args.output or default_output(checkpoint, args.weights, args.split)
         refuse_existing(output, args.force)
         cfg = evaluation_config(target, checkpoint, args.overrides, args.trust)
         run.set_context(cfg.trainer, output.parent)  # compiler dumps beside the output, not in the cwd
         if not launched_by_msrun():  # a data-parallel run's config evaluates in this one process
             OmegaConf.update(cfg, "parallel.mode", "stand_alone", merge=False)
         parallel = setup_parallel(cfg.parallel)
-        result = evaluate(cfg, checkpoint, args.weights, parallel)
+        result = evaluate(cfg, checkpoint, args.weights, parallel, args.split)
     except (ConfigError, DataError) as error:
         print(f"trainkit: error: {error}", file=sys.stderr)
         return 2

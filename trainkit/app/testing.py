@@ -1,0 +1,80 @@
+"""``trainer.test``: a number nobody tuned on -- ``best.ckpt`` (and its EMA weights) on the data's held-out test set.
+
+The validation set (``eval_dataset()``) chose the best checkpoint and early stopping, so its figure is biased
+upward; a data module that offers ``test_dataset()`` holds out a third set, evaluated once, at the end, with the
+weights of ``best.ckpt``. The results are ``test/<metric>`` (``test_ema/<metric>`` with EMA weights): recorded in
+``metrics.jsonl`` and TensorBoard at the run's last step and returned in the final metrics as ``test_<metric>``
+(``test_ema_<metric>``).
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import mindspore as ms
+from mindspore import Tensor, ops
+from mindspore.train import Model
+from omegaconf import DictConfig
+
+from trainkit.callbacks.evaluation import _prefixed, ema_weights
+from trainkit.checks import choice
+from trainkit.errors import ConfigError
+from trainkit.step.wrapper import TrainingWrapper
+
+log = logging.getLogger("trainkit")
+
+
+def has_test_set(data: Any) -> bool:
+    """Whether a data module offers a held-out test set (``test_dataset()``)."""
+    return callable(getattr(data, "test_dataset", None))
+
+
+def wants_test(cfg: DictConfig, data: Any) -> bool:
+    """``trainer.test``: null means yes when the data has a test set (in a stand-alone run); true insists.
+
+    Raises:
+        ConfigError: ``trainer.test=true`` without a test set or evaluation, or in a parallel run.
+    """
+    test = cfg.trainer.get("test")
+    if test is False:
+        return False
+    stand_alone = choice(cfg.parallel.mode) == "stand_alone"
+    if test is None:
+        return has_test_set(data) and bool(cfg.trainer.evaluate) and stand_alone
+    if not has_test_set(data):
+        raise ConfigError(f"trainer.test=true needs a data module with a test_dataset(); {type(data).__name__} has "
+                          "none: set trainer.test=false (or null: test when the data has a test set)")
+    if not cfg.trainer.evaluate:
+        raise ConfigError("trainer.test=true needs trainer.evaluate=true (the metrics, and best.ckpt, come from the "
+                          "evaluation)")
+    if not stand_alone:
+        raise ConfigError(f"trainer.test=true runs in stand-alone runs only (parallel={choice(cfg.parallel.mode)}); "
+                          "evaluate the test set afterwards with python -m trainkit.evaluate RUN_DIR --split test")
+    return True
+
+
+def evaluate_test_set(model: Model, wrapper: TrainingWrapper, test_set: Any, best_checkpoint: Path,
+              step: int, epoch: Optional[int], run_log=None) -> Dict[str, float]:
+    """Evaluate `best_checkpoint`'s weights (and their EMA twin) on `test_set`; record and return ``test/*``.
+
+    The wrapper's own values are put back afterwards, so the run's objects still hold the last weights. Without a
+    ``best.ckpt`` (no evaluation improved), the last weights are tested, and the log says so.
+    """
+    live = {p.name: p.asnumpy().copy() for p in wrapper.get_parameters()}
+    source = "the last weights"
+    if best_checkpoint.is_file():
+        ms.load_param_into_net(wrapper, ms.load_checkpoint(str(best_checkpoint)), strict_load=False)
+        source = str(best_checkpoint)
+    try:
+        result = _prefixed("test", model.eval(test_set, dataset_sink_mode=False))
+        if wrapper.ema is not None:
+            with ema_weights(wrapper.ema):
+                result.update(_prefixed("test_ema", model.eval(test_set, dataset_sink_mode=False)))
+    finally:
+        for parameter in wrapper.get_parameters():
+            ops.assign(parameter, Tensor(live[parameter.name]))
+    if run_log is not None:
+        run_log.scalars(step, result, epoch=epoch)
+    log.info("test set, %s: %s", source, ", ".join(f"{k} {v:.4f}" for k, v in result.items()))
+    return {tag.replace("/", "_"): value for tag, value in result.items()}
