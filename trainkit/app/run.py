@@ -59,7 +59,8 @@ def check_run_dir_is_new(run_dir: Path, metrics_file: Optional[str]) -> None:
 def save_config(cfg: DictConfig, run_dir: Path) -> None:
     """The composed config (and, under Hydra, its own config and the overrides) in ``.hydra/``, as Hydra would.
 
-    A resumed run keeps the first run's files and writes its own into ``.hydra/resume-<n>/``.
+    A resumed run keeps the first run's files and writes its own into ``.hydra/resume-<n>/``. The config is saved
+    resolved (``${hydra:runtime.cwd}`` becomes the path): the tools read it where no Hydra app runs.
     """
     folder = run_dir / ".hydra"
     if (folder / "config.yaml").exists():
@@ -68,7 +69,7 @@ def save_config(cfg: DictConfig, run_dir: Path) -> None:
             number += 1
         folder = folder / f"resume-{number}"
     folder.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(cfg, folder / "config.yaml")
+    OmegaConf.save(cfg, folder / "config.yaml", resolve=True)
     hydra_cfg = hydra_config_of(run_dir)
     if hydra_cfg is not None:
         OmegaConf.save(OmegaConf.create({"hydra": hydra_cfg}), folder / "hydra.yaml")

@@ -65,11 +65,50 @@ def saved_config(run_dir: Path, overrides: Sequence[str], trust: Sequence[str] =
             raise ConfigError(f"{item}: next to run= only key=value overrides of the saved config are accepted "
                               "(e.g. model.conv_impl=native); for group choices such as model=resnet18 give the "
                               "overrides without run=")
-        if OmegaConf.select(cfg, key, default=_ABSENT) is _ABSENT:
+        parent, _, leaf = key.rpartition(".")
+        node = OmegaConf.select(cfg, parent, default=_ABSENT)  # the leaf unread: it may not resolve here
+        if not isinstance(node, DictConfig) or leaf not in node:
             raise ConfigError(f"{key} is not a key of {saved}")
         OmegaConf.update(cfg, key, yaml.safe_load(value), merge=False)
+    resolve_saved(cfg, source or str(saved))
     check_trusted(cfg, source or str(saved), [*trust, *override_targets(overrides)])
     return cfg
+
+
+def resolve_saved(cfg: DictConfig, source: str) -> None:
+    """Resolve `cfg`'s interpolations in place, as the app did before it saved them (a run directory written before
+    trainkit saved its config resolved may hold ``${hydra:runtime.cwd}``, which only a running Hydra app knows).
+
+    Raises:
+        ConfigError: an interpolation that cannot be resolved here, naming its key and the override that fixes it.
+    """
+    try:
+        OmegaConf.resolve(cfg)
+    except OmegaConfBaseException as error:
+        key, text = _unresolvable(cfg)
+        raise ConfigError(f"{source}: {key}={text} cannot be resolved outside the app that saved it "
+                          f"({type(error).__name__}: the run was saved by an older trainkit); give the value after "
+                          f"the run, e.g. {key}=/absolute/path") from error
+
+
+def _unresolvable(cfg: DictConfig):
+    """The first key (dotted) whose interpolation fails, and its text."""
+    def walk(node, path):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                yield from walk(value, f"{path}.{key}" if path else str(key))
+        elif isinstance(node, list):
+            for index, value in enumerate(node):
+                yield from walk(value, f"{path}[{index}]")
+        elif isinstance(node, str) and "${" in node:
+            yield path, node
+
+    for path, text in walk(OmegaConf.to_container(cfg, resolve=False), ""):
+        try:
+            OmegaConf.select(cfg, path)
+        except OmegaConfBaseException:
+            return path, text
+    return "KEY", "?"
 
 
 def set_device(cfg: DictConfig) -> None:
