@@ -60,3 +60,13 @@ def test_mindspore_log_level_is_errors_only_unless_the_logger_key_or_glog_v_asks
     monkeypatch.setenv("GLOG_v", "1")
     assert _mindspore_log_level([]) == "1"  # the user's own GLOG_v
     assert _mindspore_log_level(["logger.mindspore_warnings=false"]) == "3"  # the command line decides
+
+
+def test_the_startup_lines_count_says_it_counts_the_trainable_parameters():
+    from mindspore import nn
+
+    from trainkit.app import run as app_run
+
+    network = nn.SequentialCell(nn.Dense(4, 3), nn.BatchNorm1d(3))
+    network[0].weight.requires_grad = False  # frozen: 12 left out, as are the 6 moving statistics
+    assert app_run.count_parameters(network) == "9 trainable parameters"  # 3 bias + 3 gamma + 3 beta
