@@ -21,9 +21,15 @@ def test_a_run_using_hydra_runtime_cwd_evaluates_from_its_run_directory(tmp_path
     assert evaluate([str(tmp_path / "run"), "--output", str(tmp_path / "eval.json")]) == 0
     assert json.loads((tmp_path / "eval.json").read_text())["samples"] == 16
 
-    # a run directory written before the config was saved resolved
+    # a run directory written before the config was saved resolved: Hydra's record of the run resolves it
     saved["data"]["root"] = "${hydra:runtime.cwd}/cifar10"
+    saved["run_dir"] = "${hydra:runtime.output_dir}"
     (tmp_path / "run" / ".hydra" / "config.yaml").write_text(yaml.safe_dump(saved))
+    assert evaluate([str(tmp_path / "run"), "--output", str(tmp_path / "old.json")]) == 0
+    assert json.loads((tmp_path / "old.json").read_text())["samples"] == 16
+    (tmp_path / "old.json").unlink()
+
+    (tmp_path / "run" / ".hydra" / "hydra.yaml").unlink()  # no record of the run's cwd: one line naming the key
     capsys.readouterr()
     assert evaluate([str(tmp_path / "run"), "--output", str(tmp_path / "old.json")]) == 2
     err = capsys.readouterr().err

@@ -7,6 +7,7 @@ trusted ``_target_``s (:mod:`trainkit.rundir.trust`): trainkit's own and those t
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -58,7 +59,7 @@ def saved_config(run_dir: Path, overrides: Sequence[str], trust: Sequence[str] =
     if not saved.is_file():
         raise ConfigError(f"run={run_dir}: {saved} does not exist; run= takes a run directory written by "
                           "python -m trainkit (it holds .hydra/config.yaml)")
-    cfg = OmegaConf.load(saved)
+    cfg = with_hydra_values(OmegaConf.load(saved), run_dir)
     for item in overrides:
         key, equals, value = item.partition("=")
         if not equals or "." not in key or key.startswith(("+", "~")):
@@ -70,9 +71,40 @@ def saved_config(run_dir: Path, overrides: Sequence[str], trust: Sequence[str] =
         if not isinstance(node, DictConfig) or leaf not in node:
             raise ConfigError(f"{key} is not a key of {saved}")
         OmegaConf.update(cfg, key, yaml.safe_load(value), merge=False)
-    resolve_saved(cfg, source or str(saved))
     check_trusted(cfg, source or str(saved), [*trust, *override_targets(overrides)])
+    resolve_saved(cfg, source or str(saved))
     return cfg
+
+
+_HYDRA_INTERPOLATION = re.compile(r"\$\{hydra:([\w.]+)\}")
+
+
+def with_hydra_values(cfg: DictConfig, run_dir: Path) -> DictConfig:
+    """`cfg` with its ``${hydra:...}`` interpolations replaced by the values the run had, read from the
+    ``RUN_DIR/.hydra/hydra.yaml`` Hydra wrote (a run directory saved before trainkit saved its config resolved);
+    ``run_dir`` is the run directory itself. Interpolations with no recorded value are left as they are."""
+    recorded = run_dir / ".hydra" / "hydra.yaml"
+    try:
+        hydra_node = OmegaConf.load(recorded).get("hydra") if recorded.is_file() else None
+    except (OSError, yaml.YAMLError, OmegaConfBaseException):
+        hydra_node = None
+
+    def value(match: "re.Match[str]") -> str:
+        found = (OmegaConf.select(hydra_node, match.group(1), default=None, throw_on_resolution_failure=False)
+                 if hydra_node is not None else None)
+        return str(found) if isinstance(found, (str, int, float)) else match.group(0)
+
+    def fill(node):
+        if isinstance(node, dict):
+            return {key: fill(item) for key, item in node.items()}
+        if isinstance(node, list):
+            return [fill(item) for item in node]
+        return _HYDRA_INTERPOLATION.sub(value, node) if isinstance(node, str) else node
+
+    container = fill(OmegaConf.to_container(cfg, resolve=False))
+    if isinstance(container.get("run_dir"), str) and "${" in container["run_dir"]:
+        container["run_dir"] = str(run_dir)
+    return OmegaConf.create(container)
 
 
 def resolve_saved(cfg: DictConfig, source: str) -> None:
