@@ -3,6 +3,7 @@ fine-tuned from (model.pretrained with a new head, model.freeze)."""
 import json
 import logging
 import time
+from pathlib import Path
 
 import mindspore as ms
 import numpy as np
@@ -52,8 +53,11 @@ def test_a_profiled_window_writes_its_files_and_leaves_the_weights_bitwise_equal
                                                 "trainer.profile.start_step=2")))
     for name, value in weights.items():
         np.testing.assert_array_equal(result.network.parameters_dict()[name].asnumpy(), value, err_msg=name)
-    [output] = (folder / "profiled" / "profile").glob("rank0_*")
-    assert next(output.rglob("trace_view.json")).stat().st_size > 0
+    [output] = (folder / "profiled" / "profile").glob("rank0_*_ascend_ms")
+    assert (output / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").stat().st_size > 0  # where the docs say
+    documented = (Path(__file__).resolve().parents[2] / "docs" / "coming-from-pytorch.md").read_text()
+    assert "`<run dir>/profile/rank<r>_<time>_ascend_ms/`" in documented
+    assert "`ASCEND_PROFILER_OUTPUT/trace_view.json`" in documented
     [operators] = output.rglob("cpu_op_type_info_*.csv")
     rows = operators.read_text().splitlines()[1:]
     occurrences = {int(row.split(",")[1]) // int(row.split(",")[2]) for row in rows}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Optional
 
 from mindspore import nn
 from mindspore.nn.layer.normalization import _BatchNorm
@@ -37,8 +38,9 @@ def model_arguments(node: DictConfig) -> DictConfig:
     return OmegaConf.create(container)
 
 
-def apply_finetuning(node: DictConfig, network: nn.Cell) -> None:
-    """Load ``model.pretrained`` into the freshly built `network` and freeze ``model.freeze``; log what was done.
+def apply_finetuning(node: DictConfig, network: nn.Cell, resume: Optional[str] = None) -> None:
+    """Load ``model.pretrained`` into the freshly built `network` and freeze ``model.freeze``; log what was done
+    (`resume`: ``trainer.resume``, whose checkpoint, when there is one, replaces the pretrained weights).
 
     Raises:
         CheckpointError: the checkpoint is missing or corrupt, or does not fit the network (names the parameters:
@@ -57,9 +59,11 @@ def apply_finetuning(node: DictConfig, network: nn.Cell) -> None:
             kept = load_weights(network, values, str(pretrained), reinit, option="model.pretrained_reinit")
         except CheckpointError as error:
             raise CheckpointError(f"model.pretrained: {error}") from error
-        log.info("model.pretrained: %d parameters loaded from %s (%s weights)%s; a new run: optimizer, schedule, data "
-                 "order and EMA start fresh", len(values) - len(kept), pretrained, weights,
-                 f"; re-initialised as the model initialises them: {listing(kept)}" if kept else "")
+        what = (f"trainer.resume={resume}: the checkpoint it resumes from replaces them, if it finds one" if resume
+                else "a new run: optimizer, schedule, data order and EMA start fresh")
+        log.info("model.pretrained: %d parameters loaded from %s (%s weights)%s; %s", len(values) - len(kept),
+                 pretrained, weights, f"; re-initialised as the model initialises them: {listing(kept)}" if kept
+                 else "", what)
     patterns = [str(pattern) for pattern in node.get("freeze") or []]
     if patterns:
         parameters = {p.name: p for p in network.trainable_params()}

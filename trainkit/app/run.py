@@ -251,7 +251,8 @@ def describe_target(node: DictConfig) -> str:
 
 
 def count_parameters(network: nn.Cell) -> str:
-    return f"{sum(int(np.prod(p.shape)) for p in network.trainable_params()):,} parameters"
+    """The startup line's count: the trainable parameters (``model.freeze``'s and batch-norm statistics left out)."""
+    return f"{sum(int(np.prod(p.shape)) for p in network.trainable_params()):,} trainable parameters"
 
 
 def describe_choice(cfg: DictConfig, group: str, run_dir: Path) -> str:
