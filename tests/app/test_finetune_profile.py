@@ -147,9 +147,11 @@ def test_frozen_batch_norms_keep_their_statistics_only_with_freeze_batch_norm(tr
 
 def test_pretrained_weights_under_resume_do_not_announce_a_fresh_start(trained, caplog):
     folder, _, _ = trained
-    cfg = compose_config(overrides(folder / "cifar10", folder / "unused", f"model.pretrained={folder / 'exported.ckpt'}"))
-    for resume, said in [(None, "a new run: optimizer, schedule, data order and EMA start fresh"),
-                         ("auto", "trainer.resume=auto: the checkpoint it resumes from replaces them, if it finds one")]:
+    pretrained = f"model.pretrained={folder / 'exported.ckpt'}"
+    cfg = compose_config(overrides(folder / "cifar10", folder / "unused", pretrained))
+    for resume, said in [
+            (None, "a new run: optimizer, schedule, data order and EMA start fresh"),
+            ("auto", "trainer.resume=auto: the checkpoint it resumes from replaces them, if it finds one")]:
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="trainkit"):
             apply_finetuning(cfg.model, build_network(cfg), resume)

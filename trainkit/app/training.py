@@ -114,7 +114,8 @@ def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResul
     run.check_accumulation(cfg, steps_per_epoch)
     profiler = profile_window(cfg, run_dir, rank, sink_size)  # trainer.profile: checked here, runs as a callback
     backbone = build.build_model(cfg, data)
-    apply_finetuning(cfg.model, backbone, trainer.resume)  # model.pretrained, model.freeze: before the optimizer takes the params
+    # model.pretrained, model.freeze: before the optimizer takes the params
+    apply_finetuning(cfg.model, backbone, trainer.resume)
     loss_fn = build.build_loss_fn(cfg)
     metrics = build.build_metrics(cfg)
     check_fit(backbone, loss_fn, eval_set, run.describe_choice(cfg, "loss", run_dir),
