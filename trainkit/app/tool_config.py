@@ -115,27 +115,38 @@ def resolve_saved(cfg: DictConfig, source: str) -> None:
         ConfigError: an interpolation that cannot be resolved here, naming its key and the override that fixes it.
     """
     try:
+        stale = _hydra_interpolation(cfg)  # never resolved from this process's Hydra state (another run's, if any)
+        if stale is not None:
+            raise ValueError(stale)
         OmegaConf.resolve(cfg)
-    except OmegaConfBaseException as error:
-        key, text = _unresolvable(cfg)
+    except (OmegaConfBaseException, ValueError) as error:
+        key, text = stale if stale is not None else _unresolvable(cfg)
         raise ConfigError(f"{source}: {key}={text} cannot be resolved outside the app that saved it "
                           f"({type(error).__name__}: the run was saved by an older trainkit); give the value after "
                           f"the run, e.g. {key}=/absolute/path") from error
 
 
+def _hydra_interpolation(cfg: DictConfig):
+    """The first (key, text) still naming ``${hydra:...}``, which only the Hydra run that saved it could resolve."""
+    return next(((path, text) for path, text in _interpolations(OmegaConf.to_container(cfg, resolve=False), "")
+                 if _HYDRA_INTERPOLATION.search(text)), None)
+
+
+def _interpolations(node, path):
+    """(dotted key, text) of every string holding an interpolation."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _interpolations(value, f"{path}.{key}" if path else str(key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _interpolations(value, f"{path}[{index}]")
+    elif isinstance(node, str) and "${" in node:
+        yield path, node
+
+
 def _unresolvable(cfg: DictConfig):
     """The first key (dotted) whose interpolation fails, and its text."""
-    def walk(node, path):
-        if isinstance(node, dict):
-            for key, value in node.items():
-                yield from walk(value, f"{path}.{key}" if path else str(key))
-        elif isinstance(node, list):
-            for index, value in enumerate(node):
-                yield from walk(value, f"{path}[{index}]")
-        elif isinstance(node, str) and "${" in node:
-            yield path, node
-
-    for path, text in walk(OmegaConf.to_container(cfg, resolve=False), ""):
+    for path, text in _interpolations(OmegaConf.to_container(cfg, resolve=False), ""):
         try:
             OmegaConf.select(cfg, path)
         except OmegaConfBaseException:
