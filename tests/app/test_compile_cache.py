@@ -101,3 +101,16 @@ def test_a_graph_mindspore_cannot_save_compiles_uncached_and_its_config_is_not_t
     expected, got = last_checkpoint(tmp_path / "first"), last_checkpoint(tmp_path / "second")
     for name, value in expected.items():
         np.testing.assert_array_equal(got[name], value, err_msg=name)
+
+
+@pytest.mark.parametrize("entry", [None, "/nonexistent/-c"])
+def test_no_cache_where_mindspore_cannot_read_the_entry_script(entry, monkeypatch, tmp_path):
+    """``python -c``, a notebook, a pytest-xdist worker: MindSpore's cache would crash the first compile parsing
+    ``sys.argv[0]``, so trainkit leaves it off there."""
+    from mindspore.graph import api
+
+    monkeypatch.setattr(api, "entry_script_path", entry)
+    monkeypatch.setattr(compile_cache, "_used_in_this_process", False)
+    monkeypatch.setenv("TRAINKIT_CACHE_DIR", str(tmp_path))
+    assert compile_cache.enable(compose_config(["run_dir=unused"])) is None
+    assert not (tmp_path / "compile").exists()

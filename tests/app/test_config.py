@@ -82,7 +82,7 @@ def test_unknown_group_choice_lists_the_options(override, message):
 
 
 @pytest.mark.parametrize("override, message", [
-    ("trainer.epoch=3", "Key 'epoch' not in 'TrainerConfig'"),
+    ("trainer.profile.stepz=3", "Key 'stepz' not in 'ProfileConfig'"),
     ("trainer.mode=grph", "Invalid value 'grph', expected one of [graph, pynative]"),
     ("trainer.epochs=three", "Value 'three' of type 'str' could not be converted to Integer"),
     ("wrapper.loss_scale=auto", "Invalid value 'auto', expected one of [none, static, dynamic]"),
@@ -92,6 +92,18 @@ def test_typos_and_wrong_types_fail_in_hydra_naming_the_key(override, message):
         compose_config([override, "run_dir=unused"])
     text = str(error.value) + str(error.value.__cause__)
     assert message in text and override.split("=")[0] in text
+
+
+@pytest.mark.parametrize("override, message", [
+    ("trainer.epoch=3", "unknown key trainer.epoch: did you mean trainer.epochs? trainer takes epochs, "),
+    ("amp.levl=O2", "unknown key amp.levl: did you mean amp.level? amp takes level"),
+    ("logger.progres=off", "unknown key logger.progres: did you mean logger.progress? "),
+])
+def test_a_typo_in_a_closed_group_is_one_line_with_the_closest_key(override, message):
+    cfg = compose_config([override, "run_dir=unused"])
+    with pytest.raises(ConfigError) as error:
+        check_config(cfg)
+    assert str(error.value).startswith(message) and "\n" not in str(error.value)
 
 
 @pytest.mark.parametrize("override, message", [

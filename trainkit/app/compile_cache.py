@@ -111,11 +111,19 @@ def _graphs_compiled_already() -> bool:
     return any(bool(phases) for phases in api.cells_compile_cache.values())
 
 
+def _entry_script_readable() -> bool:
+    """MindSpore's cache parses the process's entry script (``sys.argv[0]``) for its dependencies and crashes the
+    first compile when that is no file (``python -c``, a notebook kernel, a pytest-xdist worker): no cache there."""
+    from mindspore.graph import api
+
+    return api.entry_script_path is not None and os.path.isfile(api.entry_script_path)
+
+
 def enable(cfg: DictConfig) -> Optional[Path]:
     """Turn MindSpore's compile cache on in this config's folder; None where it stays off (see the module)."""
     global _used_in_this_process
     root = cache_root()
-    if root is None or _used_in_this_process or _graphs_compiled_already():
+    if root is None or _used_in_this_process or _graphs_compiled_already() or not _entry_script_readable():
         return None
     _used_in_this_process = True
     try:

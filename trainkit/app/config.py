@@ -228,6 +228,13 @@ def schema_node() -> DictConfig:
         if group not in ("wrapper", "callbacks"):
             node[group] = {}
         OmegaConf.set_struct(node[group], False)
+    # The closed groups' own keys are checked by check_closed_keys, which names the key and offers the closest one
+    # (Hydra's struct error is six lines without a suggestion); their nested nodes stay in struct mode.
+    for group in CLOSED_GROUPS:
+        OmegaConf.set_struct(node[group], False)
+        for key in node[group]:
+            if isinstance(node[group][key], DictConfig):
+                OmegaConf.set_struct(node[group][key], True)
     return node
 
 
