@@ -269,3 +269,15 @@ def test_a_sweep_of_data_parallel_runs_returns_each_run_s_best_value(cifar10, tm
     assert optimization["best_value"] == pytest.approx(max(bests.values()), abs=1e-9)
     summary = json.loads((sweep / "summary.json").read_text())
     assert {str(row["job"]): row["best"] for row in summary["jobs"]} == pytest.approx(bests)
+
+
+def test_the_failing_rank_is_read_from_the_only_worker_log_with_an_error(tmp_path):
+    """A worker that fails before the launcher's next look at msrun's processes is named from its log on disk."""
+    from trainkit.distributed.launch import _rank_of_the_only_failing_log
+
+    (tmp_path / "scheduler.log").write_text("scheduler up\n")
+    (tmp_path / "worker_0.log").write_text("epoch 1 ...\n")
+    (tmp_path / "worker_1.log").write_text("Traceback (most recent call last):\nRuntimeError: planted\n")
+    assert _rank_of_the_only_failing_log(tmp_path) == "1"
+    (tmp_path / "worker_0.log").write_text("Traceback (most recent call last):\nValueError\n")
+    assert _rank_of_the_only_failing_log(tmp_path) is None  # two candidates: none is named

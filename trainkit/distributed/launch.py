@@ -267,7 +267,7 @@ class _MsrunJob:
     def _report_failure(self, msrun_status: Optional[int]) -> None:
         log_dir = self.shown_log.parent
         if self.failure is not None:
-            rank = self._ranks.get(self.failure.pid)
+            rank = self._ranks.get(self.failure.pid) or _rank_of_the_only_failing_log(log_dir)
             what = f"worker rank {rank}" if rank is not None else "a worker"
             headline = (f"{what} (pid {self.failure.pid}) exited with status {self.failure.status}; msrun stopped "
                         "the other workers")
@@ -301,6 +301,14 @@ def _device_target(configured: str) -> str:
     import mindspore as ms
 
     return ms.get_context("device_target")
+
+
+def _rank_of_the_only_failing_log(log_dir: Path) -> Optional[str]:
+    """The rank whose ``worker_<rank>.log`` alone shows an error: a worker that fails at once may be gone before
+    the launcher's next look at msrun's processes, but its log is on disk."""
+    ranks = [match.group(1) for match in (re.fullmatch(r"worker_(\d+)\.log", path.name)
+                                          for path in _logs_with_errors(log_dir)) if match]
+    return ranks[0] if len(ranks) == 1 else None
 
 
 def _logs_with_errors(log_dir: Path) -> List[Path]:
