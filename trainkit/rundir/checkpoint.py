@@ -172,7 +172,8 @@ def load_checkpoint_file(path: Path) -> Dict[str, ms.Parameter]:
         raise CheckpointError(f"checkpoint {path} does not exist" if not path.exists()
                               else f"checkpoint {path} is not a file")
     try:
-        saved = ms.load_checkpoint(str(path), crc_check=True)
+        with _mindspore_log_muted():  # its "[ERROR] ... may not have permission" would precede trainkit's reason
+            saved = ms.load_checkpoint(str(path), crc_check=True)
     except (ValueError, RuntimeError, OSError, TypeError) as error:
         if _fails_its_crc(path):
             raise CheckpointError(f"checkpoint {path} is corrupt: it fails its CRC32 checksum (its bytes changed "
@@ -187,6 +188,23 @@ def load_checkpoint_file(path: Path) -> Dict[str, ms.Parameter]:
             raise CheckpointError(f"checkpoint {path} is corrupt: it was written with a CRC32 checksum and its "
                                   "checksum is gone (the end of the file changed)")
     return saved
+
+
+@contextlib.contextmanager
+def _mindspore_log_muted():
+    """MindSpore's Python logger off for one call whose failure trainkit reports itself, in one line."""
+    try:
+        from mindspore import log as ms_log
+
+        logger = ms_log._get_logger()
+    except Exception:  # noqa: BLE001 -- a private API: without it the message is only noisier
+        yield
+        return
+    disabled, logger.disabled = logger.disabled, True
+    try:
+        yield
+    finally:
+        logger.disabled = disabled
 
 
 def _fails_its_crc(path: Path) -> bool:
