@@ -114,3 +114,13 @@ def test_no_cache_where_mindspore_cannot_read_the_entry_script(entry, monkeypatc
     monkeypatch.setenv("TRAINKIT_CACHE_DIR", str(tmp_path))
     assert compile_cache.enable(compose_config(["run_dir=unused"])) is None
     assert not (tmp_path / "compile").exists()
+
+
+def test_no_cache_in_a_data_parallel_worker(monkeypatch, tmp_path):
+    """msrun's ranks would all write one folder at once: a rank crashed at exit in a sweep of 2-worker runs."""
+    monkeypatch.setenv("MS_ROLE", "MS_WORKER")
+    monkeypatch.setattr(compile_cache, "_used_in_this_process", False)
+    monkeypatch.setattr(compile_cache, "_entry_script_readable", lambda: True)
+    monkeypatch.setenv("TRAINKIT_CACHE_DIR", str(tmp_path))
+    assert compile_cache.enable(compose_config(["run_dir=unused"])) is None
+    assert not (tmp_path / "compile").exists()

@@ -11,7 +11,8 @@ shapes a graph and that it can see before the run builds anything --
 - the source of trainkit and of every module a ``_target_`` of the config names outside MindSpore;
 - the size and modification time of every file the config names;
 
-and uses the cache only for the first run of a process whose graphs compile first (a Hydra sweep's later jobs
+and uses the cache only for the first run of a process whose graphs compile first, never in a data-parallel
+worker (its ranks would write one folder at once) (a Hydra sweep's later jobs
 in the same process compile as usual). ``TRAINKIT_COMPILE_CACHE=0`` turns it off; ``TRAINKIT_CACHE_DIR``
 moves it (default ``$XDG_CACHE_HOME/trainkit``, else ``~/.cache/trainkit``). A model whose module imports
 other code of the user's that changes between runs is not seen by the key: turn the cache off while editing it.
@@ -29,6 +30,8 @@ from typing import Any, Iterator, Optional
 
 import mindspore as ms
 from omegaconf import DictConfig, OmegaConf
+
+from trainkit.distributed.parallel import launched_by_msrun
 
 log = logging.getLogger("trainkit")
 
@@ -124,6 +127,8 @@ def enable(cfg: DictConfig) -> Optional[Path]:
     global _used_in_this_process
     root = cache_root()
     if root is None or _used_in_this_process or _graphs_compiled_already() or not _entry_script_readable():
+        return None
+    if launched_by_msrun():  # every rank would write the same folder at once (a rank crashed at exit so)
         return None
     _used_in_this_process = True
     try:
