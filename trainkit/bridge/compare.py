@@ -36,6 +36,7 @@ from trainkit.bridge.name_mapping import Rule, load_rules, map_names, module_nam
 from trainkit.bridge.state_dict import read_state_dict
 from trainkit.errors import CheckpointError, ConfigError, DataError
 from trainkit.rundir.parameter_fit import listing
+from trainkit.rundir.trust import add_trust_argument
 from trainkit.rundir.weights import load_weights, network_weights
 
 DEFAULT_TOLERANCE = 1e-4
@@ -311,9 +312,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="exit 0 although layers with parameters are left unpaired (not compared)")
     parser.add_argument("--csv", type=Path, help="write the table as CSV")
     parser.add_argument("--json", type=Path, help="write the table and the verdict as JSON")
-    parser.add_argument("--trust", action="append", default=[], metavar="MODULE",
-                        help="with run=RUN_DIR: a module (or one target) whose _target_s the saved config may name, "
-                             "besides trainkit's own; repeat for several (e.g. --trust mypkg)")
+    add_trust_argument(parser, "with run=RUN_DIR: ")
     args = parser.parse_intermixed_args(argv)
     try:
         return _run(args)

@@ -29,6 +29,7 @@ from trainkit.bridge.name_mapping import NameMapping, Rule, load_rules, map_name
 from trainkit.bridge.state_dict import StateDict, read_state_dict
 from trainkit.errors import CheckpointError, ConfigError, DataError
 from trainkit.rundir.parameter_fit import listing
+from trainkit.rundir.trust import add_trust_argument
 from trainkit.rundir.weights import matching, numpy_dtype, refuse_existing, write_checkpoint
 
 log = logging.getLogger("trainkit")
@@ -271,9 +272,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--prefix", help="use only names starting with PREFIX, stripped (module., model.); "
                                          "default: the prefix, if any, under which most names fit the network")
     parser.add_argument("--force", action="store_true", help="replace OUTPUT if it exists")
-    parser.add_argument("--trust", action="append", default=[], metavar="MODULE",
-                        help="with run=RUN_DIR: a module (or one target) whose _target_s the saved config may name, "
-                             "besides trainkit's own; repeat for several (e.g. --trust mypkg)")
+    add_trust_argument(parser, "with run=RUN_DIR: ")
     args = parser.parse_intermixed_args(argv)
     try:
         conversion = convert(Path(args.source), Path(args.output), args.overrides, args.mapping, args.allow_missing,

@@ -127,3 +127,11 @@ def _yaml_files(folder) -> Iterator:
             yield from _yaml_files(entry)
         elif entry.name.endswith(".yaml"):
             yield entry
+
+
+def add_trust_argument(parser, where: str = "") -> None:
+    """The tools' ``--trust MODULE`` flag (evaluate, compare, convert): given on the command line, never read from
+    a file. `where` says when it applies (``"with run=RUN_DIR: "``)."""
+    parser.add_argument("--trust", action="append", default=[], metavar="MODULE",
+                        help=f"{where}a module (or one target) whose _target_s a stored config may name, besides "
+                             "trainkit's own; repeat for several (e.g. --trust mypkg)")

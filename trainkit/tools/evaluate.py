@@ -36,6 +36,7 @@ from trainkit.app.tool_config import build_network, saved_config, tool_config
 from trainkit.distributed.parallel import ParallelSetup, launched_by_msrun, setup_parallel
 from trainkit.errors import CheckpointError, ConfigError, DataError
 from trainkit.rundir.checkpoint import checkpoint_files, read_training_checkpoint
+from trainkit.rundir.trust import add_trust_argument
 from trainkit.rundir.weights import WEIGHTS, load_weights, network_weights, refuse_existing
 from trainkit.step.mixed_precision import Float32EvalCell
 
@@ -192,9 +193,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--output", type=Path, help="the JSON file to write (default: beside the checkpoint, "
                                                     "<stem>-<weights>.eval.json)")
     parser.add_argument("--force", action="store_true", help="replace OUTPUT if it exists")
-    parser.add_argument("--trust", action="append", default=[], metavar="MODULE",
-                        help="a module (or one target) whose _target_s a stored config may name, besides trainkit's "
-                             "own; repeat for several (e.g. --trust mypkg)")
+    add_trust_argument(parser)
     args = parser.parse_intermixed_args(argv)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
