@@ -41,5 +41,5 @@ def tiny_cifar10(tmp_path_factory):
     from tests.common.cifar10_files import write_cifar10
 
     root = tmp_path_factory.mktemp("tiny_cifar10")
-    write_cifar10(str(root), train_per_file=8, test_records=8, seed=5)
+    write_cifar10(str(root), train_per_file=10, test_records=8, seed=5)
     return root

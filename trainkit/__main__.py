@@ -53,10 +53,11 @@ def _hydra_main(cfg: DictConfig) -> float:
     stops the sweep there (after writing the summary of the jobs so far).
     """
     from trainkit.app.sweep import objective, record_job
-    from trainkit.distributed.launch import launch_workers, needs_launch
+    from trainkit.distributed.launch import launch_workers, needs_launch, note_worker_pid
     from trainkit.distributed.parallel import close_log_files
     from trainkit.rundir import held_log
 
+    note_worker_pid()  # under a trainkit launcher: so a failure at once still names its rank
     start = time.perf_counter()
     held_log.hold()  # until train() accepts the input: a refusal leaves an earlier run's train.log as it was
     try:

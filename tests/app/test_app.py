@@ -5,14 +5,14 @@ import numpy as np
 import pytest
 
 from tests.common.callbacks import read_jsonl
-from tests.common.cifar10_files import RECORD_BYTES, write_cifar10
+from tests.common.cifar10_files import RECORD_BYTES, validation_indices, write_cifar10
 from tests.common.tensorboard_events import read_scalars
 from trainkit.app import train
 from trainkit.app.config import compose_config
 from trainkit.errors import ConfigError, DataError
 
-TRAIN_PER_FILE, TEST_RECORDS, BATCH = 8, 20, 8
-STEPS_PER_EPOCH = 5 * TRAIN_PER_FILE // BATCH  # 5
+TRAIN_PER_FILE, TEST_RECORDS, BATCH = 10, 20, 8
+STEPS_PER_EPOCH = 5 * TRAIN_PER_FILE * 4 // 5 // BATCH  # 5: data.val_fraction=0.2 holds 10 of the 50 out
 MEAN, STD = np.array([0.4914, 0.4822, 0.4465]), np.array([0.2023, 0.1994, 0.2010])
 
 
@@ -23,10 +23,15 @@ def cifar10(tmp_path_factory):
     return root, written
 
 
+def validation(written):
+    return validation_indices(written["train_labels"], 0.2)
+
+
 def tiny(root, run_dir, *overrides):
     """The seed recipe shrunk to seconds: small_cnn of width 4 on 8x8 images."""
     return compose_config([
-        "recipe=resnet50_cifar10", "model=small_cnn", "model.width=4", f"data.root={root}", "data.image_size=8",
+        "recipe=resnet50_cifar10", "model=small_cnn", "model.width=4", f"data.root={root}", "data.val_fraction=0.2",
+        "data.image_size=8",
         f"data.batch_size={BATCH}", "data.num_parallel_workers=1", "trainer.epochs=2", "logger.log_every_n_steps=1",
         "logger.progress=log", f"run_dir={run_dir}", *overrides])
 
@@ -53,7 +58,8 @@ def test_app_trains_end_to_end_and_records_events_metrics_and_checkpoints(mode, 
 
     epochs = 2
     assert result.metrics["optimizer_steps"] == epochs * STEPS_PER_EPOCH
-    accuracy = numpy_accuracy(result.network, written["test_images"], written["test_labels"])
+    accuracy = numpy_accuracy(result.network, written["train_images"][validation(written)],
+                               written["train_labels"][validation(written)])
     assert result.metrics["accuracy"] == pytest.approx(accuracy)
     assert np.isfinite(result.metrics["loss"]) and np.isfinite(result.metrics["train_loss"])
 
@@ -146,12 +152,13 @@ def test_corrupt_data_file_is_named(tmp_path):
 def test_the_seed_recipe_runs_resnet50_at_32x32_on_a_cpu(graph_mode, tmp_path):
     root = tmp_path / "data"
     write_cifar10(str(root), train_per_file=2, test_records=4)
-    cfg = compose_config(["recipe=resnet50_cifar10", f"data.root={root}", "data.image_size=32", "data.batch_size=2",
+    cfg = compose_config(["recipe=resnet50_cifar10", f"data.root={root}", "data.val_fraction=0.2", "data.image_size=32",
+                          "data.batch_size=2",
                           "data.num_parallel_workers=1", "trainer.epochs=1", "trainer.save_checkpoints=false",
                           "logger=quiet", f"run_dir={tmp_path / 'run'}"])
     result = train(cfg)
     assert type(result.network).__name__ == "ResNet" and result.network.fc.weight.shape == (10, 2048)
-    assert result.metrics["optimizer_steps"] == 5 and np.isfinite(result.metrics["train_loss"])
+    assert result.metrics["optimizer_steps"] == 4 and np.isfinite(result.metrics["train_loss"])  # 8 of 10 train
 
 
 def test_a_directory_that_holds_a_run_is_refused_and_left_unchanged(cifar10, tmp_path):

@@ -13,7 +13,7 @@ from tests.common.cifar10_files import write_cifar10
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = ["recipe=resnet50_cifar10", "model=small_cnn", "model.width=4", "data.image_size=8", "data.batch_size=8",
-        "data.num_parallel_workers=1", "trainer.epochs=1"]
+        "data.num_parallel_workers=1", "trainer.epochs=1", "data.val_fraction=0.2"]
 
 
 def trainkit(*args, cwd, env=None):
@@ -25,7 +25,7 @@ def trainkit(*args, cwd, env=None):
 @pytest.fixture(scope="module")
 def cifar10_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("cifar10")
-    write_cifar10(str(root), train_per_file=8, test_records=8)
+    write_cifar10(str(root), train_per_file=10, test_records=8)
     return root
 
 

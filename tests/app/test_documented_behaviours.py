@@ -59,12 +59,13 @@ STEPS_PER_EPOCH = 5  # 40 training records in batches of 8
 @pytest.fixture(scope="module")
 def cifar10(tmp_path_factory):
     root = tmp_path_factory.mktemp("cifar10")
-    write_cifar10(str(root), train_per_file=8, test_records=8, seed=7)
+    write_cifar10(str(root), train_per_file=10, test_records=8, seed=7)
     return root
 
 
 def overrides(root, *more):
-    return ["recipe=resnet50_cifar10", "model=small_cnn", "model.width=4", f"data.root={root}", "data.image_size=8",
+    return ["recipe=resnet50_cifar10", "model=small_cnn", "model.width=4", f"data.root={root}", "data.val_fraction=0.2",
+            "data.image_size=8",
             "data.batch_size=8", "data.augment=false", "data.num_parallel_workers=1", "trainer.epochs=2",
             "trainer.eval_interval=0", "trainer.checkpoint_every_n_steps=1", "trainer.keep_checkpoints=10",
             "logger=quiet", *more]
@@ -126,7 +127,7 @@ def test_each_resume_mismatch_is_named_and_stops_before_anything_is_written(unin
     root = cifar10
     if change in (["OTHER_ROOT"], ["OTHER_DATA"]):  # twice the records: the checkpoint's position means other samples
         root = tmp_path / "other"
-        write_cifar10(str(root), train_per_file=16, test_records=8, seed=8)
+        write_cifar10(str(root), train_per_file=20, test_records=8, seed=8)  # 80 train
         if change == ["OTHER_DATA"]:  # the files replaced behind the same data.root
             source = tmp_path / "same_root.ckpt"
             rewrite_group_size(run_a / "checkpoints" / "trainkit-1_3.ckpt", source, 1, root_now=root)

@@ -22,7 +22,8 @@ from trainkit.tools.export import export_checkpoint
 
 def overrides(root, run_dir, *more):
     return ["recipe=resnet50_cifar10", "model=small_cnn", "model.width=4", "data.image_size=8", "data.batch_size=8",
-            "data.num_parallel_workers=1", f"data.root={root}", "wrapper.ema_decay=0.5", "logger.progress=off",
+            "data.num_parallel_workers=1", f"data.root={root}", "data.val_fraction=0.2",
+            "wrapper.ema_decay=0.5", "logger.progress=off",
             "trainer.epochs=1", f"run_dir={run_dir}", *more]
 
 
@@ -31,7 +32,7 @@ def trained(tmp_path_factory):
     """A 5-step run of a small CNN on generated CIFAR-10 files, its weights, and its exported EMA weights."""
     ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
     folder = tmp_path_factory.mktemp("trained")
-    write_cifar10(str(folder / "cifar10"), train_per_file=8, test_records=16)
+    write_cifar10(str(folder / "cifar10"), train_per_file=10, test_records=16)
     result = train(compose_config(overrides(folder / "cifar10", folder / "run")))
     export_checkpoint(folder / "run" / "checkpoints" / "best.ckpt", folder / "exported.ckpt", weights="ema")
     weights = {p.name: p.asnumpy().copy() for p in result.network.get_parameters()}
@@ -75,10 +76,10 @@ def test_a_run_directory_evaluates_to_the_runs_own_final_metrics(trained, tmp_pa
     folder, result, _ = trained
     assert evaluate([str(folder / "run"), "--weights", "ema", "--output", str(tmp_path / "e.json")]) == 0
     evaluated = json.loads((tmp_path / "e.json").read_text())
-    assert evaluated["checkpoint"].endswith("best.ckpt") and evaluated["samples"] == 16
+    assert evaluated["checkpoint"].endswith("best.ckpt") and evaluated["samples"] == 10  # the validation records
     assert evaluated["accuracy"] == pytest.approx(result.metrics["ema_accuracy"])
     assert evaluated["loss"] == pytest.approx(result.metrics["ema_loss"], rel=1e-6)
-    assert np.trace(np.array(evaluated["confusion_matrix"])) == round(16 * evaluated["accuracy"])
+    assert np.trace(np.array(evaluated["confusion_matrix"])) == round(10 * evaluated["accuracy"])
 
 
 def test_pretrained_weights_fill_the_network_except_a_reinitialised_head(trained, caplog):

@@ -34,7 +34,8 @@ FEATURES = ["wrapper.accumulation_steps=2", "wrapper.ema_decay=0.9", "wrapper.em
 
 
 def overrides(root):
-    return ["recipe=resnet50_cifar10", "model=small_cnn", "model.width=4", f"data.root={root}", "data.image_size=8",
+    return ["recipe=resnet50_cifar10", "model=small_cnn", "model.width=4", f"data.root={root}", "data.val_fraction=0.2",
+            "data.image_size=8",
             "data.batch_size=8", "data.num_parallel_workers=1", f"trainer.epochs={EPOCHS}", "trainer.eval_interval=0",
             "trainer.checkpoint_every_n_steps=1", f"trainer.keep_checkpoints={TOTAL}", "logger.progress=off",
             "logger.log_every_n_steps=1", *FEATURES]

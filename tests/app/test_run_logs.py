@@ -26,9 +26,10 @@ def trainkit(*args, cwd):
 
 def test_a_crash_is_logged_in_full_the_cwd_stays_empty_and_a_refused_run_dir_is_untouched(tmp_path):
     root, cwd, run_dir = tmp_path / "cifar10", tmp_path / "cwd", tmp_path / "run"
-    write_cifar10(str(root), train_per_file=8, test_records=8, seed=5)
+    write_cifar10(str(root), train_per_file=10, test_records=8, seed=5)
     cwd.mkdir()
-    common = ["recipe=resnet50_cifar10", f"data.root={root}", "data.image_size=8", "data.batch_size=8",
+    common = ["recipe=resnet50_cifar10", f"data.root={root}", "data.val_fraction=0.2",
+              "data.image_size=8", "data.batch_size=8",
               "trainer.epochs=1", f"hydra.run.dir={run_dir}"]
     crashed = trainkit(*common, "model._target_=tests.common.broken_models.NotCompilable",
                        "~model.zero_init_residual", "~model.conv_impl", cwd=cwd)

@@ -32,7 +32,8 @@ SLOW_DATA = ["data._target_=tests.common.slow_data.SlowCifar10", "+data.batch_se
 
 
 def overrides(root, checkpoint_every=3):
-    return ["recipe=resnet50_cifar10", "model=small_cnn", "model.width=4", f"data.root={root}", "data.image_size=8",
+    return ["recipe=resnet50_cifar10", "model=small_cnn", "model.width=4", f"data.root={root}", "data.val_fraction=0.2",
+            "data.image_size=8",
             "data.batch_size=8", "data.num_parallel_workers=1", f"trainer.epochs={EPOCHS}",
             f"trainer.checkpoint_every_n_steps={checkpoint_every}", f"trainer.keep_checkpoints={TOTAL}",
             "logger.progress=log",

@@ -88,10 +88,11 @@ def test_an_early_stopped_run_reports_its_best_epoch_and_is_finished(tmp_path, c
     """min_delta larger than any change: every evaluation after the first fails to improve, so patience 1 stops the
     run after epoch 2 of 3. Its progress lines show the loss metrics.jsonl holds for the same step."""
     root = tmp_path / "cifar10"
-    write_cifar10(str(root), train_per_file=8, test_records=8, seed=5)
+    write_cifar10(str(root), train_per_file=10, test_records=8, seed=5)
     run_dir = tmp_path / "run"
-    config = ["recipe=resnet50_cifar10", "model=small_cnn", "model.width=4", f"data.root={root}", "data.image_size=8",
-              "data.batch_size=8", "data.num_parallel_workers=1", "trainer.epochs=3", "logger.progress=log",
+    config = ["recipe=resnet50_cifar10", "model=small_cnn", "model.width=4", f"data.root={root}",
+              "data.val_fraction=0.2", "data.image_size=8", "data.batch_size=8", "data.num_parallel_workers=1",
+              "trainer.epochs=3", "logger.progress=log",
               "logger.log_every_n_steps=2", "trainer.early_stopping.metric=loss",
               "trainer.early_stopping.patience=1", "trainer.early_stopping.min_delta=1000", f"run_dir={run_dir}"]
     with caplog.at_level(logging.INFO, logger="trainkit"):

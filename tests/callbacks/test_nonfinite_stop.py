@@ -103,11 +103,12 @@ def test_the_limit_must_be_a_positive_int(limit):
 def test_a_diverging_run_stops_with_exit_status_1_and_leaves_the_last_good_state(tmp_path):
     """Through the CLI: a learning rate of 1e38 makes every update after the first non-finite."""
     root = tmp_path / "cifar10"
-    write_cifar10(str(root), train_per_file=8, test_records=8)
+    write_cifar10(str(root), train_per_file=10, test_records=8)
     run_dir = tmp_path / "run"
     result = subprocess.run(
         [sys.executable, "-m", "trainkit", "recipe=resnet50_cifar10", "model=small_cnn", "model.width=4",
          "data.image_size=8", "data.batch_size=8", "data.num_parallel_workers=1", f"data.root={root}",
+         "data.val_fraction=0.2",
          "trainer.epochs=2", "optimizer=momentum", "optimizer.lr=1e38", "trainer.max_nonfinite_steps=3",
          f"hydra.run.dir={run_dir}"],
         cwd=tmp_path, env={**os.environ, "GLOG_v": "3", "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
@@ -131,10 +132,11 @@ def test_with_the_limit_off_a_diverging_run_goes_on_and_counts_its_skipped_updat
     from trainkit.app.config import compose_config
 
     root = tmp_path / "cifar10"
-    write_cifar10(str(root), train_per_file=8, test_records=8)
+    write_cifar10(str(root), train_per_file=10, test_records=8)
     result = train(compose_config([
         "recipe=resnet50_cifar10", "model=small_cnn", "model.width=4", "data.image_size=8", "data.batch_size=8",
-        "data.num_parallel_workers=1", f"data.root={root}", "trainer.epochs=2", "optimizer=momentum",
+        "data.num_parallel_workers=1", f"data.root={root}", "data.val_fraction=0.2",
+        "trainer.epochs=2", "optimizer=momentum",
         "optimizer.lr=1e38", "trainer.max_nonfinite_steps=0", "logger.progress=off", "logger.log_every_n_steps=1",
         f"run_dir={tmp_path / 'run'}"]))
     assert not any(isinstance(cb, NonFiniteStop) for cb in result.callbacks)

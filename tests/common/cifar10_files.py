@@ -90,3 +90,23 @@ def file_md5(path: str) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+# The app tests write 5 x 10 training records and pass data.val_fraction=0.2: 40 records train (5 steps of 8), the
+# other 10 validate, as the documented split rule below chooses them.
+APP_TEST_VAL_FRACTION = "data.val_fraction=0.2"
+
+
+def validation_indices(labels: np.ndarray, val_fraction: float, seed: int = 0) -> np.ndarray:
+    """The training records `Cifar10Data` holds out for validation, by its documented rule written independently:
+    a `seed` permutation (NumPy's default_rng), reordered so the classes take turns (each class's first record in
+    that permutation, then each one's second, ...), its first round(val_fraction * N) records, sorted."""
+    order = np.random.default_rng(seed).permutation(len(labels))
+    seen: Dict[int, int] = {}
+    keyed = []
+    for position, index in enumerate(order):
+        turn = seen.get(int(labels[index]), 0)
+        seen[int(labels[index])] = turn + 1
+        keyed.append((turn, position, int(index)))
+    count = max(1, round(val_fraction * len(labels)))
+    return np.sort([index for _, _, index in sorted(keyed)[:count]])

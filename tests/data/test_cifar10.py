@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tests.common.cifar10_files import RECORD_BYTES, write_cifar10
+from tests.common.cifar10_files import validation_indices as expected_validation
 from trainkit.data import cifar10 as cifar10_module
 from trainkit.data.cifar10 import Cifar10Data
 from trainkit.errors import ConfigError, DataError
@@ -52,11 +53,11 @@ def record_index(image_hwc: np.ndarray, images: np.ndarray) -> int:
 
 
 # ------------------------------------------------------------------------------------------------- eval pipeline
-def test_eval_images_are_normalised_records_in_file_order(cifar):
+def test_test_images_are_normalised_records_of_the_test_file_in_order(cifar):
     root, written = cifar
     data = Cifar10Data(root, image_size=32, eval_batch_size=5)
     data.prepare()
-    out = batches(data.eval_dataset())
+    out = batches(data.test_dataset())
     assert [len(b[1]) for b in out] == [5, 5, 5, 1]  # drop_remainder=False keeps the last one
     images, labels = np.concatenate([b[0] for b in out]), np.concatenate([b[1] for b in out])
     assert images.dtype == np.float32 and labels.dtype == np.int32
@@ -79,7 +80,7 @@ def numpy_bilinear_downsize(images_hwc: np.ndarray, size: int) -> np.ndarray:
 def test_eval_resizes_to_image_size_as_numpy_bilinear(cifar, size):
     root, written = cifar
     data = Cifar10Data(root, image_size=size, eval_batch_size=16)
-    (images, labels), = batches(data.eval_dataset())
+    (images, labels), = batches(data.test_dataset())
     assert images.shape == (16, 3, size, size) and images.dtype == np.float32 and labels.shape == (16,)
     expected = numpy_bilinear_downsize(written["test_images"], size)
     # uint8 in and out: the resize rounds to whole grey levels, so at most half a level from the exact mean
@@ -89,9 +90,10 @@ def test_eval_resizes_to_image_size_as_numpy_bilinear(cifar, size):
 
 def test_train_time_resize_without_augment_is_numpy_bilinear(cifar, seed):
     root, written = cifar
-    data = Cifar10Data(root, image_size=8, batch_size=8, augment=False)
+    data = Cifar10Data(root, image_size=8, batch_size=8, augment=False, val_fraction=0.2)
+    train = sorted(set(range(40)) - set(expected_validation(written["train_labels"], 0.2, 0).tolist()))
     out = batches(data.train_dataset())
-    assert len(out) == 5
+    assert len(out) == 4
     expected = numpy_bilinear_downsize(written["train_images"], 8)
     matched = []
     for images, labels in out:
@@ -101,7 +103,7 @@ def test_train_time_resize_without_augment_is_numpy_bilinear(cifar, seed):
             assert distance[index] <= 0.5 + 1e-9, distance[index]
             assert label == written["train_labels"][index]
             matched.append(index)
-    assert sorted(matched) == list(range(40))  # every record once, each resized as NumPy says
+    assert sorted(matched) == train  # every training record once, each resized as NumPy says
 
 
 def test_eval_is_deterministic_even_with_augment_on(cifar):
@@ -110,6 +112,37 @@ def test_eval_is_deterministic_even_with_augment_on(cifar):
     data = Cifar10Data(root, image_size=32, eval_batch_size=16, augment=True)
     first, second = batches(data.eval_dataset()), batches(data.eval_dataset())
     np.testing.assert_array_equal(first[0][0], second[0][0])
+    first, second = batches(data.test_dataset()), batches(data.test_dataset())
+    np.testing.assert_array_equal(first[0][0], second[0][0])
+
+
+# ------------------------------------------------------------------------------- train / validation / test split
+@pytest.mark.parametrize("val_fraction, split_seed", [(0.1, 0), (0.25, 3)])
+def test_validation_is_carved_from_train_balanced_and_seeded(cifar, val_fraction, split_seed):
+    root, written = cifar
+    data = Cifar10Data(root, image_size=32, batch_size=4, eval_batch_size=64, augment=False,
+                       val_fraction=val_fraction, split_seed=split_seed)
+    expected = expected_validation(written["train_labels"], val_fraction, split_seed)
+    (images, labels), = batches(data.eval_dataset())
+    val = [record_index(image, written["train_images"]) for image in to_uint8_hwc(images)]
+    assert val == expected.tolist()  # the validation records, in file order
+    np.testing.assert_array_equal(labels, written["train_labels"][val])
+    counts = np.bincount(written["train_labels"][val], minlength=10)
+    assert counts.max() - counts.min() <= 1  # as balanced over the classes as the size allows
+    ds.config.set_seed(7)
+    train = [record_index(img, written["train_images"]) for b in batches(data.train_dataset())
+             for img in to_uint8_hwc(b[0])]
+    assert not set(train) & set(val), "no validation record may be trained on"
+    assert len(train) == len(set(train)) == (40 - len(val)) // 4 * 4  # each record at most once, full batches
+    test = [record_index(img, written["test_images"]) for b in batches(data.test_dataset())
+            for img in to_uint8_hwc(b[0])]
+    assert test == list(range(TEST_RECORDS))  # the test file, untouched by the split
+
+
+def test_split_seed_changes_the_validation_records(cifar):
+    root, written = cifar
+    picked = [Cifar10Data(root, split_seed=seed).split()[1].tolist() for seed in (0, 0, 1)]
+    assert picked[0] == picked[1] != picked[2]
 
 
 # ------------------------------------------------------------------------------------------------ train pipeline
@@ -118,7 +151,7 @@ def test_train_batches_shapes_dtypes_and_drop_remainder(cifar, seed):
     data = Cifar10Data(root, image_size=16, batch_size=16)
     dataset = data.train_dataset()
     out = batches(dataset)
-    assert dataset.get_dataset_size() == 2 and len(out) == 2  # 40 records: 2 full batches, the last 8 dropped
+    assert dataset.get_dataset_size() == 2 and len(out) == 2  # 36 training records: 2 full batches, 4 dropped
     for images, labels in out:
         assert images.shape == (16, 3, 16, 16) and images.dtype == np.float32
         assert labels.shape == (16,) and labels.dtype == np.int32
@@ -127,19 +160,20 @@ def test_train_batches_shapes_dtypes_and_drop_remainder(cifar, seed):
 
 def test_train_without_augment_yields_each_record_at_most_once_shuffled(cifar, seed):
     root, written = cifar
-    data = Cifar10Data(root, image_size=32, batch_size=8, augment=False)
+    data = Cifar10Data(root, image_size=32, batch_size=8, augment=False, val_fraction=0.2)
+    train = sorted(set(range(40)) - set(expected_validation(written["train_labels"], 0.2, 0).tolist()))
     out = batches(data.train_dataset())
-    assert len(out) == 5
+    assert len(out) == 4
     indices = [record_index(img, written["train_images"]) for b in out for img in to_uint8_hwc(b[0])]
-    assert sorted(indices) == list(range(40))
-    assert indices != list(range(40)), "the training set must be shuffled"
+    assert sorted(indices) == train
+    assert indices != train, "the training set must be shuffled"
     labels = np.concatenate([b[1] for b in out])
     np.testing.assert_array_equal(labels, written["train_labels"][indices])
 
 
 def test_train_augmentation_is_a_window_of_the_zero_padded_image_maybe_flipped(cifar, seed):
     root, written = cifar
-    data = Cifar10Data(root, image_size=32, batch_size=20, augment=True)
+    data = Cifar10Data(root, image_size=32, batch_size=18, augment=True)
     padded = np.pad(written["train_images"], ((0, 0), (4, 4), (4, 4), (0, 0)))  # [40, 40, 40, 3]
     # windows[n, dy, dx] = padded[n, dy:dy + 32, dx:dx + 32]
     windows = np.lib.stride_tricks.sliding_window_view(padded, (32, 32), axis=(1, 2)).transpose(0, 1, 2, 4, 5, 3)
@@ -160,25 +194,39 @@ def test_train_augmentation_is_a_window_of_the_zero_padded_image_maybe_flipped(c
 
 
 # ------------------------------------------------------------------------------------------------------ sharding
-def test_two_eval_shards_cover_every_test_record_once(cifar):
+def test_two_test_shards_cover_every_test_record_once(cifar):
     root, written = cifar
     data = Cifar10Data(root, image_size=32, eval_batch_size=3)
     seen = []
     for shard_id in range(2):
-        out = batches(data.eval_dataset(num_shards=2, shard_id=shard_id))
+        out = batches(data.test_dataset(num_shards=2, shard_id=shard_id))
         seen += [record_index(img, written["test_images"]) for b in out for img in to_uint8_hwc(b[0])]
     assert sorted(seen) == list(range(TEST_RECORDS))
 
 
+def test_two_validation_shards_cover_every_validation_record(cifar):
+    root, written = cifar
+    data = Cifar10Data(root, image_size=32, eval_batch_size=3, val_fraction=0.125)  # 5 records: one repeated
+    expected = expected_validation(written["train_labels"], 0.125, 0)
+    seen = []
+    for shard_id in range(2):
+        out = batches(data.eval_dataset(num_shards=2, shard_id=shard_id))
+        shard = [record_index(img, written["train_images"]) for b in out for img in to_uint8_hwc(b[0])]
+        assert len(shard) == 3
+        seen += shard
+    assert set(seen) == set(expected.tolist()) and len(seen) == 6
+
+
 def test_two_train_shards_cover_every_train_record_once_per_epoch(cifar, seed):
     root, written = cifar
-    data = Cifar10Data(root, image_size=32, batch_size=4, augment=False)
+    data = Cifar10Data(root, image_size=32, batch_size=4, augment=False, val_fraction=0.2)
+    train = sorted(set(range(40)) - set(expected_validation(written["train_labels"], 0.2, 0).tolist()))
     seen = []
     for shard_id in range(2):
         out = batches(data.train_dataset(num_shards=2, shard_id=shard_id))
-        assert len(out) == 5  # 20 records per shard
+        assert len(out) == 4  # 32 training records, 16 per shard
         seen += [record_index(img, written["train_images"]) for b in out for img in to_uint8_hwc(b[0])]
-    assert sorted(seen) == list(range(40))
+    assert sorted(seen) == train
 
 
 def test_shard_arguments_are_validated(cifar):
@@ -197,15 +245,15 @@ def test_official_size_files_read_through_cifar10dataset_match_numpy(tmp_path, m
     real = ds.Cifar10Dataset
     monkeypatch.setattr(cifar10_module.ds, "Cifar10Dataset", lambda *a, **k: calls.append(k) or real(*a, **k))
     data = Cifar10Data(str(tmp_path), image_size=32, eval_batch_size=2500)
-    native = batches(data.eval_dataset())
+    native = batches(data.test_dataset())
     assert len(native) == 4  # 10,000 records in batches of 2,500
-    assert calls and calls[0]["usage"] == "test" and calls[0]["shuffle"] is False
+    assert calls and calls[0]["usage"] == "test" and isinstance(calls[0]["sampler"], ds.SequentialSampler)
     for i, (images, labels) in enumerate(native):
         part = slice(2500 * i, 2500 * (i + 1))
         np.testing.assert_allclose(images, normalised_chw(written["test_images"][part]), rtol=0, atol=1e-5)
         np.testing.assert_array_equal(labels, written["test_labels"][part])
     monkeypatch.setattr(Cifar10Data, "_native_readable", lambda *a: False)
-    ours = batches(data.eval_dataset())
+    ours = batches(data.test_dataset())
     assert len(calls) == 1 and len(ours) == len(native)
     for (a, la), (b, lb) in zip(native, ours):
         np.testing.assert_array_equal(a, b)
@@ -274,7 +322,7 @@ def test_datasets_check_the_files_when_prepare_was_not_called(tmp_path):
 
 
 def test_batch_larger_than_a_shard_is_refused_instead_of_an_empty_epoch(cifar):
-    with pytest.raises(ConfigError, match="batch_size=32.*20 per shard"):
+    with pytest.raises(ConfigError, match="batch_size=32.*18 per shard"):
         Cifar10Data(cifar[0], batch_size=32).train_dataset(num_shards=2, shard_id=0)
 
 
@@ -291,6 +339,10 @@ def test_batch_larger_than_a_shard_is_refused_instead_of_an_empty_epoch(cifar):
     ({"md5": "abc"}, "md5 must be 32 hexadecimal digits or null; got 'abc'"),
     ({"url": ""}, "url must be a non-empty string"),
     ({"root": ""}, "root must be a path"),
+    ({"val_fraction": 0}, "val_fraction must be a number in (0, 1)"),
+    ({"val_fraction": 1.0}, "val_fraction must be a number in (0, 1)"),
+    ({"val_fraction": True}, "val_fraction must be a number in (0, 1)"),
+    ({"split_seed": -1}, "split_seed must be an int >= 0; got -1"),
 ])
 def test_constructor_arguments_are_validated(kwargs, message):
     arguments = {"root": "/data", **kwargs}
@@ -305,3 +357,27 @@ def test_protocol_attributes_and_defaults():
     assert data.root == os.path.abspath("relative/dir") and data.download is False
     assert data.url == "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz"
     assert data.md5 == "c32a1d4ab5d03f1284b67883e8d87530"
+
+
+def test_official_size_training_files_give_the_same_validation_through_cifar10dataset(tmp_path, monkeypatch):
+    """The validation subset read by MindSpore's C++ reader (a SubsetSampler over the five files) is the same records,
+    in the same order, as the documented rule says and our NumPy reader gives: 500 per class."""
+    written = write_cifar10(str(tmp_path), train_per_file=10000, test_records=1, seed=4)
+    calls = []
+    real = ds.Cifar10Dataset
+    monkeypatch.setattr(cifar10_module.ds, "Cifar10Dataset", lambda *a, **k: calls.append(k) or real(*a, **k))
+    data = Cifar10Data(str(tmp_path), image_size=32, eval_batch_size=2500)
+    native = batches(data.eval_dataset())
+    assert calls and calls[0]["usage"] == "train"
+    expected = expected_validation(written["train_labels"], 0.1, 0)
+    assert np.bincount(written["train_labels"][expected], minlength=10).tolist() == [500] * 10
+    labels = np.concatenate([b[1] for b in native])
+    np.testing.assert_array_equal(labels, written["train_labels"][expected])
+    np.testing.assert_allclose(native[1][0], normalised_chw(written["train_images"][expected[2500:5000]]),
+                               rtol=0, atol=1e-5)
+    monkeypatch.setattr(Cifar10Data, "_native_readable", lambda *a: False)
+    ours = batches(data.eval_dataset())
+    assert len(calls) == 1 and len(ours) == len(native)
+    for (a, la), (b, lb) in zip(native, ours):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(la, lb)

@@ -86,7 +86,7 @@ def test_download_verifies_extracts_and_the_dataset_reads(server, tmp_path, caps
     assert sorted(os.listdir(root / "cifar-10-batches-bin")) == [
         "batches.meta.txt", *(f"data_batch_{i}.bin" for i in range(1, 6)), "test_batch.bin"]
     assert (root / ARCHIVE).is_file() and not leftovers(root)
-    (images, labels), = data.eval_dataset().create_tuple_iterator(output_numpy=True, num_epochs=1)
+    (images, labels), = data.test_dataset().create_tuple_iterator(output_numpy=True, num_epochs=1)
     np.testing.assert_array_equal(labels, expected_test_images(tmp_path)["test_labels"])
     assert images.shape == (16, 3, 32, 32)
 

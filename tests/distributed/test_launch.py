@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tests.common.callbacks import read_jsonl
-from tests.common.cifar10_files import write_cifar10
+from tests.common.cifar10_files import validation_indices, write_cifar10
 from tests.common.processes import processes_mentioning
 from trainkit.app.config import compose_config
 from trainkit.distributed.launch import free_port
@@ -24,8 +24,9 @@ from trainkit.distributed.parallel import check_parallel
 from trainkit.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
-TRAIN_PER_FILE, TEST_RECORDS, BATCH, EPOCHS, WORKERS = 8, 20, 4, 2, 2
-STEPS_PER_EPOCH = 5 * TRAIN_PER_FILE // (BATCH * WORKERS)  # each rank reads its half of the 40 records
+TRAIN_PER_FILE, TEST_RECORDS, BATCH, EPOCHS, WORKERS = 10, 20, 4, 2, 2
+STEPS_PER_EPOCH = 5 * TRAIN_PER_FILE * 4 // 5 // (BATCH * WORKERS)  # each rank reads its half of the 40 training
+# records (data.val_fraction=0.2 holds 10 of the 50 out for validation)
 MEAN, STD = np.array([0.4914, 0.4822, 0.4465]), np.array([0.2023, 0.1994, 0.2010])
 
 
@@ -35,8 +36,13 @@ def cifar10(tmp_path_factory):
     return root, write_cifar10(str(root), train_per_file=TRAIN_PER_FILE, test_records=TEST_RECORDS, seed=3)
 
 
+def validation(written):
+    return validation_indices(written["train_labels"], 0.2)
+
+
 def tiny(root, *overrides):
-    return ["recipe=resnet50_cifar10", "model=small_cnn", "model.width=4", f"data.root={root}", "data.image_size=8",
+    return ["recipe=resnet50_cifar10", "model=small_cnn", "model.width=4", f"data.root={root}", "data.val_fraction=0.2",
+            "data.image_size=8",
             f"data.batch_size={BATCH}", "data.num_parallel_workers=1", f"trainer.epochs={EPOCHS}",
             "logger.log_every_n_steps=1", "logger.progress=log", "parallel=data_parallel",
             f"parallel.workers={WORKERS}", *overrides]
@@ -76,7 +82,8 @@ def test_two_workers_train_end_to_end_into_one_run_directory(cifar10, tmp_path):
     run_dirs = list((tmp_path / "outputs" / "resnet50_cifar10").iterdir())
     assert len(run_dirs) == 1  # the launcher fixed hydra.run.dir for every rank
     run_dir = run_dirs[0]
-    assert sorted(p.name for p in (run_dir / "msrun_logs").iterdir()) == ["scheduler.log", "worker_0.log",
+    assert sorted(p.name for p in (run_dir / "msrun_logs").iterdir()) == ["rank-0.pid", "rank-1.pid",
+                                                                          "scheduler.log", "worker_0.log",
                                                                           "worker_1.log"]
     log = (run_dir / "train.log").read_text()
     assert log.count("finished:") == 1  # rank 0 writes it, rank 1 logs into msrun_logs/worker_1.log only
@@ -98,7 +105,8 @@ def test_two_workers_train_end_to_end_into_one_run_directory(cifar10, tmp_path):
     network_not_loaded, _ = ms.load_param_into_net(network, ms.load_checkpoint(
         str(run_dir / "checkpoints" / checkpoints[-1])))
     assert not network_not_loaded
-    accuracy, loss = numpy_eval(network, written["test_images"], written["test_labels"])
+    accuracy, loss = numpy_eval(network, written["train_images"][validation(written)],
+                               written["train_labels"][validation(written)])
     last_eval = [r for r in records if "eval/accuracy" in r][-1]
     assert last_eval["eval/accuracy"] == pytest.approx(accuracy)
     assert last_eval["eval/loss"] == pytest.approx(loss, rel=1e-5)
@@ -124,6 +132,22 @@ def test_a_failing_worker_ends_the_job_with_its_log_tail_and_leaves_no_process(c
     assert not [pid for pid in worker_pids if psutil.pid_exists(pid) and
                 psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
     assert not processes_mentioning(str(run_dir))  # msrun, its scheduler and its log tails too
+
+
+def test_a_worker_gone_before_the_launcher_saw_it_is_still_named_by_its_rank(tmp_path, capsys):
+    """The race of a worker that fails at once: msrun names its pid, the launcher never saw the process, and every
+    log shows an error (msrun killed the others). The pid file the worker wrote names the rank."""
+    from trainkit.distributed.launch import _Failure, _MsrunJob
+
+    for rank, pid in ((0, 4001), (1, 4002)):
+        (tmp_path / f"worker_{rank}.log").write_text(f"Traceback (most recent call last):\nError on rank {rank}\n")
+        (tmp_path / f"rank-{rank}.pid").write_text(str(pid))
+    job = _MsrunJob(command=[], env={}, shown_log=tmp_path / "worker_0.log", failure=_Failure(pid=4002, status=1))
+    job._report_failure(1)
+    first = capsys.readouterr().err.splitlines()
+    assert first[0] == ("trainkit: error: worker rank 1 (pid 4002) exited with status 1; msrun stopped the other "
+                        "workers.")
+    assert first[1] == f"--- the last lines of {tmp_path / 'worker_1.log'}:"  # its own log first
 
 
 @pytest.mark.parametrize("overrides, message", [

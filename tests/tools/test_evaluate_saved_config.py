@@ -10,8 +10,9 @@ from trainkit.tools.evaluate import main as evaluate
 
 
 def test_a_run_using_hydra_runtime_cwd_evaluates_from_its_run_directory(tmp_path, capsys, monkeypatch):
-    write_cifar10(str(tmp_path / "cifar10"), train_per_file=8, test_records=16)
-    done = trainkit(*TINY, "data.root=${hydra:runtime.cwd}/cifar10", "logger.progress=off", "hydra.run.dir=run",
+    write_cifar10(str(tmp_path / "cifar10"), train_per_file=10, test_records=16)
+    done = trainkit(*TINY, "data.root=${hydra:runtime.cwd}/cifar10", "data.val_fraction=0.2",
+                    "logger.progress=off", "hydra.run.dir=run",
                     cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     saved = yaml.safe_load((tmp_path / "run" / ".hydra" / "config.yaml").read_text())
@@ -19,14 +20,14 @@ def test_a_run_using_hydra_runtime_cwd_evaluates_from_its_run_directory(tmp_path
 
     monkeypatch.chdir(tmp_path / "run")  # anywhere: the path no longer depends on the cwd
     assert evaluate([str(tmp_path / "run"), "--output", str(tmp_path / "eval.json")]) == 0
-    assert json.loads((tmp_path / "eval.json").read_text())["samples"] == 16
+    assert json.loads((tmp_path / "eval.json").read_text())["samples"] == 10  # validation (of 50)
 
     # a run directory written before the config was saved resolved: Hydra's record of the run resolves it
     saved["data"]["root"] = "${hydra:runtime.cwd}/cifar10"
     saved["run_dir"] = "${hydra:runtime.output_dir}"
     (tmp_path / "run" / ".hydra" / "config.yaml").write_text(yaml.safe_dump(saved))
     assert evaluate([str(tmp_path / "run"), "--output", str(tmp_path / "old.json")]) == 0
-    assert json.loads((tmp_path / "old.json").read_text())["samples"] == 16
+    assert json.loads((tmp_path / "old.json").read_text())["samples"] == 10  # validation (of 50)
     (tmp_path / "old.json").unlink()
 
     (tmp_path / "run" / ".hydra" / "hydra.yaml").unlink()  # no record of the run's cwd: one line naming the key

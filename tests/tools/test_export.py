@@ -71,9 +71,10 @@ def test_an_app_checkpoint_exports_into_the_apps_model(graph_mode, optimizer, tm
     from trainkit.app.config import compose_config
 
     root = tmp_path / "cifar10"
-    write_cifar10(str(root), train_per_file=8, test_records=8)
+    write_cifar10(str(root), train_per_file=10, test_records=8)
     overrides = ["recipe=resnet50_cifar10", "model=small_cnn", "model.width=4", "data.image_size=8",
-                 "data.batch_size=8", "data.num_parallel_workers=1", f"data.root={root}", f"optimizer={optimizer}",
+                 "data.batch_size=8", "data.num_parallel_workers=1", f"data.root={root}", "data.val_fraction=0.2",
+                 f"optimizer={optimizer}",
                  "wrapper.ema_decay=0.9", "wrapper.accumulation_steps=2", "logger.progress=off",
                  "trainer.epochs=2", f"run_dir={tmp_path / 'run'}"]
     result = train(compose_config(overrides))

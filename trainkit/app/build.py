@@ -16,7 +16,7 @@ import mindspore.dataset as ds
 from hydra.errors import InstantiationException
 from hydra.utils import get_object, instantiate
 from mindspore import amp, nn
-from mindspore.train import Loss, Metric, Model
+from mindspore.train import Metric, Model
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit.app.config import best_metric, best_mode
@@ -29,6 +29,7 @@ from trainkit.callbacks.train_metrics import checked_scalars
 from trainkit.callbacks.training_checkpoint import StartAt, TrainingCheckpoint
 from trainkit.checks import choice
 from trainkit.errors import ConfigError
+from trainkit.metrics import SampleMeanLoss
 from trainkit.models.dropout import streams_from_zero
 from trainkit.rundir.checkpoint import TrainingCheckpoint as SavedCheckpoint
 from trainkit.step import fused
@@ -121,7 +122,7 @@ def build_metrics(cfg: DictConfig) -> Optional[Dict[str, Metric]]:
             raise ConfigError(f"metrics.{name}._target_={node._target_} built a {type(metric).__name__}, not a "
                               "mindspore.train.Metric")
         metrics[str(name)] = metric
-    metrics["loss"] = Loss()
+    metrics["loss"] = SampleMeanLoss()  # MindSpore's Loss would average the batches' means
     return metrics
 
 

@@ -64,7 +64,14 @@ def evaluate_test_set(model: Model, wrapper: TrainingWrapper, test_set: Any, bes
     live = {p.name: p.asnumpy().copy() for p in wrapper.get_parameters()}
     source = "the last weights"
     if best_checkpoint.is_file():
-        ms.load_param_into_net(wrapper, ms.load_checkpoint(str(best_checkpoint)), strict_load=False)
+        # The weights and their EMA only: the optimizer's state (its learning-rate table among it) may have another
+        # shape by now, in a finished run continued for more epochs, and is not what a test evaluates.
+        evaluated = {p.name for p in wrapper.network.get_parameters()}
+        if wrapper.ema is not None:
+            evaluated |= {p.name for p in wrapper.ema.get_parameters()}
+        saved = ms.load_checkpoint(str(best_checkpoint))
+        ms.load_param_into_net(wrapper, {name: value for name, value in saved.items() if name in evaluated},
+                               strict_load=False)
         source = str(best_checkpoint)
     try:
         result = _prefixed("test", model.eval(test_set, dataset_sink_mode=False))

@@ -5,6 +5,11 @@ Layout expected under `root` (what the official `cifar-10-binary.tar.gz` extract
     root/cifar-10-batches-bin/data_batch_1.bin ... data_batch_5.bin   (train, 50,000 records)
     root/cifar-10-batches-bin/test_batch.bin                          (test, 10,000 records)
 
+Splits: the official test file is the held-out test set (``test_dataset()``, evaluated once at the end with
+``best.ckpt``); validation (``eval_dataset()``: the best checkpoint, early stopping) is carved from the training
+files, ``val_fraction`` of them (5,000 of 50,000 by default, 500 per class), chosen by ``split_seed``; training uses
+the rest. Choosing the checkpoint on the test records would bias the reported figure upward.
+
 Each record is 3073 bytes: 1 label byte (0..9), then 1024 red, 1024 green and 1024 blue bytes of a 32x32 image.
 
 Preprocessing follows the seed (MindSpore port of the PyTorch reference):
@@ -21,10 +26,11 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 import os
 import re
 import tempfile
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import mindspore as ms
 import mindspore.dataset as ds
@@ -82,6 +88,17 @@ class _RecordSource:
         return self.images[index], np.array(self.labels[index], dtype=np.uint32)
 
 
+def _subset_sampler(indices: np.ndarray, shuffle: bool, num_shards: int, shard_id: int) -> ds.Sampler:
+    """A sampler over `indices` only: shuffled each epoch (dataset seed) or in order, sharded when num_shards > 1
+    (shard k takes every num_shards-th record of the subset, padded by repetition to equal sizes)."""
+    subset = [int(i) for i in indices]
+    if num_shards == 1:
+        return ds.SubsetRandomSampler(subset) if shuffle else ds.SubsetSampler(subset)
+    sampler = ds.DistributedSampler(num_shards, shard_id, shuffle=shuffle)
+    sampler.add_child(ds.SubsetSampler(subset))
+    return sampler
+
+
 class Cifar10Data:
     """CIFAR-10 data module: `prepare()` checks (or downloads) the files, then `train_dataset()`/`eval_dataset()`.
 
@@ -95,6 +112,9 @@ class Cifar10Data:
         num_parallel_workers: threads per pipeline stage.
         url: where to download the binary archive from (a mirror may be given).
         md5: expected MD5 of that archive; None skips the check (not recommended).
+        val_fraction: share of the training records held out for validation, in (0, 1); balanced over the classes
+            (classes take turns in a `split_seed` permutation), at least one record.
+        split_seed: seed of that choice; the same seed gives the same split on every machine.
     """
 
     num_classes: int = 10
@@ -103,7 +123,8 @@ class Cifar10Data:
 
     def __init__(self, root: str, image_size: int = 224, batch_size: int = 32, eval_batch_size: Optional[int] = None,
                  augment: bool = True, download: bool = False, num_parallel_workers: int = 2,
-                 url: str = CIFAR10_URL, md5: Optional[str] = CIFAR10_MD5):
+                 url: str = CIFAR10_URL, md5: Optional[str] = CIFAR10_MD5, val_fraction: float = 0.1,
+                 split_seed: int = 0):
         if not isinstance(root, (str, os.PathLike)) or not str(root):
             raise ConfigError(f"root must be a path to the folder that holds {BATCHES_DIR}/; got {root!r}")
         self.root = os.path.abspath(os.path.expanduser(str(root)))
@@ -120,7 +141,14 @@ class Cifar10Data:
         if md5 is not None and not (isinstance(md5, str) and re.fullmatch(r"[0-9a-fA-F]{32}", md5)):
             raise ConfigError(f"md5 must be 32 hexadecimal digits or null; got {md5!r}")
         self.md5 = md5.lower() if md5 is not None else None
+        if (isinstance(val_fraction, bool) or not isinstance(val_fraction, numbers.Real)
+                or not 0.0 < float(val_fraction) < 1.0):
+            raise ConfigError(f"val_fraction must be a number in (0, 1) (the share of the training records held out "
+                              f"for validation); got {val_fraction!r}")
+        self.val_fraction = float(val_fraction)
+        self.split_seed = check_int("split_seed", split_seed, 0)
         self._prepared = False
+        self._split: Optional[Tuple[np.ndarray, np.ndarray]] = None
 
     @property
     def folder(self) -> str:
@@ -129,7 +157,8 @@ class Cifar10Data:
 
     def __repr__(self) -> str:
         return (f"Cifar10Data(root={self.root!r}, image_size={self.image_size}, batch_size={self.batch_size}, "
-                f"eval_batch_size={self.eval_batch_size}, augment={self.augment}, download={self.download})")
+                f"eval_batch_size={self.eval_batch_size}, augment={self.augment}, download={self.download}, "
+                f"val_fraction={self.val_fraction}, split_seed={self.split_seed})")
 
     # ---------------------------------------------------------------------------------------------- prepare
     def prepare(self) -> None:
@@ -219,31 +248,70 @@ class Cifar10Data:
 
     # --------------------------------------------------------------------------------------------- datasets
     def train_dataset(self, num_shards: int = 1, shard_id: int = 0) -> ds.Dataset:
-        """Shuffled, augmented (when `augment`) batches of `batch_size`; the last incomplete batch is dropped.
+        """Shuffled, augmented (when `augment`) batches of `batch_size` from the training records not held out for
+        validation; the last incomplete batch is dropped.
 
         Columns: "image" float32 [B, 3, image_size, image_size], "label" int32 [B]. With `num_shards` > 1 each
         shard reads a disjoint 1/num_shards of the records (padded by repetition to equal sizes).
         """
         num_shards, shard_id = check_shards(num_shards, shard_id)
-        records = self._records(TRAIN_FILES)
-        per_shard = math.ceil(records / num_shards)
+        indices = self.split()[0]
+        per_shard = math.ceil(len(indices) / num_shards)
         if per_shard < self.batch_size:
             raise ConfigError(f"batch_size={self.batch_size} is larger than the training records per shard: the "
-                              f"files in {self.folder} hold {records} records, {per_shard} per shard with "
-                              f"num_shards={num_shards}, so dropping the last incomplete batch leaves no batch at all. "
-                              f"Lower data.batch_size.")
-        dataset = self._source(TRAIN_FILES, "train", shuffle=True, num_shards=num_shards, shard_id=shard_id)
+                              f"files in {self.folder} hold {len(indices)} training records (validation held out), "
+                              f"{per_shard} per shard with num_shards={num_shards}, so dropping the last incomplete "
+                              f"batch leaves no batch at all. Lower data.batch_size.")
+        sampler = _subset_sampler(indices, shuffle=True, num_shards=num_shards, shard_id=shard_id)
+        dataset = self._source(TRAIN_FILES, "train", sampler)
         return self._pipeline(dataset, self._image_ops(train=True), self.batch_size, drop_remainder=True)
 
     def eval_dataset(self, num_shards: int = 1, shard_id: int = 0) -> ds.Dataset:
-        """Test records in file order, no augmentation, batches of `eval_batch_size` (the last one may be smaller).
+        """The validation records (carved from the training files) in file order, no augmentation, batches of
+        `eval_batch_size` (the last one may be smaller).
 
-        With `num_shards` > 1, shard k gets records k, k + num_shards, ...; when the record count is not a multiple
-        of num_shards, the last shards repeat a record or two so all shards have the same number.
+        With `num_shards` > 1, shard k gets the k-th, (k + num_shards)-th, ... of them; when their count is not a
+        multiple of num_shards, the last shards repeat a record or two so all shards have the same number.
         """
         num_shards, shard_id = check_shards(num_shards, shard_id)
-        dataset = self._source(TEST_FILES, "test", shuffle=False, num_shards=num_shards, shard_id=shard_id)
+        sampler = _subset_sampler(self.split()[1], shuffle=False, num_shards=num_shards, shard_id=shard_id)
+        dataset = self._source(TRAIN_FILES, "train", sampler)
         return self._pipeline(dataset, self._image_ops(train=False), self.eval_batch_size, drop_remainder=False)
+
+    def test_dataset(self, num_shards: int = 1, shard_id: int = 0) -> ds.Dataset:
+        """The official test records in file order, as ``eval_dataset`` gives the validation ones."""
+        num_shards, shard_id = check_shards(num_shards, shard_id)
+        sampler = (ds.DistributedSampler(num_shards, shard_id, shuffle=False) if num_shards > 1
+                   else ds.SequentialSampler())
+        dataset = self._source(TEST_FILES, "test", sampler)
+        return self._pipeline(dataset, self._image_ops(train=False), self.eval_batch_size, drop_remainder=False)
+
+    def split(self) -> Tuple[np.ndarray, np.ndarray]:
+        """Indices into the training records (file order, data_batch_1 first): (train, validation), each sorted.
+
+        A `split_seed` permutation of the records is reordered so the classes take turns (the first record of each
+        class, then the second, ...), and its first round(val_fraction * N) records (at least 1) are validation:
+        the validation set is as balanced over the classes as its size allows, 500 per class on the official files.
+        """
+        if self._split is None:
+            self._ensure_prepared()
+            labels = np.concatenate([np.fromfile(os.path.join(self.folder, name), dtype=np.uint8)[::RECORD_BYTES]
+                                     for name in TRAIN_FILES])
+            count = len(labels)
+            val_count = max(1, round(self.val_fraction * count))
+            if val_count >= count:
+                raise ConfigError(f"val_fraction={self.val_fraction} leaves no training record: the files in "
+                                  f"{self.folder} hold {count} training records. Lower data.val_fraction.")
+            order = np.random.default_rng(self.split_seed).permutation(count)
+            turn = np.zeros(count, dtype=np.int64)  # turn[i]: how many records of its class come before it in order
+            for label in np.unique(labels):
+                members = np.flatnonzero(labels[order] == label)
+                turn[members] = np.arange(len(members))
+            interleaved = order[np.argsort(turn, kind="stable")]
+            val = np.sort(interleaved[:val_count])
+            train = np.sort(interleaved[val_count:])
+            self._split = (train, val)
+        return self._split
 
     def _ensure_prepared(self) -> None:
         if not self._prepared:
@@ -263,16 +331,15 @@ class Cifar10Data:
                        for name in names)
         return sizes_ok and matched == set(names)
 
-    def _source(self, names: Sequence[str], usage: str, shuffle: bool, num_shards: int, shard_id: int) -> ds.Dataset:
+    def _source(self, names: Sequence[str], usage: str, sampler: ds.Sampler) -> ds.Dataset:
         self._ensure_prepared()
-        shards: Dict[str, Any] = {"num_shards": num_shards, "shard_id": shard_id} if num_shards > 1 else {}
         if self._native_readable(names, usage):
-            return ds.Cifar10Dataset(self.folder, usage=usage, shuffle=shuffle,
-                                     num_parallel_workers=self.num_parallel_workers, **shards)
+            return ds.Cifar10Dataset(self.folder, usage=usage, sampler=sampler,
+                                     num_parallel_workers=self.num_parallel_workers)
         logger.info("Reading %s with NumPy: the files are not the official %d records each", usage, OFFICIAL_RECORDS)
         source = _RecordSource([os.path.join(self.folder, name) for name in names])
-        return ds.GeneratorDataset(source, column_names=["image", "label"], shuffle=shuffle,
-                                   num_parallel_workers=1, python_multiprocessing=False, **shards)
+        return ds.GeneratorDataset(source, column_names=["image", "label"], sampler=sampler,
+                                   num_parallel_workers=1, python_multiprocessing=False)
 
     def _image_ops(self, train: bool) -> list:
         ops: list = []

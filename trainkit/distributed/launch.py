@@ -42,6 +42,7 @@ _NATIVE_LOG_LINE = re.compile(r"\[(DEBUG|INFO|WARNING)\] [A-Z_]+\(")  # MindSpor
 _POLL_SECONDS = 0.2
 _GRACE_SECONDS = 10.0  # for msrun to stop its workers itself, and for processes to exit after SIGTERM
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+WORKER_PIDS = "TRAINKIT_WORKER_PIDS"  # the folder where each worker of a trainkit launcher writes rank-<rank>.pid
 
 
 def needs_launch(parallel) -> bool:
@@ -102,13 +103,27 @@ def run_msrun(parallel, arguments: Sequence[str], run_dir: Path, resuming: bool 
                "--join=True", f"--tail_worker_log={parallel.workers + 1}",  # no rank: the launcher shows the log
                "python", *arguments]
     interpreter_dir = os.path.dirname(sys.executable)
+    log_dir.mkdir(parents=True)
     env = dict(os.environ, PATH=interpreter_dir + os.pathsep + os.environ.get("PATH", ""),
-               **(launcher_marker() if lock is not None and lock.held else {}))
+               **{WORKER_PIDS: str(log_dir)}, **(launcher_marker() if lock is not None and lock.held else {}))
     close_log_files()  # rank 0 writes train.log; the launcher's own lines go to the console
     log.info("starting %d worker(s) of %d on this machine through msrun (%s:%d); per-rank logs in %s",
              parallel.workers, parallel.workers * parallel.nodes, parallel.master_addr, port, log_dir)
     job = _MsrunJob(command, env, log_dir / f"worker_{first_local_rank}.log")
     return job.run()
+
+
+def note_worker_pid() -> None:
+    """In a worker of a trainkit launcher, write this process's pid to ``rank-<RANK_ID>.pid`` in the job's log folder.
+
+    A worker that fails at once can be gone before the launcher's next look at msrun's processes; msrun's failure
+    line names only its pid, and this file turns it into the rank (and the log) the launcher reports.
+    """
+    folder, rank = os.environ.get(WORKER_PIDS), os.environ.get("RANK_ID")
+    if not folder or rank is None or not rank.isdigit():
+        return
+    with contextlib.suppress(OSError):
+        Path(folder, f"rank-{rank}.pid").write_text(str(os.getpid()))
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -267,7 +282,8 @@ class _MsrunJob:
     def _report_failure(self, msrun_status: Optional[int]) -> None:
         log_dir = self.shown_log.parent
         if self.failure is not None:
-            rank = self._ranks.get(self.failure.pid) or _rank_of_the_only_failing_log(log_dir)
+            rank = (self._ranks.get(self.failure.pid) or _rank_of_pid(log_dir, self.failure.pid)
+                    or _rank_of_the_only_failing_log(log_dir))
             what = f"worker rank {rank}" if rank is not None else "a worker"
             headline = (f"{what} (pid {self.failure.pid}) exited with status {self.failure.status}; msrun stopped "
                         "the other workers")
@@ -301,6 +317,15 @@ def _device_target(configured: str) -> str:
     import mindspore as ms
 
     return ms.get_context("device_target")
+
+
+def _rank_of_pid(log_dir: Path, pid: int) -> Optional[str]:
+    """The rank whose worker wrote `pid` to ``rank-<rank>.pid`` (see :func:`note_worker_pid`)."""
+    for path in sorted(log_dir.glob("rank-*.pid")):
+        with contextlib.suppress(OSError):
+            if path.read_text().strip() == str(pid):
+                return path.stem.split("-", 1)[1]
+    return None
 
 
 def _rank_of_the_only_failing_log(log_dir: Path) -> Optional[str]:

@@ -1,7 +1,7 @@
 """Mixed precision: a backbone cast by `mindspore.amp`, with the loss always computed in float32."""
 from __future__ import annotations
 
-from mindspore import amp, nn
+from mindspore import amp, nn, ops
 from mindspore import dtype as mstype
 
 AMP_LEVELS = ("O0", "O1", "O2", "O3")
@@ -39,11 +39,19 @@ def build_loss_network(backbone: nn.Cell, loss_fn: nn.Cell, amp_level: str = "O0
 
 
 class Float32EvalCell(Float32LossCell):
-    """``(loss, logits, label)`` with float32 logits, for ``Model(eval_network=..., eval_indexes=[0, 1, 2])``."""
+    """``(losses, logits, label)`` with float32 logits, for ``Model(eval_network=..., eval_indexes=[0, 1, 2])``.
+
+    A loss that reduces the batch to one number comes out repeated once per sample, so that a metric can weight
+    each batch by its size: MindSpore's ``Loss`` metric averages the batches' means, which over-weights a smaller
+    last batch (see ``trainkit.callbacks.evaluation.SampleMeanLoss``).
+    """
 
     def construct(self, data, label):
         logits = self.backbone(data).astype(mstype.float32)
-        return self.loss_fn(logits, label), logits, label
+        loss = self.loss_fn(logits, label)
+        if loss.ndim == 0:  # decided when compiling: the shape is static
+            loss = ops.broadcast_to(loss.reshape((1,)), (logits.shape[0],))
+        return loss, logits, label
 
 
 def applied_amp_level(backbone: nn.Cell) -> str:
