@@ -82,7 +82,6 @@ def test_unknown_group_choice_lists_the_options(override, message):
 
 
 @pytest.mark.parametrize("override, message", [
-    ("trainer.profile.stepz=3", "Key 'stepz' not in 'ProfileConfig'"),
     ("trainer.mode=grph", "Invalid value 'grph', expected one of [graph, pynative]"),
     ("trainer.epochs=three", "Value 'three' of type 'str' could not be converted to Integer"),
     ("wrapper.loss_scale=auto", "Invalid value 'auto', expected one of [none, static, dynamic]"),
@@ -98,6 +97,10 @@ def test_typos_and_wrong_types_fail_in_hydra_naming_the_key(override, message):
     ("trainer.epoch=3", "unknown key trainer.epoch: did you mean trainer.epochs? trainer takes epochs, "),
     ("amp.levl=O2", "unknown key amp.levl: did you mean amp.level? amp takes level"),
     ("logger.progres=off", "unknown key logger.progres: did you mean logger.progress? "),
+    ("trainer.profile.stepz=3", "unknown key trainer.profile.stepz: did you mean trainer.profile.steps? "
+                                "trainer.profile takes steps, start_step, ranks, top_operators"),
+    ("+trainer.early_stopping.patiense=2", "unknown key trainer.early_stopping.patiense: did you mean "
+                                           "trainer.early_stopping.patience?"),
 ])
 def test_a_typo_in_a_closed_group_is_one_line_with_the_closest_key(override, message):
     cfg = compose_config([override, "run_dir=unused"])

@@ -17,7 +17,8 @@ Two kinds of groups:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+import typing
+from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum
 from importlib import resources
 from typing import Any, Iterable, List, Optional
@@ -228,13 +229,13 @@ def schema_node() -> DictConfig:
         if group not in ("wrapper", "callbacks"):
             node[group] = {}
         OmegaConf.set_struct(node[group], False)
-    # The closed groups' own keys are checked by check_closed_keys, which names the key and offers the closest one
-    # (Hydra's struct error is six lines without a suggestion); their nested nodes stay in struct mode.
+    # The closed groups' keys, at every depth, are checked by check_closed_keys, which names the key and offers the
+    # closest one (Hydra's struct error is six lines without a suggestion, and exits with status 1).
     for group in CLOSED_GROUPS:
         OmegaConf.set_struct(node[group], False)
         for key in node[group]:
-            if isinstance(node[group][key], DictConfig):
-                OmegaConf.set_struct(node[group][key], True)
+            if isinstance(node[group][key], DictConfig):  # trainer.profile, trainer.early_stopping: checked too
+                OmegaConf.set_struct(node[group][key], False)
     return node
 
 
@@ -354,11 +355,20 @@ def check_closed_keys(cfg: DictConfig) -> None:
             raise ConfigError(f"unknown key {key}: {did_you_mean(key, top_level)}the top level takes "
                               f"{', '.join(top_level)}")
     for group, schema in CLOSED_GROUPS.items():
-        valid = [f.name for f in fields(schema)]
-        for key in cfg[group]:
-            if key not in valid:
-                raise ConfigError(f"unknown key {group}.{key}: {did_you_mean(key, valid, group + '.')}"
-                                  f"{group} takes {', '.join(valid)}")
+        _check_schema_keys(cfg[group], schema, group)
+
+
+def _check_schema_keys(node: DictConfig, schema: type, path: str) -> None:
+    """Every key of `node` is a field of the dataclass `schema`, at every depth of its dataclass-typed fields."""
+    valid = [f.name for f in fields(schema)]
+    types = typing.get_type_hints(schema)  # the annotations are strings here (postponed evaluation)
+    for key in node:
+        if key not in valid:
+            raise ConfigError(f"unknown key {path}.{key}: {did_you_mean(key, valid, path + '.')}"
+                              f"{path} takes {', '.join(valid)}")
+        nested = types.get(key)
+        if is_dataclass(nested) and isinstance(node[key], DictConfig):
+            _check_schema_keys(node[key], nested, f"{path}.{key}")
 
 
 def reported_metrics(cfg: DictConfig) -> list:
