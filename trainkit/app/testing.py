@@ -66,12 +66,12 @@ def evaluate_test_set(model: Model, wrapper: TrainingWrapper, test_set: Any, bes
     if best_checkpoint.is_file():
         # The weights and their EMA only: the optimizer's state (its learning-rate table among it) may have another
         # shape by now, in a finished run continued for more epochs, and is not what a test evaluates.
-        evaluated = {p.name for p in wrapper.network.get_parameters()}
-        if wrapper.ema is not None:
-            evaluated |= {p.name for p in wrapper.ema.get_parameters()}
         saved = ms.load_checkpoint(str(best_checkpoint))
-        ms.load_param_into_net(wrapper, {name: value for name, value in saved.items() if name in evaluated},
-                               strict_load=False)
+        for part in (wrapper.network, wrapper.ema):
+            if part is not None:
+                names = {p.name for p in part.get_parameters()}
+                ms.load_param_into_net(part, {name: value for name, value in saved.items() if name in names},
+                                       strict_load=True)
         source = str(best_checkpoint)
     try:
         result = _prefixed("test", model.eval(test_set, dataset_sink_mode=False))
