@@ -41,6 +41,8 @@ def test_the_test_figures_come_from_best_ckpt_on_the_held_out_images(tmp_path):
     network = result.network
     network.set_train(False)
     last = accuracy_and_loss(network(Tensor(images)).asnumpy(), labels)
+    with ema_weights(result.wrapper.ema):
+        last_ema = accuracy_and_loss(network(Tensor(images)).asnumpy(), labels)
     ms.load_param_into_net(result.wrapper, ms.load_checkpoint(str(tmp_path / "checkpoints" / "best.ckpt")))
     best = accuracy_and_loss(network(Tensor(images)).asnumpy(), labels)
     with ema_weights(result.wrapper.ema):
@@ -49,6 +51,8 @@ def test_the_test_figures_come_from_best_ckpt_on_the_held_out_images(tmp_path):
     assert tested["test/accuracy"] == pytest.approx(best[0], abs=1e-9)
     assert tested["test/loss"] == pytest.approx(best[1], rel=1e-4)
     assert tested["test_ema/accuracy"] == pytest.approx(best_ema[0], abs=1e-9)
+    assert abs(best_ema[1] - last_ema[1]) > 1e-3  # best.ckpt's EMA, not the last one: the loss tells them apart
+    assert tested["test_ema/loss"] == pytest.approx(best_ema[1], rel=1e-4)
     assert result.metrics["test_accuracy"] == tested["test/accuracy"]
     assert result.metrics["test_ema_loss"] == tested["test_ema/loss"]
 
