@@ -1,12 +1,12 @@
 """trainkit: a configurable training loop for MindSpore.
 
-``TrainingWrapper`` and ``ExponentialMovingAverage`` are imported on first use, not with the package: importing
-MindSpore reads its log level (``GLOG_v``) once, and ``python -m trainkit`` sets that level before it imports
-anything of MindSpore (``trainkit/__main__.py``).
+``TrainingWrapper``, ``ExponentialMovingAverage``, ``Callback`` and ``CallbackState`` are imported on first
+use, not with the package: importing MindSpore reads its log level (``GLOG_v``) once, and ``python -m trainkit``
+sets that level before it imports anything of MindSpore (``trainkit/__main__.py``).
 """
 from typing import Any
 
-__all__ = ["TrainingWrapper", "ExponentialMovingAverage"]
+__all__ = ["Callback", "CallbackState", "TrainingWrapper", "ExponentialMovingAverage"]
 __version__ = "0.1.0"
 
 
@@ -19,4 +19,8 @@ def __getattr__(name: str) -> Any:
         from trainkit.step.ema import ExponentialMovingAverage
 
         return ExponentialMovingAverage
+    if name in ("Callback", "CallbackState"):
+        from trainkit.callbacks import base
+
+        return getattr(base, name)
     raise AttributeError(f"module 'trainkit' has no attribute {name!r}")

@@ -33,6 +33,7 @@ from trainkit.app.profiling import profile_window
 from trainkit.app.stopping import continues_at, raise_if_interrupted, stop_metrics
 from trainkit.app.testing import evaluate_test_set, wants_test
 from trainkit.callbacks import RunLog
+from trainkit.callbacks.base import CallbackRun, bind_callbacks, learning_rate_table
 from trainkit.checks import choice
 from trainkit.data.values import checked_batches
 from trainkit.distributed.parallel import (
@@ -159,13 +160,18 @@ def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResul
     run_log = RunLog(run_dir, tensorboard=cfg.logger.tensorboard and writer,
                      metrics_file=cfg.logger.metrics_file if writer else None,
                      continues_at=continues_at(resumed, run_dir, run.continues_run_dir(trainer.resume, run_dir))
-                     if writer else None)  # the records after it leave the main record
+                     if writer else None,  # the records after it leave the main record
+                     accumulation_steps=accumulation_steps)
     if run_log.superseded is not None:
         log.warning("the records an earlier attempt made %s were moved to %s: this run records them again",
                     f"after step {done}" if resumed else "in this directory", run_log.superseded)
     hooks = build.build_callbacks(cfg, writer, run_dir, run_log, model, wrapper, eval_set, resumed,
                                   steps_per_epoch, sink_size, samples_per_step, group_size, user_callbacks)
     hooks.callbacks.extend(profiler)
+    bind_callbacks(user_callbacks, CallbackRun(
+        run_log=run_log if writer else None, network=backbone, wrapper=wrapper, optimizer=optimizer,
+        learning_rates=learning_rate_table(optimizer), run_dir=run_dir, rank=rank, writer=writer,
+        steps_per_epoch=steps_per_epoch, accumulation_steps=accumulation_steps, evaluation=hooks.evaluation))
 
     log.info("%s: %s on %s, %d steps/epoch of %d samples (%d per rank x %d), %d epochs, %s mode, amp %s, run dir %s",
              run.describe_target(cfg.model), run.count_parameters(backbone), run.describe(data), steps_per_epoch,

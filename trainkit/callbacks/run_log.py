@@ -38,6 +38,9 @@ from tensorboardX.proto.event_pb2 import Event, SessionLog  # noqa: E402
 PathLike = Union[str, Path]
 
 
+RECORD_FIELDS = ("step", "optimizer_step", "epoch", "time")  # every record's own keys; the rest are values
+
+
 class RunLog:
     """Writes every record twice: TensorBoard for looking, ``metrics.jsonl`` for programs.
 
@@ -48,7 +51,9 @@ class RunLog:
       to a background thread whose ``flush()`` does not wait for the queue, so a crash or a reader could
       miss the last records.)
     * JSON lines: ``<run_dir>/<metrics_file>``, one object per ``scalars`` call,
-      ``{"step": int, "epoch": int | null, "time": float (Unix seconds), "<tag>": value, ...}``, opened
+      ``{"step": int, "optimizer_step": int, "epoch": int | null, "time": float (Unix seconds), "<tag>": value,
+      ...}`` (``step`` counts micro-batches, ``optimizer_step`` the accumulation windows completed by then:
+      ``step // accumulation_steps``), opened
       for appending (a resumed run adds to the file, never truncates it) and flushed after each line,
       so a crash loses nothing already recorded. Non-finite values are written as Python's ``json``
       writes them (``NaN``, ``Infinity``), which ``json.loads`` reads back.
@@ -62,13 +67,15 @@ class RunLog:
         tensorboard: write TensorBoard event files.
         metrics_file: file name of the JSON-lines file inside `run_dir`, or None for none.
         continues_at: the step of the checkpoint this run continues from; None for a new run.
+        accumulation_steps: micro-batches per optimizer step (``wrapper.accumulation_steps``).
 
     Usable as a context manager; ``close()`` is idempotent.
     """
 
     def __init__(self, run_dir: PathLike, tensorboard: bool = True, metrics_file: Optional[str] = "metrics.jsonl",
-                 continues_at: Optional[int] = None):
+                 continues_at: Optional[int] = None, accumulation_steps: int = 1):
         self.run_dir = Path(run_dir)
+        self.accumulation_steps = int(accumulation_steps)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.superseded: Optional[Path] = None
         if continues_at is not None and metrics_file is not None:
@@ -91,14 +98,14 @@ class RunLog:
     def scalars(self, step: int, values: Mapping[str, Any], epoch: Optional[int] = None) -> Dict[str, Any]:
         """Record `values` (tag -> number) at global `step`; returns the JSON record written."""
         self._check_open()
-        record: Dict[str, Any] = {"step": int(step), "epoch": None if epoch is None else int(epoch),
-                                  "time": time.time()}
+        record: Dict[str, Any] = {"step": int(step), "optimizer_step": int(step) // self.accumulation_steps,
+                                  "epoch": None if epoch is None else int(epoch), "time": time.time()}
         for tag, value in values.items():
-            if tag in ("step", "epoch", "time"):
+            if tag in RECORD_FIELDS:
                 raise ValueError(f"RunLog.scalars: tag {tag!r} is reserved for the record's own fields")
             record[tag] = _to_number(value, tag)
         if self._writer is not None:
-            tags = [tag for tag in record if tag not in ("step", "epoch", "time")]
+            tags = [tag for tag in record if tag not in RECORD_FIELDS]
             self._writer.write([tb_summary.scalar(tag, float(record[tag])) for tag in tags], int(step), record["time"])
         if self._metrics is not None:
             self._metrics.write(json.dumps(record) + "\n")

@@ -1,0 +1,134 @@
+"""trainkit.Callback: the state its hooks see, log() into the run's record, and its hooks around a polite stop and
+a resume; MindSpore's own callbacks beside it. Expected values are written here independently: the cosine
+schedule in NumPy, the counters by integer arithmetic."""
+import math
+
+import numpy as np
+import pytest
+
+from tests.callbacks.user_callbacks import CountSteps, Recorder
+from tests.common.callbacks import read_jsonl
+from trainkit import Callback
+from trainkit.app import train
+from trainkit.app.config import compose_config
+from trainkit.callbacks.base import CallbackRun
+from trainkit.errors import RunInterrupted
+
+EPOCHS, ACCUMULATION, LR = 2, 2, 0.01
+CALLBACKS = ("callbacks=[{_target_:tests.callbacks.user_callbacks.Recorder},"
+             "{_target_:tests.callbacks.user_callbacks.CountSteps}]")
+
+
+def overrides(run_dir, *more):
+    return [f"trainer.epochs={EPOCHS}", f"wrapper.accumulation_steps={ACCUMULATION}", "lr_schedule=cosine",
+            "lr_schedule.warmup_epochs=0", f"optimizer.lr={LR}", "logger.progress=off", "logger.log_every_n_steps=5",
+            "trainer.checkpoint_every_n_steps=0", f"run_dir={run_dir}", CALLBACKS, *more]
+
+
+def cosine_rates(steps_per_epoch: int) -> np.ndarray:
+    """One rate per optimizer update: ceil(epochs * updates per epoch) updates, lr (1 + cos(pi u / (n - 1))) / 2."""
+    updates = math.ceil(EPOCHS * steps_per_epoch / ACCUMULATION)
+    return LR * 0.5 * (1 + np.cos(np.pi * np.arange(updates) / (updates - 1)))
+
+
+def of_type(result, kind):
+    (found,) = [c for c in result.callbacks if type(c) is kind]
+    return found
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("uninterrupted")
+    return run_dir, train(compose_config(overrides(run_dir)))
+
+
+def test_the_state_counts_micro_batches_optimizer_steps_and_epochs(uninterrupted):
+    run_dir, result = uninterrupted
+    recorder = of_type(result, Recorder)
+    steps_per_epoch = result.data.train_dataset().get_dataset_size()
+    total = EPOCHS * steps_per_epoch
+    rates = cosine_rates(steps_per_epoch)
+    assert recorder.started == [(0, 1, pytest.approx(rates[0]))]
+    assert [s[:4] for s in recorder.steps] == [(s, s // ACCUMULATION, (s - 1) // steps_per_epoch + 1,
+                                                (s - 1) % steps_per_epoch + 1) for s in range(1, total + 1)]
+    # the rate of the window each micro-batch belongs to, the last one included (MindSpore's get_lr() goes past it)
+    np.testing.assert_allclose([s[4] for s in recorder.steps], rates[(np.arange(1, total + 1) - 1) // ACCUMULATION],
+                               rtol=1e-6)
+    assert [(e, s) for e, s, _ in recorder.epochs] == [(e, e * steps_per_epoch) for e in range(1, EPOCHS + 1)]
+    assert recorder.ended == [total]
+    network, wrapper, optimizer, directory, rank, writer = recorder.objects
+    assert network is result.network and wrapper is result.wrapper and optimizer is result.optimizer
+    assert directory == run_dir and rank == 0 and writer is True
+
+
+def test_log_lands_in_metrics_jsonl_with_both_counters_in_every_record(uninterrupted):
+    run_dir, result = uninterrupted
+    steps_per_epoch = result.data.train_dataset().get_dataset_size()
+    records = read_jsonl(run_dir / "metrics.jsonl")
+    assert all(r["optimizer_step"] == r["step"] // ACCUMULATION for r in records)  # every record, trainkit's too
+    logged = [(r["step"], r["custom/learning_rate"]) for r in records if "custom/learning_rate" in r]
+    assert [s for s, _ in logged] == list(range(1, EPOCHS * steps_per_epoch + 1))
+    rates = cosine_rates(steps_per_epoch)
+    np.testing.assert_allclose([v for _, v in logged], rates[(np.arange(len(logged))) // ACCUMULATION], rtol=1e-6)
+    evaluations = {r["step"]: r["eval/accuracy"] for r in records if "eval/accuracy" in r}
+    epoch_logs = {r["step"]: r["custom/epoch_accuracy"] for r in records if "custom/epoch_accuracy" in r}
+    assert epoch_logs == evaluations  # on_epoch_end runs after the epoch's evaluation and sees its results
+    assert [r["custom/ended"] for r in records if "custom/ended" in r] == [EPOCHS * steps_per_epoch]
+
+
+def test_mindspore_callbacks_keep_working_beside_trainkits(uninterrupted):
+    _, result = uninterrupted
+    counter = of_type(result, CountSteps)
+    assert counter.steps == EPOCHS * result.data.train_dataset().get_dataset_size() and counter.epoch_ends == EPOCHS
+
+
+def test_a_polite_stop_reports_no_partial_epoch_and_the_resume_records_each_step_once(uninterrupted, tmp_path):
+    reference_dir, reference = uninterrupted
+    steps_per_epoch = reference.data.train_dataset().get_dataset_size()
+    stop_after = steps_per_epoch + 10  # in epoch 2; SIGTERM: trainkit stops after the next step, with a checkpoint
+    recorder = CALLBACKS.replace("Recorder}", f"Recorder,stop_at_step:{stop_after}}}")
+    with pytest.raises(RunInterrupted):
+        train(compose_config([*overrides(tmp_path), recorder]))
+    assert (tmp_path / "epochs.csv").read_text() == f"1,{steps_per_epoch}\n"  # no end for the interrupted epoch 2
+
+    result = train(compose_config([*overrides(tmp_path), "trainer.resume=auto"]))
+    continued = of_type(result, Recorder)
+    assert continued.started[0][0] == stop_after + 1  # the run starts again after the step it stopped at
+    assert (tmp_path / "epochs.csv").read_text() == "".join(
+        f"{e},{e * steps_per_epoch}\n" for e in range(1, EPOCHS + 1))  # each epoch once
+
+    def logged(directory):
+        return [(r["step"], r["optimizer_step"], r["custom/learning_rate"])
+                for r in read_jsonl(directory / "metrics.jsonl") if "custom/learning_rate" in r]
+
+    assert logged(tmp_path) == logged(reference_dir)  # each step once, as the run that never stopped
+
+
+class _Logs(Callback):
+    def __init__(self, name, value):
+        super().__init__()
+        self.name, self.value = name, value
+
+    def on_epoch_end(self, state):
+        self.log(self.name, self.value)
+
+
+@pytest.mark.parametrize("name, value, error, message", [
+    ("train/loss", 1.0, ValueError, "_Logs.log('train/loss', ...): the name must be"),
+    ("step", 1.0, ValueError, "other than step, optimizer_step, epoch, time"),
+    ("", 1.0, ValueError, "non-empty string"),
+    ("mine", "high", TypeError, "the value must be one real number; got str 'high'"),
+    ("mine", [1.0, 2.0], TypeError, "got list"),
+    ("mine", True, TypeError, "got bool"),
+])
+def test_log_refuses_trainkits_names_and_values_that_are_not_one_number(name, value, error, message):
+    callback = _Logs(name, value)
+    callback.bind(CallbackRun(run_log=None, network=None, wrapper=None, optimizer=None, learning_rates=[0.1],
+                              run_dir=None, rank=0, writer=True, steps_per_epoch=1, accumulation_steps=1))
+    with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        callback._call(callback.on_epoch_end, callback._state(1))
+
+
+def test_log_outside_a_hook_says_where_to_call_it():
+    with pytest.raises(RuntimeError, match="outside a hook"):
+        _Logs("x", 1.0).log("x", 1.0)

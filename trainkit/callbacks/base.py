@@ -1,0 +1,224 @@
+"""``trainkit.Callback``: hooks with the run's state, and ``log()`` into the run's record.
+
+A ``mindspore.train.Callback`` gets MindSpore's ``run_context``, where the optimizer is ``None`` under a
+TrainingWrapper, ``optimizer.get_lr()`` indexes past the schedule at the last step, a polite stop ends the
+epoch it interrupts, and a resumed run's step count starts again at 0. A ``trainkit.Callback`` gets a
+:class:`CallbackState` instead, with the counters the run's records use, and can record values of its own.
+
+Hooks (named apart from MindSpore's ``on_train_*``, which this class uses to call them) and when they run (the
+app runs user callbacks after its own, so an epoch's evaluation and checkpoint are done when ``on_epoch_end``
+runs):
+
+- ``on_run_start(state)``: once per process, before the first step (after a resume: at the checkpoint's step);
+- ``on_step_end(state)``: after every micro-batch (only called when overridden: it costs a Python call a step);
+- ``on_epoch_end(state)``: after each *complete* epoch, never for the partial epoch a polite stop (a signal, a
+  stop after a step) interrupts: after ``trainer.resume=auto`` that epoch ends once, in the continuation;
+- ``on_run_end(state)``: once per process, when training stops, however it stops (the last step done).
+
+``self.log(name, value)`` inside a hook records ``name`` at the state's step in ``metrics.jsonl`` and
+TensorBoard, in the same record mechanism as trainkit's own values: a continued run supersedes the records
+after its checkpoint's step, yours included. Only the rank that writes the run's records records them.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Optional, Sequence
+
+import numpy as np
+from mindspore import Parameter, nn
+from mindspore.train import Callback as MindSporeCallback
+
+from trainkit.callbacks.evaluation import _stopped_mid_epoch
+from trainkit.callbacks.run_log import RECORD_FIELDS, RunLog
+from trainkit.callbacks.train_metrics import GlobalStep, optimizer_learning_rate
+
+#: Prefixes of the values trainkit records itself: a callback's ``log()`` may not use them.
+RESERVED_PREFIXES = ("train/", "eval/", "eval_ema/", "test/", "test_ema/", "final/")
+
+
+@dataclass
+class CallbackState:
+    """What a :class:`Callback` hook sees.
+
+    Attributes:
+        step: micro-batches done in the whole run (continued across resumes): ``metrics.jsonl``'s ``step``.
+        optimizer_step: accumulation windows completed, ``step // accumulation_steps``: its ``optimizer_step``.
+        epoch: the epoch the step belongs to, from 1; in ``on_epoch_end``, the epoch that just ended.
+        step_in_epoch: micro-batches done in that epoch (``steps_per_epoch`` at its end).
+        steps_per_epoch: micro-batches in an epoch.
+        accumulation_steps: micro-batches per optimizer update (``wrapper.accumulation_steps``).
+        learning_rate: the rate of the update the current window makes (of the next one in ``on_run_start``),
+            read from the run's schedule and clamped to its last entry: never out of range.
+        network: the model being trained (the backbone, without loss or wrapper).
+        wrapper: the ``TrainingWrapper`` (its ``ema``, ``optimizer``, ...).
+        optimizer: the optimizer.
+        run_dir: the run directory.
+        rank: this process's rank (0 without data parallel).
+        writer: whether this rank writes the run's records (``log()`` records nothing elsewhere).
+        evaluation: the evaluation results at this step (``{"eval/accuracy": ..., ...}``) when one ran at it,
+            else empty.
+    """
+
+    step: int
+    optimizer_step: int
+    epoch: int
+    step_in_epoch: int
+    steps_per_epoch: int
+    accumulation_steps: int
+    learning_rate: float
+    network: nn.Cell
+    wrapper: nn.Cell
+    optimizer: Optional[nn.Optimizer]
+    run_dir: Path
+    rank: int
+    writer: bool
+    evaluation: Dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class CallbackRun:
+    """What the app tells its callbacks about the run (see :meth:`Callback.bind`)."""
+
+    run_log: Optional[RunLog]
+    network: nn.Cell
+    wrapper: nn.Cell
+    optimizer: Optional[nn.Optimizer]
+    learning_rates: Sequence[float]
+    run_dir: Path
+    rank: int
+    writer: bool
+    steps_per_epoch: int
+    accumulation_steps: int
+    evaluation: Any = None  # the app's Evaluation callback, for the results at a step
+
+
+class Callback(MindSporeCallback):
+    """Base class of a training callback: override the hooks you need; call ``self.log(name, value)`` in them.
+
+    Give it to a run like any callback, by ``_target_`` in the ``callbacks`` list (``+callbacks=[...]`` or a
+    recipe). Outside trainkit's app (a plain ``Model.train``) it does nothing until :meth:`bind` is called.
+    """
+
+    _run: Optional[CallbackRun] = None
+
+    # ------------------------------------------------------------------ the hooks to override
+    def on_run_start(self, state: CallbackState) -> None:
+        """Once, before the first step of this process."""
+
+    def on_step_end(self, state: CallbackState) -> None:
+        """After every micro-batch (called only when overridden)."""
+
+    def on_epoch_end(self, state: CallbackState) -> None:
+        """After each complete epoch (never for one a stop interrupted)."""
+
+    def on_run_end(self, state: CallbackState) -> None:
+        """Once, when training stops in this process."""
+
+    # ------------------------------------------------------------------ recording
+    def log(self, name: str, value: Any) -> None:
+        """Record `value` (a real number; NaN and infinities are recorded as such) as `name` at the hook's step.
+
+        Raises:
+            ValueError: `name` is empty, a record's own field, or one of trainkit's (``train/...``, ``eval/...``).
+            TypeError: `value` is not a real number.
+        """
+        where = f"{type(self).__name__}.log({name!r}, ...)"
+        if not isinstance(name, str) or not name.strip() or name in RECORD_FIELDS or name.startswith(
+                RESERVED_PREFIXES):
+            raise ValueError(f"{where}: the name must be a non-empty string other than {', '.join(RECORD_FIELDS)} "
+                             f"and outside trainkit's own {', '.join(p + '*' for p in RESERVED_PREFIXES)}")
+        array = np.asarray(value.asnumpy() if hasattr(value, "asnumpy") else value)
+        if array.size != 1 or isinstance(value, bool) or not isinstance(array.reshape(-1)[0].item(), numbers.Real):
+            raise TypeError(f"{where}: the value must be one real number; got {type(value).__name__} {value!r}")
+        if self._pending is None:
+            raise RuntimeError(f"{where} was called outside a hook: call it in on_step_end, on_epoch_end, ...")
+        self._pending[name] = float(array.reshape(-1)[0])
+
+    # ------------------------------------------------------------------ wiring (the app calls bind)
+    def bind(self, run: CallbackRun) -> None:
+        """Connect this callback to a run; the app does it before training."""
+        self._run = run
+        self._global_step = GlobalStep()
+        self._pending: Optional[Dict[str, float]] = None
+        self._started = False
+        self._wants_steps = type(self).on_step_end is not Callback.on_step_end
+
+    _pending: Optional[Dict[str, float]] = None
+
+    def on_train_epoch_begin(self, run_context) -> None:
+        if self._run is None:
+            return
+        step = self._global_step(run_context.original_args())  # fixes a resumed run's offset
+        if not self._started:
+            self._started = True
+            self._call(self.on_run_start, self._state(step, next_update=True))
+
+    def on_train_step_end(self, run_context) -> None:
+        if self._run is not None and self._wants_steps:
+            self._call(self.on_step_end, self._state(self._global_step(run_context.original_args())))
+
+    def on_train_epoch_end(self, run_context) -> None:
+        if self._run is None:
+            return
+        step = self._global_step(run_context.original_args())
+        if _stopped_mid_epoch(run_context) or step % self._run.steps_per_epoch:
+            return  # a stop in the middle of an epoch, or a sink that is not an epoch's end
+        self._call(self.on_epoch_end, self._state(step))
+
+    def on_train_end(self, run_context) -> None:
+        if self._run is not None and self._started:
+            self._call(self.on_run_end, self._state(self._global_step(run_context.original_args())))
+
+    def _state(self, step: int, next_update: bool = False) -> CallbackState:
+        run = self._run
+        assert run is not None
+        window = step // run.accumulation_steps if next_update else max(step - 1, 0) // run.accumulation_steps
+        rates = run.learning_rates
+        evaluation = getattr(run.evaluation, "latest", None) or {}
+        epoch = max(step - 1, 0) // run.steps_per_epoch + 1 if not next_update else step // run.steps_per_epoch + 1
+        return CallbackState(
+            step=step, optimizer_step=step // run.accumulation_steps, epoch=epoch,
+            step_in_epoch=step - (epoch - 1) * run.steps_per_epoch, steps_per_epoch=run.steps_per_epoch,
+            accumulation_steps=run.accumulation_steps,
+            learning_rate=float(rates[min(window, len(rates) - 1)]) if len(rates)
+            else optimizer_learning_rate(run.optimizer) if run.optimizer is not None else math.nan,
+            network=run.network, wrapper=run.wrapper, optimizer=run.optimizer, run_dir=run.run_dir, rank=run.rank,
+            writer=run.writer,
+            evaluation={k: v for k, v in evaluation.items() if k not in ("step", "epoch")}
+            if evaluation.get("step") == step else {})
+
+    def _call(self, hook, state: CallbackState) -> None:
+        self._pending = {}
+        try:
+            hook(state)
+        finally:
+            pending, self._pending = self._pending, None
+        run = self._run
+        if pending and run is not None and run.run_log is not None and run.writer:
+            run.run_log.scalars(state.step, pending, epoch=state.epoch)
+
+
+def bind_callbacks(callbacks: Sequence[Any], run: CallbackRun) -> None:
+    """Bind every :class:`Callback` among `callbacks` (the others are MindSpore's own and need nothing)."""
+    for callback in callbacks:
+        if isinstance(callback, Callback):
+            callback.bind(run)
+
+
+def learning_rate_table(optimizer: Optional[nn.Optimizer]) -> Sequence[float]:
+    """The optimizer's learning rate per update (of its first group), read once: one entry for a constant rate,
+    empty for a ``LearningRateSchedule`` cell (then :func:`optimizer_learning_rate` answers, clamped too)."""
+    if not isinstance(optimizer, nn.Optimizer):
+        return []
+    rate = optimizer.learning_rate
+    if optimizer.is_group_lr:
+        rate = rate[0]
+    if not optimizer.dynamic_lr:
+        return [float(np.asarray(rate.asnumpy()).reshape(-1)[0])]
+    table = getattr(rate, "learning_rate", None)  # a list of rates: MindSpore's _IteratorLearningRate holds it
+    if isinstance(table, Parameter) and table.ndim == 1:
+        return [float(v) for v in table.asnumpy()]
+    return []
