@@ -5,6 +5,8 @@ Commands run in a temporary directory; those of an example project's README in a
 import json
 import shutil
 
+import mindspore as ms
+import numpy as np
 import pytest
 import yaml
 
@@ -62,6 +64,14 @@ def test_the_example_project_trains_as_its_readme_shows(tmp_path, monkeypatch):
     evaluations = [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
                    if "eval/accuracy" in r]
     assert evaluations[-1]["eval/accuracy"] >= 0.9  # three kinds of lines: easy once it trains
+    # the project's callback logged the weights' norm at each epoch end: the last one is the final weights' norm
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    norms = [(r["step"], r["custom/weight_norm"]) for r in records if "custom/weight_norm" in r]
+    assert [step for step, _ in norms] == [15 * epoch for epoch in range(1, 9)]
+    final = ms.load_checkpoint(str(run_dir / "checkpoints" / "trainkit-8_15.ckpt"))
+    trainable = [name for name in final if name.startswith(("features.", "classifier."))]  # LineNet's weights
+    weights = sum(float((final[name].asnumpy().astype(np.float64) ** 2).sum()) for name in trainable)
+    assert norms[-1][1] == pytest.approx(np.sqrt(weights), rel=1e-6)
 
 
 def test_a_transcript_parses_into_commands_output_and_status():
