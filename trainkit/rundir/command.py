@@ -15,6 +15,14 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 _CONFIG_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd")
+_entry_point: List[str] = ["python", "-m", "trainkit"]  # the command a user types; a project's own (trainkit.cli)
+_implied: List[str] = []  # what that command adds by itself, left out of the command it is told to type
+
+
+def set_entry_point(words: Sequence[str], implied: Sequence[str] = ()) -> None:
+    """The command this process runs as (``python -m myproject``) and the arguments it adds by itself."""
+    _entry_point[:] = list(words)
+    _implied[:] = list(implied)
 
 
 def hydra_config_of(run_dir: Path) -> Optional[DictConfig]:
@@ -65,6 +73,7 @@ def continue_command(run_dir: Path) -> str:
     if hydra_cfg is None:
         return f"train(cfg) again with trainer.resume=auto and run_dir={run_dir}"
     task = [o for o in hydra_cfg.overrides.task if not o.lstrip("+~").startswith("trainer.resume=")]
-    words = ["python", "-m", "trainkit", *command_flags(sys.argv[1:]), *task,
-             *forwarded_hydra_overrides(hydra_cfg.overrides.hydra), f"hydra.run.dir={run_dir}", "trainer.resume=auto"]
+    given = [*command_flags(sys.argv[1:]), *task, *forwarded_hydra_overrides(hydra_cfg.overrides.hydra)]
+    words = [*_entry_point, *(word for word in given if word not in _implied), f"hydra.run.dir={run_dir}",
+             "trainer.resume=auto"]
     return " ".join(shlex.quote(word) for word in words)

@@ -1,0 +1,83 @@
+"""A project's own command (trainkit.cli.main) and the scaffold that writes one (python -m trainkit.new)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from trainkit.new import main as new_project
+
+NAME = "blobsproject"
+
+
+def run(argv, cwd, env=None, timeout=600):
+    return subprocess.run([sys.executable, *argv], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("scaffold") / NAME
+    assert new_project([NAME, str(folder)]) == 0
+    return folder
+
+
+def test_the_scaffold_trains_through_its_own_command_from_any_directory(project, tmp_path):
+    elsewhere = tmp_path / "elsewhere"  # not the project's folder: its configs are found next to its package
+    elsewhere.mkdir()
+    run_dir = tmp_path / "run"
+    done = run(["-m", NAME, "trainer.epochs=2", "logger.progress=off", f"hydra.run.dir={run_dir}"], cwd=elsewhere,
+               env={"PYTHONPATH": str(project)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    config = json.loads(json.dumps(__import__("yaml").safe_load((run_dir / ".hydra" / "config.yaml").read_text())))
+    assert config["model"]["_target_"] == f"{NAME}.model.MLP" and config["data"]["_target_"] == f"{NAME}.data.Blobs"
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    (test,) = [r for r in records if "test/accuracy" in r]
+    assert test["test/accuracy"] > 0.5  # three classes: well above chance
+    assert [r["epoch"] for r in records if "custom/weight_norm" in r] == [1, 2]  # the project's callback
+    assert not list(elsewhere.iterdir())  # nothing written where the command ran but the run directory
+
+
+def test_help_lists_the_projects_recipe_and_command(project):
+    done = run(["-m", NAME, "--help"], cwd=project)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"python -m {NAME} [recipe=NAME]" in done.stdout
+    (recipes,) = [line for line in done.stdout.splitlines() if line.startswith("recipe: ")]
+    assert NAME in recipes and "digits_quickstart" in recipes  # the project's beside trainkit's
+    assert f"== Config: as recipe={NAME} sets it ==" in done.stdout  # the project's recipe is the default
+
+
+def test_bad_input_to_a_project_command_is_trainkits_one_line(project, tmp_path):
+    done = run(["-m", NAME, "trainer.epoks=1", f"hydra.run.dir={tmp_path / 'run'}"], cwd=project)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        done.stderr.strip()] and "did you mean trainer.epochs?" in done.stderr
+
+
+def test_the_scaffolds_own_test_passes(project):
+    done = run(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], cwd=project)
+    assert done.returncode == 0, done.stdout[-3000:]
+
+
+def test_the_scaffold_refuses_a_folder_in_use_and_names_that_are_not_packages(project, tmp_path, capsys):
+    before = sorted(str(p.relative_to(project)) for p in project.rglob("*"))
+    assert new_project([NAME, str(project)]) == 2
+    assert "is a folder that is not empty: nothing was written" in capsys.readouterr().err
+    assert sorted(str(p.relative_to(project)) for p in project.rglob("*")) == before
+    for bad, suggestion in (("9lives", "my_9lives"), ("class", "my_class"), ("my-project", "my_project"),
+                            ("trainkit", "my_trainkit")):
+        assert new_project([bad, str(tmp_path / "x")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"(e.g. {suggestion})" in err and not (tmp_path / "x").exists()
+
+
+def test_a_project_main_without_its_config_folder_says_where_it_looked(tmp_path):
+    package = tmp_path / "lost"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "__main__.py").write_text("from trainkit.cli import main\nmain(config_path='configs')\n")
+    done = run(["-m", "lost"], cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (f"trainkit: error: config_path='configs': {package / 'configs'} is not a folder "
+                                   f"(trainkit.cli.main looks for it next to {package}); give main() the folder that "
+                                   "holds the project's recipe/, model/, data/ ...")

@@ -1,0 +1,59 @@
+"""A project's own command: ``python -m myproject recipe=mine``, with everything ``python -m trainkit`` does.
+
+A project calls :func:`main` from its ``__main__.py``::
+
+    from trainkit.cli import main
+
+    main(config_path="conf", config_name="myproject")
+
+The config folder is found next to that file, whatever the current directory, and joins trainkit's (Hydra's
+``--config-dir``): the project's recipes and groups sit beside trainkit's, ``--help`` lists both, and
+``config_name`` names the project's primary config (one that starts from trainkit's, ``defaults: [config,
+override recipe: mine, _self_]``), so that the bare command runs the project's recipe. Checks before compiling,
+one-line errors, ``-m`` sweeps and their summary, data parallel through msrun (the workers get the same config
+folder), and the command a stopped run prints to continue it all work as in ``python -m trainkit``.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+
+def main(config_path: str = "conf", config_name: Optional[str] = None, argv: Optional[Sequence[str]] = None,
+         program: Optional[str] = None) -> None:
+    """Run trainkit's command line with the calling project's config folder.
+
+    Args:
+        config_path: the project's config folder, relative to the file that calls this (or absolute).
+        config_name: the project's primary config in that folder (``NAME.yaml``); None keeps trainkit's, and the
+            project's recipes are chosen with ``recipe=NAME``.
+        argv: the command's arguments (default ``sys.argv[1:]``).
+        program: the command's name in messages and ``--help`` (default: the calling package, as ``python -m``
+            runs it).
+    """
+    caller = sys._getframe(1).f_globals
+    base = Path(caller.get("__file__") or ".").resolve().parent
+    folder = Path(config_path).expanduser()
+    folder = (folder if folder.is_absolute() else base / folder).resolve()
+    program = program or caller.get("__package__") or Path(sys.argv[0]).stem
+    if not folder.is_dir():
+        _refuse(f"config_path={config_path!r}: {folder} is not a folder (trainkit.cli.main looks for it next to "
+                f"{base}); give main() the folder that holds the project's recipe/, model/, data/ ...")
+    if config_name is not None and not (folder / f"{config_name}.yaml").is_file():
+        _refuse(f"config_name={config_name!r}: {folder / (config_name + '.yaml')} does not exist; name a .yaml file "
+                f"of {folder} (without .yaml), or leave config_name out to start from trainkit's config")
+    flags = [f"--config-dir={folder}", *([f"--config-name={config_name}"] if config_name else [])]
+    overrides = [f"hydra.help.app_name={program}"]  # after the user's: Hydra's parser takes flags first
+    from trainkit.rundir import command
+
+    command.set_entry_point(["python", "-m", program], [*flags, *overrides])
+    sys.argv = [sys.argv[0], *flags, *(sys.argv[1:] if argv is None else argv), *overrides]
+    from trainkit.__main__ import main as trainkit_main
+
+    trainkit_main()
+
+
+def _refuse(message: str) -> None:
+    print(f"trainkit: error: {message}", file=sys.stderr)
+    sys.exit(2)
