@@ -86,7 +86,8 @@ def test_live_and_ema_metrics_equal_numpy_and_leave_no_trace(mode, tmp_path):
         assert result["eval_ema/accuracy"] == pytest.approx(ema_accuracy)
         assert result["eval_ema/loss"] == pytest.approx(ema_loss, rel=1e-5)
         assert abs(ema_loss - loss) > 1e-3  # the two weight sets really differ
-        assert record == {"step": result["step"], "epoch": result["epoch"], "time": record["time"],
+        assert record == {"step": result["step"], "optimizer_step": result["step"], "epoch": result["epoch"],
+                          "time": record["time"],
                           **{k: v for k, v in result.items() if k.startswith("eval")}}
         # live weights, optimizer moments, EMA shadows, counters: bit-identical after the evaluation
         assert before.by_epoch[result["epoch"]].keys() == after.by_epoch[result["epoch"]].keys()

@@ -24,8 +24,8 @@ def test_scalars_go_to_jsonl_and_tensorboard(tmp_path):
     assert [r["step"] for r in records] == [10, 20, 25]
     assert [r["epoch"] for r in records] == [1, 1, None]
     assert all(before <= r["time"] <= after for r in records)
-    assert records[0] == {"step": 10, "epoch": 1, "time": records[0]["time"], "train/loss": 0.5,
-                          "train/learning_rate": 0.1}
+    assert records[0] == {"step": 10, "optimizer_step": 10, "epoch": 1, "time": records[0]["time"],
+                          "train/loss": 0.5, "train/learning_rate": 0.1}  # one micro-batch per optimizer step here
     assert records[1]["train/loss"] == 0.25 and records[1]["train/skipped_steps"] == 3
     assert isinstance(records[1]["train/skipped_steps"], int)
     assert records[2]["eval/accuracy"] == 0.75
@@ -114,3 +114,11 @@ def test_importing_it_leaves_pytorch_unimported_and_importable():
     code = "import torch, sys; import trainkit.callbacks.run_log; print(sys.modules['torch'] is torch)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["True"]
+
+
+def test_every_record_counts_optimizer_steps_beside_micro_batches(tmp_path):
+    with RunLog(tmp_path, tensorboard=False, accumulation_steps=4) as log:
+        for step in (1, 3, 4, 7, 8, 9):
+            log.scalars(step, {"train/loss": 1.0})
+    assert [(r["step"], r["optimizer_step"]) for r in read_jsonl(tmp_path / "metrics.jsonl")] == [
+        (1, 0), (3, 0), (4, 1), (7, 1), (8, 2), (9, 2)]  # windows of 4 completed by each step

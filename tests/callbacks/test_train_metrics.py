@@ -98,7 +98,7 @@ def test_a_bare_loss_output_records_loss_and_learning_rate(graph_mode, tmp_path)
     records = read_records(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in records] == [2, 4]
     for record in records:
-        assert set(record) == {"step", "epoch", "time", "train/loss", "train/learning_rate",
+        assert set(record) == {"step", "optimizer_step", "epoch", "time", "train/loss", "train/learning_rate",
                                "train/samples_per_second"}  # no overflow, scale or norm in the outputs
         assert record["train/learning_rate"] == pytest.approx(0.05)
     assert metrics.skipped_steps == 0
