@@ -47,11 +47,16 @@ def main(config_path: str = "conf", config_name: Optional[str] = None, argv: Opt
     overrides = [f"hydra.help.app_name={program}"]  # after the user's: Hydra's parser takes flags first
     from trainkit.rundir import command
 
+    previous_argv = sys.argv
     command.set_entry_point(["python", "-m", program], [*flags, *overrides])
     sys.argv = [sys.argv[0], *flags, *(sys.argv[1:] if argv is None else argv), *overrides]
-    from trainkit.__main__ import main as trainkit_main
+    try:
+        from trainkit.__main__ import main as trainkit_main
 
-    trainkit_main()
+        trainkit_main()
+    finally:  # a process that goes on (tests, a notebook) is trainkit's again
+        command.set_entry_point(["python", "-m", "trainkit"])
+        sys.argv = previous_argv
 
 
 def _refuse(message: str) -> None:
