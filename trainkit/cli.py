@@ -43,6 +43,9 @@ def main(config_path: str = "conf", config_name: Optional[str] = None, argv: Opt
     if config_name is not None and not (folder / f"{config_name}.yaml").is_file():
         _refuse(f"config_name={config_name!r}: {folder / (config_name + '.yaml')} does not exist; name a .yaml file "
                 f"of {folder} (without .yaml), or leave config_name out to start from trainkit's config")
+    broken = _unreadable_yaml(folder)
+    if broken:
+        _refuse(broken)
     flags = [f"--config-dir={folder}", *([f"--config-name={config_name}"] if config_name else [])]
     overrides = [f"hydra.help.app_name={program}"]  # after the user's: Hydra's parser takes flags first
     from trainkit.rundir import command
@@ -57,6 +60,23 @@ def main(config_path: str = "conf", config_name: Optional[str] = None, argv: Opt
     finally:  # a process that goes on (tests, a notebook) is trainkit's again
         command.set_entry_point(["python", "-m", "trainkit"])
         sys.argv = previous_argv
+
+
+def _unreadable_yaml(folder: Path) -> Optional[str]:
+    """The first config file of the project that is not YAML, said in one line (Hydra would print a traceback)."""
+    import yaml
+
+    for path in sorted(folder.rglob("*.yaml")):
+        try:
+            yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as error:
+            return f"{path} cannot be read: {error}"
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+            problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+            return f"{path} is not valid YAML{where}: {problem}; fix the file (Hydra reads every config as YAML)"
+    return None
 
 
 def _refuse(message: str) -> None:

@@ -81,3 +81,15 @@ def test_a_project_main_without_its_config_folder_says_where_it_looked(tmp_path)
     assert done.stderr.strip() == (f"trainkit: error: config_path='configs': {package / 'configs'} is not a folder "
                                    f"(trainkit.cli.main looks for it next to {package}); give main() the folder that "
                                    "holds the project's recipe/, model/, data/ ...")
+
+
+def test_a_project_config_that_is_not_yaml_is_one_line_naming_the_file(tmp_path):
+    folder = tmp_path / "broken"
+    assert new_project(["brokenproject", str(folder)]) == 0
+    damaged = folder / "brokenproject" / "conf" / "data" / "brokenproject_blobs.yaml"
+    damaged.write_text("_target_: brokenproject.data.Blobs\n  samples: [1200\n")
+    done = run(["-m", "brokenproject", f"hydra.run.dir={tmp_path / 'run'}"], cwd=folder)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip() == (f"trainkit: error: {damaged} is not valid YAML (line 2, column 10): mapping values "
+                                   "are not allowed here; fix the file (Hydra reads every config as YAML)")
+    assert not (tmp_path / "run").exists()
