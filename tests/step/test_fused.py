@@ -66,6 +66,21 @@ def test_it_is_built_once_into_the_cache_folder_and_reused(own_cache):
     assert "fused C++ kernels" in fused.describe()
 
 
+@needs_compiler
+@pytest.mark.parametrize("damage", [b"not a library", b"\x7fELF" + bytes(60)])
+def test_a_damaged_cached_library_is_built_again_not_loaded(own_cache, caplog, damage):
+    path, reason = fused.library()
+    assert path is not None, reason
+    Path(path).write_bytes(damage)  # a truncated download, a file from another machine
+    fused._build.cache_clear()  # a new process
+    assert fused.library() == (path, "")
+    assert "do not load (a damaged or foreign file): building them again" in caplog.text
+    assert Path(path).read_bytes()[:4] == b"\x7fELF" and len(Path(path).read_bytes()) > 1000  # rebuilt
+    cell = Updater(np.ones(3, np.float32), np.zeros(3, np.float32))  # and the kernel runs
+    cell(Tensor(np.float32(0.5)))
+    np.testing.assert_array_equal(cell.shadow.asnumpy(), np.full(3, 0.5, np.float32))
+
+
 def test_without_a_compiler_or_when_turned_off_mindspores_kernels_run(own_cache, monkeypatch):
     monkeypatch.setenv("CXX", "no-such-compiler-here")
     assert fused.library() == (None, "no C++ compiler (no-such-compiler-here) on PATH")

@@ -14,6 +14,7 @@ same roundings (the kernel is built with ``-ffp-contract=off``: no fused multipl
 """
 from __future__ import annotations
 
+import ctypes
 import functools
 import hashlib
 import logging
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Optional, Tuple
 
 log = logging.getLogger("trainkit")
+ENTRY_POINTS = ("TrainkitEmaUpdate",)  # what the library must export
 
 SOURCE = r"""
 #include <algorithm>
@@ -97,7 +99,9 @@ def _build(compiler: str) -> Tuple[Optional[str], str]:
         folder = cache_dir() / "kernels"
         library = folder / f"fused-{digest}.so"
         if library.is_file():
-            return str(library), ""
+            if _loads(library):
+                return str(library), ""
+            log.warning("the cached kernels %s do not load (a damaged or foreign file): building them again", library)
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=folder) as work:
             source = Path(work) / "fused.cc"
@@ -107,10 +111,21 @@ def _build(compiler: str) -> Tuple[Optional[str], str]:
                                   timeout=300)
             if done.returncode != 0:
                 return None, f"{compiler} failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}"
+            if not _loads(built):
+                return None, f"{compiler} built {library.name}, but it does not load"
             os.replace(built, library)  # atomic: a concurrent run sees no half-written library
         return str(library), ""
     except (OSError, subprocess.SubprocessError) as error:
         return None, f"could not build the kernels: {error}"
+
+
+def _loads(path: Path) -> bool:
+    """Whether `path` is a library this process can load that has the kernels' entry points."""
+    try:
+        handle = ctypes.CDLL(str(path))
+        return all(hasattr(handle, name) for name in ENTRY_POINTS)
+    except OSError:
+        return False
 
 
 def library() -> Tuple[Optional[str], str]:
