@@ -111,3 +111,51 @@ def test_the_wrappers_ema_is_bitwise_the_same_on_both_paths(mode, own_cache, mon
     assert shadows.keys() == expected.keys()
     for name, value in expected.items():
         np.testing.assert_array_equal(shadows[name], value, err_msg=name)
+
+
+class Adder(nn.Cell):
+    def __init__(self, buffer: np.ndarray):
+        super().__init__()
+        self.kernel = fused.add_into_kernel()
+        self.buffer = Parameter(Tensor(buffer.copy()), name="buffer")
+
+    def construct(self, value):
+        return self.kernel(self.buffer, value)
+
+
+@needs_compiler
+@pytest.mark.parametrize("size", [1, 1000, 300_001])
+def test_the_accumulate_kernel_adds_into_the_parameter_bitwise_as_numpy(mode, own_cache, size):
+    rng = np.random.default_rng(size)
+    buffer = rng.standard_normal(size).astype(np.float32)
+    cell = Adder(buffer)
+    expected = buffer
+    for _ in range(3):
+        value = rng.standard_normal(size).astype(np.float32)
+        cell(Tensor(value))
+        expected = expected + value  # float32 + float32, rounded once, as the kernel
+        np.testing.assert_array_equal(cell.buffer.asnumpy(), expected)
+
+
+@needs_compiler
+def test_accumulation_is_bitwise_the_same_on_both_paths(mode, own_cache, monkeypatch):
+    """The fallback (AssignAdd) is checked against the PyTorch reference in test_wrapper.py; the fused path must
+    give the same bits: weights after 3 windows of 3 micro-batches, and the buffer of the window in progress."""
+
+    def train(fused_on: bool):
+        if not fused_on:
+            monkeypatch.setenv("TRAINKIT_FUSED_KERNELS", "0")
+        ms.set_seed(0)
+        net = TinyMLP(batch_norm=True)
+        wrapper = TrainingWrapper(loss_network(net), nn.Adam(net.trainable_params(), 0.01), accumulation_steps=3,
+                                  max_grad_norm=0.5)
+        assert wrapper.fused_accumulate == fused_on
+        run(wrapper, batches(11, 4, seed=5))  # 3 windows and 2 micro-batches of a fourth
+        monkeypatch.delenv("TRAINKIT_FUSED_KERNELS", raising=False)
+        return {p.name: p.asnumpy() for p in wrapper.get_parameters()}
+
+    reference = train(False)
+    fused_run = train(True)
+    assert fused_run.keys() == reference.keys() and any(k.startswith("_grad_sum") for k in reference)
+    for name, value in reference.items():
+        np.testing.assert_array_equal(fused_run[name], value, err_msg=name)

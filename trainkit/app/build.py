@@ -186,8 +186,10 @@ def build_wrapper(cfg: DictConfig, loss_network: nn.Cell, optimizer: nn.Optimize
         checked_scalars(wrapper.logged_scalars())
     except (TypeError, ValueError) as error:
         raise ConfigError(f"wrapper ({cfg.wrapper._target_}).logged_scalars(): {error}") from error
-    if wrapper.ema is not None:
-        log.info("EMA update: %s", fused.describe())
+    fused_passes = [name for name, on in (("EMA update", wrapper.ema is not None),
+                                          ("gradient accumulation", wrapper.accumulation_steps > 1)) if on]
+    if fused_passes:
+        log.info("%s: %s", " and ".join(fused_passes), fused.describe())
     return wrapper
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Optional, Tuple
 
 log = logging.getLogger("trainkit")
-ENTRY_POINTS = ("TrainkitEmaUpdate",)  # what the library must export
+ENTRY_POINTS = ("TrainkitEmaUpdate", "TrainkitAddInto")  # what the library must export
 
 SOURCE = r"""
 #include <algorithm>
@@ -72,6 +72,20 @@ extern "C" int TrainkitEmaUpdate(int nparam, void **params, int *ndims, int64_t 
     }
   });
   *static_cast<float *>(params[3]) = 0.0f;
+  return 0;
+}
+
+// buffer (float32, written in place), value (float32, same shape) -> flag (float32 [1]).
+// buffer = buffer + value: MindSpore's AssignAdd, multithreaded.
+extern "C" int TrainkitAddInto(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
+                               void *stream, void *extra) {
+  if (nparam != 3) return 1;
+  float *buffer = static_cast<float *>(params[0]);
+  const float *value = static_cast<const float *>(params[1]);
+  parallel(count(ndims[0], shapes[0]), [=](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) buffer[i] = buffer[i] + value[i];
+  });
+  *static_cast<float *>(params[2]) = 0.0f;
   return 0;
 }
 """
@@ -158,6 +172,23 @@ def _ema_custom(path: str):
     # It writes its first input: a memory side effect, which MindSpore's graph keeps and orders like an Assign's
     # (without the mark, a graph that does not use the kernel's output drops the kernel).
     kernel.add_prim_attr("side_effect_mem", True)
+    return kernel
+
+
+def add_into_kernel():
+    """``ops.Custom`` adding its second input into its first in place (inputs: buffer, value), or None."""
+    path, _ = library()
+    return None if path is None else _add_custom(path)
+
+
+@functools.lru_cache(maxsize=None)
+def _add_custom(path: str):
+    from mindspore import dtype as mstype
+    from mindspore import ops
+
+    kernel = ops.Custom(f"{path}:TrainkitAddInto", out_shape=lambda *shapes: [1],
+                        out_dtype=lambda *dtypes: mstype.float32, func_type="aot")
+    kernel.add_prim_attr("side_effect_mem", True)  # it writes its first input (see _ema_custom)
     return kernel
 
 

@@ -18,6 +18,8 @@ SMALL_TENSOR = 1 << 16
 
 added = ops.MultitypeFuncGraph("added")
 add_into = ops.MultitypeFuncGraph("add_into")
+add_into_fused = ops.MultitypeFuncGraph("add_into_fused")
+_ADD_KERNEL = None  # fused.add_into_kernel(), set by use_fused_add (read by the graph function below)
 copied = ops.MultitypeFuncGraph("copied")
 put_into = ops.MultitypeFuncGraph("put_into")
 restore_into = ops.MultitypeFuncGraph("restore_into")
@@ -35,6 +37,20 @@ def _add_to(buffer, grad):
 @add_into.register("Tensor", "Tensor")
 def _add_in_place(buffer, grad):
     return ops.assign_add(buffer, grad.astype(buffer.dtype))
+
+
+@add_into_fused.register("Tensor", "Tensor")
+def _add_in_place_fused(buffer, grad):
+    """The same in one multithreaded pass of trainkit's C++ kernel (float32 both; other dtypes as above)."""
+    if buffer.dtype == mstype.float32 and grad.dtype == mstype.float32:
+        return _ADD_KERNEL(buffer, grad)
+    return ops.assign_add(buffer, grad.astype(buffer.dtype))
+
+
+def use_fused_add(kernel) -> None:
+    """Make :data:`add_into_fused` call `kernel` (``trainkit.step.fused.add_into_kernel()``)."""
+    global _ADD_KERNEL
+    _ADD_KERNEL = kernel
 
 
 @put_into.register("Tensor", "Tensor")

@@ -10,9 +10,11 @@ from mindspore.context import ParallelMode
 from mindspore.parallel._utils import _get_device_num, _get_gradients_mean, _get_parallel_mode
 
 from trainkit.checks import check_number
+from trainkit.step import fused
 from trainkit.step.ema import ExponentialMovingAverage, ema_source_parameters
 from trainkit.step.grad_ops import (
     add_into,
+    add_into_fused,
     added,
     all_finite,
     copied,
@@ -21,6 +23,7 @@ from trainkit.step.grad_ops import (
     put_into,
     restore_into,
     size_groups,
+    use_fused_add,
 )
 from trainkit.step.loss_scale import LossScaleArg, make_loss_scaler, next_dynamic_scale
 
@@ -165,9 +168,15 @@ class TrainingWrapper(nn.Cell):
         self.fused_unscale_clip = (type(self).transform_grads is TrainingWrapper.transform_grads
                                    and type(self).unscale_grads is TrainingWrapper.unscale_grads)
 
+        self.fused_accumulate = False
         if self.accumulation_steps > 1:
             self._grad_sum = self.weights.clone(prefix="_grad_sum", init="zeros")
             self.micro_step = Parameter(Tensor(0, mstype.int32), name="micro_step", requires_grad=False)
+            # One multithreaded pass of a C++ kernel per gradient instead of AssignAdd (trainkit/step/fused.py).
+            kernel = fused.add_into_kernel()
+            if kernel is not None:
+                use_fused_add(kernel)
+                self.fused_accumulate = True
 
         # The guard: a window that is not finite is skipped and leaves no trace (see step_finite).
         self.skip_nonfinite = bool(skip_nonfinite) or self.loss_scaling
@@ -283,7 +292,7 @@ class TrainingWrapper(nn.Cell):
         if first:
             self.hyper_map(put_into, self._grad_sum, grads)
         else:
-            self.hyper_map(add_into, self._grad_sum, grads)
+            self.hyper_map(add_into_fused if self.fused_accumulate else add_into, self._grad_sum, grads)
 
     def window_grads(self, grads: tuple) -> tuple:
         """The window's sum on its last call: ``_grad_sum + grads``, handed on and not written back (the next
