@@ -19,7 +19,7 @@ from bench.conv_impl import torch_available
 from trainkit.models import resnet18, resnet50
 from trainkit.step import ema, fused
 from trainkit.step.ema import _update_shadow, _update_shadow_fused
-from trainkit.step.grad_ops import add_into, added, float32_total, put_into, size_groups
+from trainkit.step.grad_ops import add_into, add_into_fused, added, float32_total, put_into, size_groups, use_fused_add
 
 _scaled = ops.MultitypeFuncGraph("scaled")
 
@@ -53,12 +53,15 @@ class _Pass(nn.Cell):
             return self.hyper_map(ops.partial(_update_shadow, self.factor), self.buffers, grads)
         if self.kind == FUSED_EMA:
             return self.hyper_map(ops.partial(_update_shadow_fused, self.factor), self.buffers, grads)
+        if self.kind == FUSED_ADD:
+            return self.hyper_map(add_into_fused, self.buffers, grads)
         return (ops.sqrt(float32_total(self.hyper_map, grads, self.groups, squared=True)),)  # global norm
 
 
 KINDS = ("copy into", "add in place", "add, new tensor", "multiply, new tensor", "EMA update in place",
          "global norm")
 FUSED_EMA = "EMA update in place, trainkit's fused C++ kernel"  # trainkit/step/fused.py, where it builds
+FUSED_ADD = "add in place, trainkit's fused C++ kernel (gradient accumulation)"
 
 
 def _torch_passes(arrays: List[np.ndarray]) -> Dict[str, Callable[[], object]]:
@@ -74,6 +77,7 @@ def _torch_passes(arrays: List[np.ndarray]) -> Dict[str, Callable[[], object]]:
         "multiply, new tensor": lambda: torch._foreach_mul(grads, 0.001),
         "EMA update in place": lambda: torch._foreach_lerp_(buffers, grads, 0.001),
         FUSED_EMA: lambda: torch._foreach_lerp_(buffers, grads, 0.001),
+        FUSED_ADD: lambda: torch._foreach_add_(buffers, grads),
         "global norm": lambda: torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))).item(),
     }
 
@@ -96,7 +100,8 @@ def run(settings: Settings) -> List[Row]:
     kernel = fused.ema_update_kernel()
     if kernel is not None:
         ema._FUSED_KERNEL = kernel  # what an EMA with the fused path sets
-        kinds = (*KINDS, FUSED_EMA)
+        use_fused_add(fused.add_into_kernel())  # what a wrapper with accumulation sets
+        kinds = (*KINDS, FUSED_EMA, FUSED_ADD)
     sides = {f"ms {kind}": mindspore_pass(kind) for kind in kinds}
     have_torch = torch_available()
     if have_torch:
