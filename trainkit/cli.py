@@ -43,9 +43,9 @@ def main(config_path: str = "conf", config_name: Optional[str] = None, argv: Opt
     if config_name is not None and not (folder / f"{config_name}.yaml").is_file():
         _refuse(f"config_name={config_name!r}: {folder / (config_name + '.yaml')} does not exist; name a .yaml file "
                 f"of {folder} (without .yaml), or leave config_name out to start from trainkit's config")
-    broken = _unreadable_yaml(folder)
-    if broken:
-        _refuse(broken)
+    problem = _unreadable_yaml(folder) or _hidden_by_trainkit(folder)
+    if problem:
+        _refuse(problem)
     flags = [f"--config-dir={folder}", *([f"--config-name={config_name}"] if config_name else [])]
     overrides = [f"hydra.help.app_name={program}"]  # after the user's: Hydra's parser takes flags first
     from trainkit.rundir import command
@@ -76,6 +76,27 @@ def _unreadable_yaml(folder: Path) -> Optional[str]:
             where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
             problem = getattr(error, "problem", None) or str(error).splitlines()[0]
             return f"{path} is not valid YAML{where}: {problem}; fix the file (Hydra reads every config as YAML)"
+    return None
+
+
+def _hidden_by_trainkit(folder: Path) -> Optional[str]:
+    """A project config named like one of trainkit's: Hydra would silently read trainkit's instead (a group's
+    option) or fail in its own words (a recipe, which trainkit keeps in Hydra's ConfigStore)."""
+    from importlib import resources
+
+    shipped = resources.files("trainkit.configs")
+    recipes = resources.files("trainkit.recipes")
+    for path in sorted(folder.rglob("*.yaml")):
+        relative = path.relative_to(folder)
+        if relative.parts[0] == "recipe" and len(relative.parts) == 2:
+            twin = recipes / relative.name
+        else:
+            twin = shipped.joinpath(*relative.parts)
+        if twin.is_file():
+            what = ("trainkit's primary config" if relative == Path("config.yaml")
+                    else f"trainkit's {relative.parent.as_posix()}={relative.stem}")
+            return (f"{path} has the name of {what}: Hydra would read one in place of the other; rename it, "
+                    f"e.g. {relative.parent / ('my_' + relative.name)}")
     return None
 
 

@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -93,3 +94,20 @@ def test_a_project_config_that_is_not_yaml_is_one_line_naming_the_file(tmp_path)
     assert done.stderr.strip() == (f"trainkit: error: {damaged} is not valid YAML (line 2, column 10): mapping values "
                                    "are not allowed here; fix the file (Hydra reads every config as YAML)")
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("name, twin", [("model/mlp.yaml", "trainkit's model=mlp"),
+                                        ("recipe/wine_mlp.yaml", "trainkit's recipe=wine_mlp"),
+                                        ("config.yaml", "trainkit's primary config")])
+def test_a_project_config_named_like_one_of_trainkits_is_refused(tmp_path, name, twin):
+    """Hydra would read trainkit's model/mlp.yaml in place of the project's, silently: one line instead."""
+    folder = tmp_path / "twins"
+    assert new_project(["twinproject", str(folder)]) == 0
+    shadowed = folder / "twinproject" / "conf" / name
+    shadowed.parent.mkdir(parents=True, exist_ok=True)
+    shadowed.write_text("# @package _global_\n" if name.startswith("recipe") else "{}\n")
+    done = run(["-m", "twinproject", f"hydra.run.dir={tmp_path / 'run'}"], cwd=folder)
+    assert done.returncode == 2
+    renamed = Path(name).parent / ("my_" + Path(name).name)
+    assert done.stderr.strip() == (f"trainkit: error: {shadowed} has the name of {twin}: Hydra would read one in "
+                                   f"place of the other; rename it, e.g. {renamed}")
