@@ -52,7 +52,7 @@ pip install -e .                              # then python -m {name} works from
 Replace the blobs with your data in `{name}/data.py` (keep `prepare`, `train_dataset`, `eval_dataset`,
 `test_dataset` and `num_classes`), and the MLP with your network in `{name}/model.py`; their arguments are the
 keys of `{name}/conf/data/{name}_blobs.yaml` and `{name}/conf/model/{name}_mlp.yaml` (a config named like one of
-trainkit's, `model/mlp.yaml`, would be hidden by trainkit's).
+trainkit's, `model/mlp.yaml`, is refused: Hydra would read trainkit's instead).
 ''',
     "{name}/__init__.py": '''\
 """{name}: a trainkit project."""
