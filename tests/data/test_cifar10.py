@@ -238,26 +238,33 @@ def test_shard_arguments_are_validated(cifar):
 
 
 # --------------------------------------------------------------------------- the official size: Cifar10Dataset
-def test_official_size_files_read_through_cifar10dataset_match_numpy(tmp_path, monkeypatch):
-    """10,000-record files go through MindSpore's C++ reader; it must agree with the arithmetic and our reader."""
-    written = write_cifar10(str(tmp_path), train_per_file=1, test_records=10000, seed=2)
+def native_then_ours(data, split: str, monkeypatch):
+    """The batches of `split` read by MindSpore's Cifar10Dataset (the keyword arguments it got), then checked
+    equal to those of our NumPy reader."""
     calls = []
     real = ds.Cifar10Dataset
     monkeypatch.setattr(cifar10_module.ds, "Cifar10Dataset", lambda *a, **k: calls.append(k) or real(*a, **k))
-    data = Cifar10Data(str(tmp_path), image_size=32, eval_batch_size=2500)
-    native = batches(data.test_dataset())
-    assert len(native) == 4  # 10,000 records in batches of 2,500
-    assert calls and calls[0]["usage"] == "test" and isinstance(calls[0]["sampler"], ds.SequentialSampler)
-    for i, (images, labels) in enumerate(native):
-        part = slice(2500 * i, 2500 * (i + 1))
-        np.testing.assert_allclose(images, normalised_chw(written["test_images"][part]), rtol=0, atol=1e-5)
-        np.testing.assert_array_equal(labels, written["test_labels"][part])
+    native = batches(getattr(data, split)())
     monkeypatch.setattr(Cifar10Data, "_native_readable", lambda *a: False)
-    ours = batches(data.test_dataset())
+    ours = batches(getattr(data, split)())
     assert len(calls) == 1 and len(ours) == len(native)
     for (a, la), (b, lb) in zip(native, ours):
         np.testing.assert_array_equal(a, b)
         np.testing.assert_array_equal(la, lb)
+    return native, calls[0]
+
+
+def test_official_size_files_read_through_cifar10dataset_match_numpy(tmp_path, monkeypatch):
+    """10,000-record files go through MindSpore's C++ reader; it must agree with the arithmetic and our reader."""
+    written = write_cifar10(str(tmp_path), train_per_file=1, test_records=10000, seed=2)
+    data = Cifar10Data(str(tmp_path), image_size=32, eval_batch_size=2500)
+    native, call = native_then_ours(data, "test_dataset", monkeypatch)
+    assert len(native) == 4  # 10,000 records in batches of 2,500
+    assert call["usage"] == "test" and isinstance(call["sampler"], ds.SequentialSampler)
+    for i, (images, labels) in enumerate(native):
+        part = slice(2500 * i, 2500 * (i + 1))
+        np.testing.assert_allclose(images, normalised_chw(written["test_images"][part]), rtol=0, atol=1e-5)
+        np.testing.assert_array_equal(labels, written["test_labels"][part])
 
 
 # ------------------------------------------------------------------------------------------------------- prepare
@@ -363,21 +370,12 @@ def test_official_size_training_files_give_the_same_validation_through_cifar10da
     """The validation subset read by MindSpore's C++ reader (a SubsetSampler over the five files) is the same records,
     in the same order, as the documented rule says and our NumPy reader gives: 500 per class."""
     written = write_cifar10(str(tmp_path), train_per_file=10000, test_records=1, seed=4)
-    calls = []
-    real = ds.Cifar10Dataset
-    monkeypatch.setattr(cifar10_module.ds, "Cifar10Dataset", lambda *a, **k: calls.append(k) or real(*a, **k))
     data = Cifar10Data(str(tmp_path), image_size=32, eval_batch_size=2500)
-    native = batches(data.eval_dataset())
-    assert calls and calls[0]["usage"] == "train"
+    native, call = native_then_ours(data, "eval_dataset", monkeypatch)
+    assert call["usage"] == "train"
     expected = expected_validation(written["train_labels"], 0.1, 0)
     assert np.bincount(written["train_labels"][expected], minlength=10).tolist() == [500] * 10
     labels = np.concatenate([b[1] for b in native])
     np.testing.assert_array_equal(labels, written["train_labels"][expected])
     np.testing.assert_allclose(native[1][0], normalised_chw(written["train_images"][expected[2500:5000]]),
                                rtol=0, atol=1e-5)
-    monkeypatch.setattr(Cifar10Data, "_native_readable", lambda *a: False)
-    ours = batches(data.eval_dataset())
-    assert len(calls) == 1 and len(ours) == len(native)
-    for (a, la), (b, lb) in zip(native, ours):
-        np.testing.assert_array_equal(a, b)
-        np.testing.assert_array_equal(la, lb)

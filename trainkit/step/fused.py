@@ -159,36 +159,26 @@ def library() -> Tuple[Optional[str], str]:
 def ema_update_kernel():
     """``ops.Custom`` updating an EMA shadow in place (inputs: shadow, value, weight), or None (see :func:`library`)."""
     path, _ = library()
-    return None if path is None else _ema_custom(path)
-
-
-@functools.lru_cache(maxsize=None)
-def _ema_custom(path: str):
-    from mindspore import dtype as mstype
-    from mindspore import ops
-
-    kernel = ops.Custom(f"{path}:TrainkitEmaUpdate", out_shape=lambda *shapes: [1],
-                        out_dtype=lambda *dtypes: mstype.float32, func_type="aot")
-    # It writes its first input: a memory side effect, which MindSpore's graph keeps and orders like an Assign's
-    # (without the mark, a graph that does not use the kernel's output drops the kernel).
-    kernel.add_prim_attr("side_effect_mem", True)
-    return kernel
+    return None if path is None else _in_place_kernel(path, "TrainkitEmaUpdate")
 
 
 def add_into_kernel():
     """``ops.Custom`` adding its second input into its first in place (inputs: buffer, value), or None."""
     path, _ = library()
-    return None if path is None else _add_custom(path)
+    return None if path is None else _in_place_kernel(path, "TrainkitAddInto")
 
 
 @functools.lru_cache(maxsize=None)
-def _add_custom(path: str):
+def _in_place_kernel(path: str, entry_point: str):
+    """The library's `entry_point` as a primitive that writes its first input (its output is a dummy flag)."""
     from mindspore import dtype as mstype
     from mindspore import ops
 
-    kernel = ops.Custom(f"{path}:TrainkitAddInto", out_shape=lambda *shapes: [1],
+    kernel = ops.Custom(f"{path}:{entry_point}", out_shape=lambda *shapes: [1],
                         out_dtype=lambda *dtypes: mstype.float32, func_type="aot")
-    kernel.add_prim_attr("side_effect_mem", True)  # it writes its first input (see _ema_custom)
+    # It writes its first input: a memory side effect, which MindSpore's graph keeps and orders like an Assign's
+    # (without the mark, a graph that does not use the kernel's output drops the kernel).
+    kernel.add_prim_attr("side_effect_mem", True)
     return kernel
 
 
