@@ -3,7 +3,8 @@
 Each side is a new process, timed from the parent (interpreter start-up to exit), the sides taking turns over
 the repetitions. trainkit runs under `bench.wall_breakdown` (the command's own main with timers around its
 phases, which also reports the time to the first step from the process's start); the PyTorch side is
-`bench.peer_quickstart_torch` (see its docstring for what "the same job" covers). trainkit runs twice per
+a peer script per job: `bench.peer_quickstart_torch` for the quick start, `bench.peer_wine_torch` for
+`wine_mlp` (see their docstrings for what "the same job" covers). trainkit runs twice per
 repetition: with an empty compile cache (a first run) and with the cache its earlier run filled (a sweep's next
 job of the same config, `trainkit/app/compile_cache.py`).
 """
@@ -39,8 +40,18 @@ def _run(argv: List[str], cwd: Path, env: Dict[str, str]) -> Tuple[float, float,
     return wall, float(found.group(1)), output
 
 
-def quick_start(settings: Settings) -> List[Row]:
-    epochs = 1 if settings.smoke else 5
+#: name -> (trainkit's overrides, the peer module, its arguments, model described, batch, image side), for epochs
+JOBS = {
+    "quick start": (lambda epochs: [f"trainer.epochs={epochs}"], "bench.peer_quickstart_torch",
+                    lambda epochs: [f"--epochs={epochs}"], "small_cnn (digits_quickstart)", 32, 8, (1, 5)),
+    "wine_mlp": (lambda epochs: ["recipe=wine_mlp", f"trainer.epochs={epochs}"], "bench.peer_wine_torch",
+                 lambda epochs: [f"--epochs={epochs}"], "mlp 13-32-3 (wine_mlp)", 32, "-", (5, 20)),
+}
+
+
+def job(settings: Settings, name: str) -> List[Row]:
+    overrides, peer, peer_args, model, batch, image, (smoke_epochs, epochs) = JOBS[name]
+    epochs = smoke_epochs if settings.smoke else epochs
     env = {**os.environ, "GLOG_v": "3", "PYTHONPATH": str(REPO)}
     env.pop("TRAINKIT_COMPILE_CACHE", None)
     results: Dict[str, List[Tuple[float, float]]] = {"trainkit": [], "cached": [], "torch": []}
@@ -49,14 +60,13 @@ def quick_start(settings: Settings) -> List[Row]:
         runs = iter(range(10 ** 6))
 
         def trainkit(cache: Path) -> Tuple[float, float]:
-            wall, first, _ = _run(["-m", "bench.wall_breakdown", f"trainer.epochs={epochs}",
+            wall, first, _ = _run(["-m", "bench.wall_breakdown", *overrides(epochs),
                                    f"hydra.run.dir={base / f'run{next(runs)}'}"], base,
                                   {**env, "TRAINKIT_CACHE_DIR": str(cache)})
             return wall, first
 
         def torch_side() -> Tuple[float, float]:
-            wall, first, _ = _run(["-m", "bench.peer_quickstart_torch", f"--epochs={epochs}",
-                                   f"--out={base / f'peer{next(runs)}'}"], base, env)
+            wall, first, _ = _run(["-m", peer, *peer_args(epochs), f"--out={base / f'peer{next(runs)}'}"], base, env)
             return wall, first
 
         warm = base / "warm-cache"
@@ -67,8 +77,8 @@ def quick_start(settings: Settings) -> List[Row]:
                 shutil.copytree(warm / "kernels", cold / "kernels")
             sides = [("trainkit", lambda cold=cold: trainkit(cold)), ("cached", lambda: trainkit(warm)),
                      ("torch", torch_side)]
-            for name, call in (sides if rep % 2 == 0 else sides[::-1]):
-                results[name].append(call())
+            for side, call in (sides if rep % 2 == 0 else sides[::-1]):
+                results[side].append(call())
 
     def pairs(a: str, b: str, index: int, subtract: bool = False):
         values = [x[index] - y[index] if subtract else x[index] / y[index] for x, y in zip(results[a], results[b])]
@@ -81,20 +91,20 @@ def quick_start(settings: Settings) -> List[Row]:
              f"PyTorch {median('torch', 0):.2f} s; first step at {median('trainkit', 1):.2f} / "
              f"{median('cached', 1):.2f} / {median('torch', 1):.2f} s; load average at the end "
              f"{os.getloadavg()[0]:.2f}")
-    where = setup("small_cnn (digits_quickstart)", 32, 8, epochs=epochs, sides="a process each",
+    where = setup(model, batch, image, epochs=epochs, sides="a process each",
                   torch_threads=os.environ.get("OMP_NUM_THREADS", "default"))
     whole, whole_spread = pairs("trainkit", "torch", 0)
     cached, cached_spread = pairs("cached", "torch", 0)
     first, first_spread = pairs("trainkit", "torch", 1, subtract=True)
     again, again_spread = pairs("cached", "trainkit", 0)
     return [
-        Row("11", "end to end, quick start: whole process, trainkit / PyTorch eager", whole, "x", "<= 1.0",
+        Row("11", f"end to end, {name}: whole process, trainkit / PyTorch eager", whole, "x", "<= 1.0",
             whole <= 1.0, whole_spread, times, where),
-        Row("11", "end to end, quick start: a second run of the config (compile cache) / PyTorch eager", cached, "x",
+        Row("11", f"end to end, {name}: a second run of the config (compile cache) / PyTorch eager", cached, "x",
             "<= 1.0", cached <= 1.0, cached_spread, times, where),
-        Row("11", "end to end, quick start: time to the first step, trainkit - PyTorch eager", first, "s", "<= 1.0",
+        Row("11", f"end to end, {name}: time to the first step, trainkit - PyTorch eager", first, "s", "<= 1.0",
             first <= 1.0, first_spread, times, where),
-        Row("11", "end to end, quick start: second run / first run of the same config", again, "x", "< 1.0",
+        Row("11", f"end to end, {name}: second run / first run of the same config", again, "x", "< 1.0",
             again < 1.0, again_spread, times, where),
     ]
 
@@ -106,4 +116,4 @@ def run(settings: Settings) -> List[Row]:
         where = setup("small_cnn (digits_quickstart)", 32, 8)
         return [Row("11", "end to end, quick start against PyTorch eager", None, "x",
                     details="PyTorch is not installed: pip install -e '.[bench]'", setup=where)]
-    return quick_start(settings)
+    return [row for name in JOBS for row in job(settings, name)]
