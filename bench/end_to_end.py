@@ -45,7 +45,9 @@ JOBS = {
     "quick start": (lambda epochs: [f"trainer.epochs={epochs}"], "bench.peer_quickstart_torch",
                     lambda epochs: [f"--epochs={epochs}"], "small_cnn (digits_quickstart)", 32, 8, (1, 5)),
     "wine_mlp": (lambda epochs: ["recipe=wine_mlp", f"trainer.epochs={epochs}"], "bench.peer_wine_torch",
-                 lambda epochs: [f"--epochs={epochs}"], "mlp 13-32-3 (wine_mlp)", 32, "-", (5, 20)),
+                 lambda epochs: [f"--epochs={epochs}"], "mlp 13-32-3 (wine_mlp)", 16, "-", (5, 20)),
+    "digits_lstm": (lambda epochs: ["recipe=digits_lstm", f"trainer.epochs={epochs}"], "bench.peer_lstm_torch",
+                    lambda epochs: [f"--epochs={epochs}"], "row_lstm 8x8-64 (digits_lstm)", 32, 8, (1, 10)),
 }
 
 

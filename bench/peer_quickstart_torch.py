@@ -4,7 +4,8 @@ The same job as the digits_quickstart recipe: scikit-learn's digits read from th
 trainkit reads them), the same stratified split and normalisation, small_cnn's layout, Adam with a one-epoch
 linear warm-up then a cosine to 0 (one rate per step, as trainkit's schedule), an EMA of the weights and buffers
 with decay 0.99 and warm-up ``min(d, (1 + n) / (10 + n))``, evaluation of the live and EMA weights after every
-epoch, and a checkpoint (weights, optimizer, EMA) after every epoch plus the best one. Prints
+epoch on the validation split, a checkpoint (weights, optimizer, EMA) after every epoch plus the best one,
+and the best one's live and EMA weights on the test split at the end. Prints
 ``first step at S s`` (from the process's start) and the final accuracies. Run it: ``python -m
 bench.peer_quickstart_torch [--epochs N] [--out DIR]``.
 """
@@ -24,23 +25,26 @@ from bench.wall_breakdown import process_start
 
 
 def digits():
-    """(train images, train labels, test images, test labels) as DigitsData makes them (NCHW float32, int64)."""
+    """(train images, train labels, validation images, validation labels, test images, test labels) as DigitsData
+    makes them (NCHW float32, int64): per class, a seed-0 permutation's first 20 % test, the next 10 % validation."""
     (folder,) = importlib.util.find_spec("sklearn").submodule_search_locations
     with gzip.open(Path(folder) / "datasets" / "data" / "digits.csv.gz", "rt") as lines:
         data = np.loadtxt(lines, delimiter=",")
     images, labels = data[:, :-1].reshape(-1, 8, 8) / 16.0, data[:, -1].astype(np.int64)
     rng = np.random.default_rng(0)
-    train, test = [], []
+    train, val, test = [], [], []
     for label in np.unique(labels):
         members = rng.permutation(np.flatnonzero(labels == label))
         count = min(len(members) - 1, max(1, round(0.2 * len(members))))
+        val_count = min(len(members) - count - 1, max(1, round(0.1 * len(members))))
         test.append(members[:count])
-        train.append(members[count:])
-    train, test = np.sort(np.concatenate(train)), np.sort(np.concatenate(test))
+        val.append(members[count:count + val_count])
+        train.append(members[count + val_count:])
+    train, val, test = (np.sort(np.concatenate(part)) for part in (train, val, test))
     mean, std = images[train].mean(), images[train].std()
     normalised = torch.from_numpy(((images - mean) / std).astype(np.float32)[:, None])
     labels = torch.from_numpy(labels)
-    return normalised[train], labels[train], normalised[test], labels[test]
+    return normalised[train], labels[train], normalised[val], labels[val], normalised[test], labels[test]
 
 
 def small_cnn(width: int = 16) -> nn.Module:
@@ -78,7 +82,7 @@ def main() -> None:
     args = parser.parse_args()
     start = process_start()
     torch.manual_seed(0)
-    train_x, train_y, test_x, test_y = digits()
+    train_x, train_y, val_x, val_y, test_x, test_y = digits()
     model = small_cnn()
     ema = copy.deepcopy(model)
     shadows = [t for t in list(ema.parameters()) + list(ema.buffers()) if t.is_floating_point()]
@@ -106,8 +110,8 @@ def main() -> None:
             if first is None:
                 loss.item()
                 first = time.time() - start
-        accuracy, eval_loss = evaluate(model, test_x, test_y)
-        ema_accuracy, ema_loss = evaluate(ema, test_x, test_y)
+        accuracy, eval_loss = evaluate(model, val_x, val_y)
+        ema_accuracy, ema_loss = evaluate(ema, val_x, val_y)
         state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "ema": ema.state_dict(),
                  "epoch": epoch}
         torch.save(state, out / f"epoch-{epoch}.pt")
@@ -116,6 +120,11 @@ def main() -> None:
             torch.save(state, out / "best.pt")
         print(f"epoch {epoch}: loss {loss.item():.4f}, accuracy {accuracy:.4f}, loss {eval_loss:.4f}, "
               f"ema_accuracy {ema_accuracy:.4f}, ema_loss {ema_loss:.4f}", flush=True)
+    best_state = torch.load(out / "best.pt")
+    model.load_state_dict(best_state["model"])
+    ema.load_state_dict(best_state["ema"])
+    test, ema_test = evaluate(model, test_x, test_y)[0], evaluate(ema, test_x, test_y)[0]
+    print(f"test: accuracy {test:.4f}, ema_accuracy {ema_test:.4f}")
     print(f"first step at {first:.3f} s")
 
 

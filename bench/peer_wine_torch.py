@@ -3,7 +3,7 @@
 The same job as ``python -m trainkit recipe=wine_mlp``: scikit-learn's wine data split as trainkit's tabular
 data module splits it (``train_test_split`` with the same fractions, seed and stratification: the same rows),
 features standardised with the training rows' statistics, an MLP 13 -> 32 -> ReLU -> 3, Adam (lr 0.01) with a
-cosine to 0 over the run's updates, batches of 32 (the last incomplete one dropped), 20 epochs, the validation
+cosine to 0 over the run's updates, batches of 16 (the last incomplete one dropped), 20 epochs, the validation
 set evaluated every 5 epochs, a checkpoint (weights and optimizer) after every epoch plus the best one, and the
 best checkpoint evaluated on the test set at the end. Prints ``first step at S s`` (from the process's start).
 Run it: ``python -m bench.peer_wine_torch [--epochs N] [--out DIR]``.
@@ -55,7 +55,8 @@ def main() -> None:
     (train_x, train_y), (val_x, val_y), (test_x, test_y) = wine()
     model = nn.Sequential(nn.Linear(13, 32), nn.ReLU(), nn.Linear(32, 3))
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01, eps=1e-8)
-    steps_per_epoch = len(train_y) // 32
+    batch_size = 16  # data=wine's batch_size
+    steps_per_epoch = len(train_y) // batch_size
     total = args.epochs * steps_per_epoch
     rates = [0.01 * 0.5 * (1 + math.cos(math.pi * min(step / max(total - 1, 1), 1.0))) for step in range(total)]
     out = Path(args.out)
@@ -64,7 +65,7 @@ def main() -> None:
     for epoch in range(1, args.epochs + 1):
         order = torch.randperm(len(train_y), generator=generator)
         for index in range(steps_per_epoch):
-            batch = order[index * 32:(index + 1) * 32]
+            batch = order[index * batch_size:(index + 1) * batch_size]
             for group in optimizer.param_groups:
                 group["lr"] = rates[step]
             loss = nn.functional.cross_entropy(model(train_x[batch]), train_y[batch])
