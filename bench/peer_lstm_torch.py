@@ -9,12 +9,12 @@ at the end. Prints ``first step at S s`` (from the process's start). Run it: ``p
 [--epochs N] [--out DIR]``.
 """
 import argparse
-import time
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from bench.peer_loop import fit, shuffled_batches
 from bench.peer_quickstart_torch import digits, evaluate, learning_rates
 from bench.wall_breakdown import process_start
 
@@ -42,34 +42,9 @@ def main() -> None:
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01, eps=1e-8)
     steps_per_epoch = len(train_y) // 32
     rates = learning_rates(0.01, args.epochs * steps_per_epoch, steps_per_epoch)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    generator, step, best, first = torch.Generator().manual_seed(0), 0, -1.0, None
-    for epoch in range(1, args.epochs + 1):
-        order = torch.randperm(len(train_y), generator=generator)
-        for index in range(steps_per_epoch):
-            batch = order[index * 32:(index + 1) * 32]
-            for group in optimizer.param_groups:
-                group["lr"] = rates[step]
-            loss = nn.functional.cross_entropy(model(train_x[batch]), train_y[batch])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            step += 1
-            if first is None:
-                loss.item()
-                first = time.time() - start
-        accuracy, val_loss = evaluate(model, val_x, val_y)
-        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}
-        torch.save(state, out / f"epoch-{epoch}.pt")
-        if accuracy > best:
-            best = accuracy
-            torch.save(state, out / "best.pt")
-        print(f"epoch {epoch}: accuracy {accuracy:.4f}, loss {val_loss:.4f}", flush=True)
-    model.load_state_dict(torch.load(out / "best.pt")["model"])
+    fit(model, optimizer, shuffled_batches(train_x, train_y, 32), args.epochs, rates,
+        lambda: evaluate(model, val_x, val_y)[0], Path(args.out), start, clip=1.0)
     print(f"test_accuracy {evaluate(model, test_x, test_y)[0]:.4f}")
-    print(f"first step at {first:.3f} s")
 
 
 if __name__ == "__main__":

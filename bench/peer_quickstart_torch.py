@@ -14,13 +14,13 @@ import copy
 import gzip
 import importlib.util
 import math
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
+from bench.peer_loop import fit, shuffled_batches
 from bench.wall_breakdown import process_start
 
 
@@ -90,42 +90,18 @@ def main() -> None:
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01, eps=1e-8)
     steps_per_epoch = len(train_y) // 32
     rates = learning_rates(0.01, args.epochs * steps_per_epoch, steps_per_epoch)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    generator, step, best, first = torch.Generator().manual_seed(0), 0, -1.0, None
-    for epoch in range(1, args.epochs + 1):
-        order = torch.randperm(len(train_y), generator=generator)
-        for index in range(steps_per_epoch):
-            batch = order[index * 32:(index + 1) * 32]
-            for group in optimizer.param_groups:
-                group["lr"] = rates[step]
-            loss = nn.functional.cross_entropy(model(train_x[batch]), train_y[batch])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            with torch.no_grad():
-                decay = min(0.99, (1 + step) / (10 + step))
-                torch._foreach_lerp_(shadows, values, 1 - decay)
-            step += 1
-            if first is None:
-                loss.item()
-                first = time.time() - start
-        accuracy, eval_loss = evaluate(model, val_x, val_y)
-        ema_accuracy, ema_loss = evaluate(ema, val_x, val_y)
-        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "ema": ema.state_dict(),
-                 "epoch": epoch}
-        torch.save(state, out / f"epoch-{epoch}.pt")
-        if accuracy > best:
-            best = accuracy
-            torch.save(state, out / "best.pt")
-        print(f"epoch {epoch}: loss {loss.item():.4f}, accuracy {accuracy:.4f}, loss {eval_loss:.4f}, "
-              f"ema_accuracy {ema_accuracy:.4f}, ema_loss {ema_loss:.4f}", flush=True)
-    best_state = torch.load(out / "best.pt")
-    model.load_state_dict(best_state["model"])
-    ema.load_state_dict(best_state["ema"])
+
+    def ema_update(step: int) -> None:
+        torch._foreach_lerp_(shadows, values, 1 - min(0.99, (1 + step) / (10 + step)))
+
+    def validate() -> float:
+        evaluate(ema, val_x, val_y)  # the EMA weights are evaluated too, every epoch
+        return evaluate(model, val_x, val_y)[0]
+
+    fit(model, optimizer, shuffled_batches(train_x, train_y, 32), args.epochs, rates, validate, Path(args.out),
+        start, states={"ema": ema}, after_step=ema_update)
     test, ema_test = evaluate(model, test_x, test_y)[0], evaluate(ema, test_x, test_y)[0]
     print(f"test: accuracy {test:.4f}, ema_accuracy {ema_test:.4f}")
-    print(f"first step at {first:.3f} s")
 
 
 if __name__ == "__main__":

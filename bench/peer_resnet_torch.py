@@ -9,13 +9,12 @@ padding 4), a horizontal flip and the recipe's normalisation, torchvision's ResN
 a checkpoint every epoch and the best, and the best one on the test file at the end. Prints ``first step at S s``.
 """
 import argparse
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
-from torch import nn
 
+from bench.peer_loop import fit
 from bench.torch_resnet import ResNet50
 from bench.wall_breakdown import process_start
 
@@ -76,31 +75,16 @@ def main() -> None:
     val_x, val_y = normalised(images[val]), torch.from_numpy(labels[val])
     model = ResNet50(num_classes=10)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.001, weight_decay=1e-5)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    rng, best, first = np.random.default_rng(0), -1.0, None
-    for epoch in range(1, args.epochs + 1):
+    rng = np.random.default_rng(0)
+
+    def batches(epoch: int):  # a new order each epoch, each batch cropped and flipped at random
         order = rng.permutation(train)
         for index in range(len(train) // 32):
             batch = order[index * 32:(index + 1) * 32]
-            x, y = normalised(augmented(images[batch], rng)), torch.from_numpy(labels[batch])
-            loss = nn.functional.cross_entropy(model(x), y)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            if first is None:
-                loss.item()
-                first = time.time() - start
-        accuracy = evaluate(model, val_x, val_y)
-        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}
-        torch.save(state, out / f"epoch-{epoch}.pt")
-        if accuracy > best:
-            best = accuracy
-            torch.save(state, out / "best.pt")
-        print(f"epoch {epoch}: loss {loss.item():.4f}, accuracy {accuracy:.4f}", flush=True)
-    model.load_state_dict(torch.load(out / "best.pt")["model"])
+            yield normalised(augmented(images[batch], rng)), torch.from_numpy(labels[batch])
+
+    fit(model, optimizer, batches, args.epochs, [], lambda: evaluate(model, val_x, val_y), Path(args.out), start)
     print(f"test_accuracy {evaluate(model, normalised(test_images), torch.from_numpy(test_labels)):.4f}")
-    print(f"first step at {first:.3f} s")
 
 
 if __name__ == "__main__":

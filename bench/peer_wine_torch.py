@@ -10,7 +10,6 @@ Run it: ``python -m bench.peer_wine_torch [--epochs N] [--out DIR]``.
 """
 import argparse
 import math
-import time
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +18,7 @@ from sklearn.datasets import load_wine
 from sklearn.model_selection import train_test_split
 from torch import nn
 
+from bench.peer_loop import fit, shuffled_batches
 from bench.wall_breakdown import process_start
 
 
@@ -56,38 +56,12 @@ def main() -> None:
     model = nn.Sequential(nn.Linear(13, 32), nn.ReLU(), nn.Linear(32, 3))
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01, eps=1e-8)
     batch_size = 16  # data=wine's batch_size
-    steps_per_epoch = len(train_y) // batch_size
-    total = args.epochs * steps_per_epoch
+    total = args.epochs * (len(train_y) // batch_size)
     rates = [0.01 * 0.5 * (1 + math.cos(math.pi * min(step / max(total - 1, 1), 1.0))) for step in range(total)]
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    generator, step, best, first = torch.Generator().manual_seed(0), 0, -1.0, None
-    for epoch in range(1, args.epochs + 1):
-        order = torch.randperm(len(train_y), generator=generator)
-        for index in range(steps_per_epoch):
-            batch = order[index * batch_size:(index + 1) * batch_size]
-            for group in optimizer.param_groups:
-                group["lr"] = rates[step]
-            loss = nn.functional.cross_entropy(model(train_x[batch]), train_y[batch])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            step += 1
-            if first is None:
-                loss.item()
-                first = time.time() - start
-        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}
-        torch.save(state, out / f"epoch-{epoch}.pt")
-        if epoch % args.eval_every == 0 or epoch == args.epochs:
-            accuracy, val_loss = evaluate(model, val_x, val_y)
-            if accuracy > best:
-                best = accuracy
-                torch.save(state, out / "best.pt")
-            print(f"epoch {epoch}: accuracy {accuracy:.4f}, loss {val_loss:.4f}", flush=True)
-    model.load_state_dict(torch.load(out / "best.pt")["model"])
+    fit(model, optimizer, shuffled_batches(train_x, train_y, batch_size), args.epochs, rates,
+        lambda: evaluate(model, val_x, val_y)[0], Path(args.out), start, eval_every=args.eval_every)
     test_accuracy, test_loss = evaluate(model, test_x, test_y)
     print(f"test_accuracy {test_accuracy:.4f}, test_loss {test_loss:.4f}")
-    print(f"first step at {first:.3f} s")
 
 
 if __name__ == "__main__":
