@@ -37,6 +37,15 @@ class Recorder(Callback):
     def on_run_end(self, state):
         self.ended.append(state.step)
         self.log("custom/ended", state.step)
+        self.log("custom/not_a_number", float("nan"))  # recorded as such, as trainkit's own values are
+        self.log("custom/infinite", -float("inf"))
+
+
+class LogsText(Callback):
+    """Logs a string at the first step: the run stops with one line naming the callback and the name."""
+
+    def on_step_end(self, state):
+        self.log("custom/mood", "high")
 
 
 class CountSteps(MindSporeCallback):
