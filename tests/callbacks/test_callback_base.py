@@ -113,6 +113,8 @@ def test_a_polite_stop_reports_no_partial_epoch_and_the_resume_records_each_step
     result = train(compose_config([*overrides(tmp_path), "trainer.resume=auto"]))
     continued = of_type(result, Recorder)
     assert continued.started[0][0] == stop_after + 1  # the run starts again after the step it stopped at
+    # a MindSpore callback's cur_step_num continues too: the steps after the stop, each once
+    assert of_type(result, CountSteps).step_numbers == list(range(stop_after + 2, EPOCHS * steps_per_epoch + 1))
     assert (tmp_path / "epochs.csv").read_text() == "".join(
         f"{e},{e * steps_per_epoch}\n" for e in range(1, EPOCHS + 1))  # each epoch once
 

@@ -55,9 +55,11 @@ class CountSteps(MindSporeCallback):
         super().__init__()
         self.steps = 0
         self.epoch_ends = 0
+        self.step_numbers = []
 
     def on_train_step_end(self, run_context):
         self.steps += 1
+        self.step_numbers.append(run_context.original_args().cur_step_num)
 
     def on_train_epoch_end(self, run_context):
         self.epoch_ends += 1

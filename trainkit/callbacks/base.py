@@ -2,7 +2,8 @@
 
 A ``mindspore.train.Callback`` gets MindSpore's ``run_context``, where the optimizer is ``None`` under a
 TrainingWrapper, ``optimizer.get_lr()`` indexes past the schedule at the last step, a polite stop ends the
-epoch it interrupts, and a resumed run's step count starts again at 0. A ``trainkit.Callback`` gets a
+epoch it interrupts, and ``Model.train`` alone restarts a resumed run's step count at 0 (trainkit's app sets it
+to the checkpoint's step). A ``trainkit.Callback`` gets a
 :class:`CallbackState` instead, with the counters the run's records use, and can record values of its own.
 
 Hooks (named apart from MindSpore's ``on_train_*``, which this class uses to call them) and when they run (the
