@@ -12,7 +12,7 @@ import pytest
 
 from tests.callbacks.user_callbacks import CountSteps, Recorder
 from tests.common.callbacks import read_jsonl
-from tests.common.tensorboard_events import read_scalars
+from tests.common.tensorboard_events import read_scalars, read_scalars_as_tensorboard_shows
 from trainkit import Callback
 from trainkit.app import train
 from trainkit.app.config import compose_config
@@ -166,3 +166,26 @@ def test_a_bad_log_in_a_run_stops_it_with_one_line_naming_the_callback_and_the_n
     assert done.stderr.strip().splitlines()[-1] == (
         "trainkit: error: LogsText.log('custom/mood', ...): the value must be one real number; got str 'high'")
     assert "Traceback" not in done.stderr
+
+
+def test_logged_values_after_the_checkpoint_a_run_continues_from_are_superseded_with_the_rest(uninterrupted, tmp_path):
+    reference_dir, reference = uninterrupted
+    steps_per_epoch = reference.data.train_dataset().get_dataset_size()
+    stop_after = steps_per_epoch + 10
+    recorder = CALLBACKS.replace("Recorder}", f"Recorder,stop_at_step:{stop_after}}}")
+    with pytest.raises(RunInterrupted):
+        train(compose_config([*overrides(tmp_path), recorder]))
+    # continue from epoch 1's checkpoint: the 11 steps logged after it are recorded again, once in the record
+    older = tmp_path / "checkpoints" / f"trainkit-1_{steps_per_epoch}.ckpt"
+    train(compose_config([*overrides(tmp_path), f"trainer.resume={older}"]))
+
+    def logged(path):
+        return [(r["step"], r["custom/learning_rate"]) for r in read_jsonl(path) if "custom/learning_rate" in r]
+
+    assert logged(tmp_path / "metrics.jsonl") == logged(reference_dir / "metrics.jsonl")
+    assert [s for s, _ in logged(tmp_path / "metrics.superseded-1.jsonl")] == list(
+        range(steps_per_epoch + 1, stop_after + 2))
+    assert (tmp_path / "epochs.csv").read_text() == "".join(
+        f"{e},{e * steps_per_epoch}\n" for e in range(1, EPOCHS + 1))
+    tensorboard = read_scalars_as_tensorboard_shows(tmp_path / "tensorboard")["custom/learning_rate"]
+    assert [s for s, _ in tensorboard] == list(range(1, EPOCHS * steps_per_epoch + 1))
