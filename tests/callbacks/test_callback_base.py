@@ -189,3 +189,17 @@ def test_logged_values_after_the_checkpoint_a_run_continues_from_are_superseded_
         f"{e},{e * steps_per_epoch}\n" for e in range(1, EPOCHS + 1))
     tensorboard = read_scalars_as_tensorboard_shows(tmp_path / "tensorboard")["custom/learning_rate"]
     assert [s for s, _ in tensorboard] == list(range(1, EPOCHS * steps_per_epoch + 1))
+
+
+def test_early_stopping_ends_the_epoch_it_stops_after_once_and_no_epoch_after_it(tmp_path):
+    """min_delta larger than any change: patience 1 stops after epoch 2 of 4, at that epoch's end: a complete
+    epoch, so on_epoch_end runs for it (and for no later one), then on_run_end once."""
+    config = [o.replace(f"trainer.epochs={EPOCHS}", "trainer.epochs=4") for o in overrides(tmp_path)]
+    result = train(compose_config([*config, "trainer.early_stopping.metric=loss", "trainer.early_stopping.patience=1",
+                                   "trainer.early_stopping.min_delta=1000"]))
+    steps_per_epoch = result.data.train_dataset().get_dataset_size()
+    recorder = of_type(result, Recorder)
+    assert result.metrics["stopped_epoch"] == 2
+    assert [(e, s) for e, s, _ in recorder.epochs] == [(1, steps_per_epoch), (2, 2 * steps_per_epoch)]
+    assert (tmp_path / "epochs.csv").read_text() == f"1,{steps_per_epoch}\n2,{2 * steps_per_epoch}\n"
+    assert recorder.ended == [2 * steps_per_epoch]
