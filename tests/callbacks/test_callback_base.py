@@ -2,12 +2,17 @@
 a resume; MindSpore's own callbacks beside it. Expected values are written here independently: the cosine
 schedule in NumPy, the counters by integer arithmetic."""
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tests.callbacks.user_callbacks import CountSteps, Recorder
 from tests.common.callbacks import read_jsonl
+from tests.common.tensorboard_events import read_scalars, read_scalars_as_tensorboard_shows
 from trainkit import Callback
 from trainkit.app import train
 from trainkit.app.config import compose_config
@@ -74,6 +79,20 @@ def test_log_lands_in_metrics_jsonl_with_both_counters_in_every_record(uninterru
     epoch_logs = {r["step"]: r["custom/epoch_accuracy"] for r in records if "custom/epoch_accuracy" in r}
     assert epoch_logs == evaluations  # on_epoch_end runs after the epoch's evaluation and sees its results
     assert [r["custom/ended"] for r in records if "custom/ended" in r] == [EPOCHS * steps_per_epoch]
+    (last,) = [r for r in records if "custom/not_a_number" in r]  # non-finite values are recorded as they are
+    assert math.isnan(last["custom/not_a_number"]) and last["custom/infinite"] == -math.inf
+    assert last["step"] == EPOCHS * steps_per_epoch
+
+
+def test_log_lands_in_tensorboard_at_the_same_steps(uninterrupted):
+    run_dir, result = uninterrupted
+    steps_per_epoch = result.data.train_dataset().get_dataset_size()
+    scalars = read_scalars(run_dir / "tensorboard")
+    logged = scalars["custom/learning_rate"]
+    assert [s for s, _ in logged] == list(range(1, EPOCHS * steps_per_epoch + 1))
+    np.testing.assert_allclose([v for _, v in logged], cosine_rates(steps_per_epoch)[np.arange(len(logged)) //
+                                                                                       ACCUMULATION], rtol=1e-6)
+    assert [s for s, _ in scalars["custom/epoch_accuracy"]] == [e * steps_per_epoch for e in range(1, EPOCHS + 1)]
 
 
 def test_mindspore_callbacks_keep_working_beside_trainkits(uninterrupted):
@@ -94,6 +113,8 @@ def test_a_polite_stop_reports_no_partial_epoch_and_the_resume_records_each_step
     result = train(compose_config([*overrides(tmp_path), "trainer.resume=auto"]))
     continued = of_type(result, Recorder)
     assert continued.started[0][0] == stop_after + 1  # the run starts again after the step it stopped at
+    # a MindSpore callback's cur_step_num continues too: the steps after the stop, each once
+    assert of_type(result, CountSteps).step_numbers == list(range(stop_after + 2, EPOCHS * steps_per_epoch + 1))
     assert (tmp_path / "epochs.csv").read_text() == "".join(
         f"{e},{e * steps_per_epoch}\n" for e in range(1, EPOCHS + 1))  # each epoch once
 
@@ -132,3 +153,53 @@ def test_log_refuses_trainkits_names_and_values_that_are_not_one_number(name, va
 def test_log_outside_a_hook_says_where_to_call_it():
     with pytest.raises(RuntimeError, match="outside a hook"):
         _Logs("x", 1.0).log("x", 1.0)
+
+
+def test_a_bad_log_in_a_run_stops_it_with_one_line_naming_the_callback_and_the_name(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "GLOG_v"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    callback = "callbacks=[{_target_:tests.callbacks.user_callbacks.LogsText}]"
+    done = subprocess.run([sys.executable, "-m", "trainkit", "trainer.epochs=1", "logger.progress=off",
+                           f"run_dir={tmp_path / 'run'}", callback],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines()[-1] == (
+        "trainkit: error: LogsText.log('custom/mood', ...): the value must be one real number; got str 'high'")
+    assert "Traceback" not in done.stderr
+
+
+def test_logged_values_after_the_checkpoint_a_run_continues_from_are_superseded_with_the_rest(uninterrupted, tmp_path):
+    reference_dir, reference = uninterrupted
+    steps_per_epoch = reference.data.train_dataset().get_dataset_size()
+    stop_after = steps_per_epoch + 10
+    recorder = CALLBACKS.replace("Recorder}", f"Recorder,stop_at_step:{stop_after}}}")
+    with pytest.raises(RunInterrupted):
+        train(compose_config([*overrides(tmp_path), recorder]))
+    # continue from epoch 1's checkpoint: the 11 steps logged after it are recorded again, once in the record
+    older = tmp_path / "checkpoints" / f"trainkit-1_{steps_per_epoch}.ckpt"
+    train(compose_config([*overrides(tmp_path), f"trainer.resume={older}"]))
+
+    def logged(path):
+        return [(r["step"], r["custom/learning_rate"]) for r in read_jsonl(path) if "custom/learning_rate" in r]
+
+    assert logged(tmp_path / "metrics.jsonl") == logged(reference_dir / "metrics.jsonl")
+    assert [s for s, _ in logged(tmp_path / "metrics.superseded-1.jsonl")] == list(
+        range(steps_per_epoch + 1, stop_after + 2))
+    assert (tmp_path / "epochs.csv").read_text() == "".join(
+        f"{e},{e * steps_per_epoch}\n" for e in range(1, EPOCHS + 1))
+    tensorboard = read_scalars_as_tensorboard_shows(tmp_path / "tensorboard")["custom/learning_rate"]
+    assert [s for s, _ in tensorboard] == list(range(1, EPOCHS * steps_per_epoch + 1))
+
+
+def test_early_stopping_ends_the_epoch_it_stops_after_once_and_no_epoch_after_it(tmp_path):
+    """min_delta larger than any change: patience 1 stops after epoch 2 of 4, at that epoch's end: a complete
+    epoch, so on_epoch_end runs for it (and for no later one), then on_run_end once."""
+    config = [o.replace(f"trainer.epochs={EPOCHS}", "trainer.epochs=4") for o in overrides(tmp_path)]
+    result = train(compose_config([*config, "trainer.early_stopping.metric=loss", "trainer.early_stopping.patience=1",
+                                   "trainer.early_stopping.min_delta=1000"]))
+    steps_per_epoch = result.data.train_dataset().get_dataset_size()
+    recorder = of_type(result, Recorder)
+    assert result.metrics["stopped_epoch"] == 2
+    assert [(e, s) for e, s, _ in recorder.epochs] == [(1, steps_per_epoch), (2, 2 * steps_per_epoch)]
+    assert (tmp_path / "epochs.csv").read_text() == f"1,{steps_per_epoch}\n2,{2 * steps_per_epoch}\n"
+    assert recorder.ended == [2 * steps_per_epoch]

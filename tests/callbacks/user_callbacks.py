@@ -37,6 +37,15 @@ class Recorder(Callback):
     def on_run_end(self, state):
         self.ended.append(state.step)
         self.log("custom/ended", state.step)
+        self.log("custom/not_a_number", float("nan"))  # recorded as such, as trainkit's own values are
+        self.log("custom/infinite", -float("inf"))
+
+
+class LogsText(Callback):
+    """Logs a string at the first step: the run stops with one line naming the callback and the name."""
+
+    def on_step_end(self, state):
+        self.log("custom/mood", "high")
 
 
 class CountSteps(MindSporeCallback):
@@ -46,9 +55,11 @@ class CountSteps(MindSporeCallback):
         super().__init__()
         self.steps = 0
         self.epoch_ends = 0
+        self.step_numbers = []
 
     def on_train_step_end(self, run_context):
         self.steps += 1
+        self.step_numbers.append(run_context.original_args().cur_step_num)
 
     def on_train_epoch_end(self, run_context):
         self.epoch_ends += 1

@@ -2,7 +2,8 @@
 
 A ``mindspore.train.Callback`` gets MindSpore's ``run_context``, where the optimizer is ``None`` under a
 TrainingWrapper, ``optimizer.get_lr()`` indexes past the schedule at the last step, a polite stop ends the
-epoch it interrupts, and a resumed run's step count starts again at 0. A ``trainkit.Callback`` gets a
+epoch it interrupts, and ``Model.train`` alone restarts a resumed run's step count at 0 (trainkit's app sets it
+to the checkpoint's step). A ``trainkit.Callback`` gets a
 :class:`CallbackState` instead, with the counters the run's records use, and can record values of its own.
 
 Hooks (named apart from MindSpore's ``on_train_*``, which this class uses to call them) and when they run (the
@@ -21,6 +22,7 @@ after its checkpoint's step, yours included. Only the rank that writes the run's
 """
 from __future__ import annotations
 
+import logging
 import math
 import numbers
 from dataclasses import dataclass, field
@@ -34,9 +36,20 @@ from mindspore.train import Callback as MindSporeCallback
 from trainkit.callbacks.evaluation import _stopped_mid_epoch
 from trainkit.callbacks.run_log import RECORD_FIELDS, RunLog
 from trainkit.callbacks.train_metrics import GlobalStep, optimizer_learning_rate
+from trainkit.errors import TrainingError
+
+log = logging.getLogger("trainkit")
 
 #: Prefixes of the values trainkit records itself: a callback's ``log()`` may not use them.
 RESERVED_PREFIXES = ("train/", "eval/", "eval_ema/", "test/", "test_ema/", "final/")
+
+
+class LogNameError(TrainingError, ValueError):
+    """``Callback.log()`` got a name it may not use: the run stops with this one line (``trainkit: error: ...``)."""
+
+
+class LogValueError(TrainingError, TypeError):
+    """``Callback.log()`` got a value that is not one real number: the run stops with this one line."""
 
 
 @dataclass
@@ -124,15 +137,25 @@ class Callback(MindSporeCallback):
         Raises:
             ValueError: `name` is empty, a record's own field, or one of trainkit's (``train/...``, ``eval/...``).
             TypeError: `value` is not a real number.
+
+        Both are a :class:`~trainkit.errors.TrainingError` too: ``python -m trainkit`` stops the run with their
+        one line (``trainkit: error: MyCallback.log('x', ...): ...``, exit status 1), no traceback.
         """
         where = f"{type(self).__name__}.log({name!r}, ...)"
         if not isinstance(name, str) or not name.strip() or name in RECORD_FIELDS or name.startswith(
                 RESERVED_PREFIXES):
-            raise ValueError(f"{where}: the name must be a non-empty string other than {', '.join(RECORD_FIELDS)} "
-                             f"and outside trainkit's own {', '.join(p + '*' for p in RESERVED_PREFIXES)}")
-        array = np.asarray(value.asnumpy() if hasattr(value, "asnumpy") else value)
-        if array.size != 1 or isinstance(value, bool) or not isinstance(array.reshape(-1)[0].item(), numbers.Real):
-            raise TypeError(f"{where}: the value must be one real number; got {type(value).__name__} {value!r}")
+            raise _logged(LogNameError(
+                f"{where}: the name must be a non-empty string other than {', '.join(RECORD_FIELDS)} "
+                f"and outside trainkit's own {', '.join(p + '*' for p in RESERVED_PREFIXES)}"))
+        try:
+            array = np.asarray(value.asnumpy() if hasattr(value, "asnumpy") else value)
+            number = array.size == 1 and not isinstance(value, bool) and isinstance(array.reshape(-1)[0].item(),
+                                                                                      numbers.Real)
+        except (TypeError, ValueError):  # a ragged list, an object NumPy cannot take
+            number = False
+        if not number:
+            raise _logged(LogValueError(
+                f"{where}: the value must be one real number; got {type(value).__name__} {value!r}"))
         if self._pending is None:
             raise RuntimeError(f"{where} was called outside a hook: call it in on_step_end, on_epoch_end, ...")
         self._pending[name] = float(array.reshape(-1)[0])
@@ -199,6 +222,12 @@ class Callback(MindSporeCallback):
         run = self._run
         if pending and run is not None and run.run_log is not None and run.writer:
             run.run_log.scalars(state.step, pending, epoch=state.epoch)
+
+
+def _logged(error: TrainingError) -> TrainingError:
+    """`error`, logged into train.log first (a TrainingError is logged where it is raised)."""
+    log.error("%s", error)
+    return error
 
 
 def bind_callbacks(callbacks: Sequence[Any], run: CallbackRun) -> None:
