@@ -2,7 +2,8 @@
 
 Run `python -m bench.im2col_micro`; it prints both forward and forward+backward times, alternating in one
 process, with the load average, for two ResNet-50 3x3 shapes at 32x32 input and batch 32, and checks that both
-give the same columns. Measured to choose the next lever for row 6 (see the r50 report); not a bench row.
+give the same columns. Measured to choose the next lever for row 6 (docs/performance.md, convolutions); not a
+bench row.
 """
 import os
 import time
