@@ -17,7 +17,8 @@ from mindspore import dtype as mstype
 from bench.common import Row, Settings, setup, threads, timed
 from bench.conv_impl import torch_available
 from trainkit.models import resnet18, resnet50
-from trainkit.step import ema, fused
+from trainkit import kernels
+from trainkit.step import ema
 from trainkit.step.ema import _update_shadow, _update_shadow_fused
 from trainkit.step.grad_ops import add_into, add_into_fused, added, float32_total, put_into, size_groups, use_fused_add
 
@@ -60,7 +61,7 @@ class _Pass(nn.Cell):
 
 KINDS = ("copy into", "add in place", "add, new tensor", "multiply, new tensor", "EMA update in place",
          "global norm")
-FUSED_EMA = "EMA update in place, trainkit's fused C++ kernel"  # trainkit/step/fused.py, where it builds
+FUSED_EMA = "EMA update in place, trainkit's fused C++ kernel"  # trainkit/kernels/, where it builds
 FUSED_ADD = "add in place, trainkit's fused C++ kernel (gradient accumulation)"
 
 
@@ -97,10 +98,10 @@ def run(settings: Settings) -> List[Row]:
         return lambda: [cell(grads)[-1].asnumpy() for _ in range(calls)]
 
     kinds = KINDS
-    kernel = fused.ema_update_kernel()
+    kernel = kernels.ema_update_kernel()
     if kernel is not None:
         ema._FUSED_KERNEL = kernel  # what an EMA with the fused path sets
-        use_fused_add(fused.add_into_kernel())  # what a wrapper with accumulation sets
+        use_fused_add(kernels.add_into_kernel())  # what a wrapper with accumulation sets
         kinds = (*KINDS, FUSED_EMA, FUSED_ADD)
     sides = {f"ms {kind}": mindspore_pass(kind) for kind in kinds}
     have_torch = torch_available()
@@ -116,7 +117,7 @@ def run(settings: Settings) -> List[Row]:
     where = setup(model, "-", "-", tensors=len(arrays), megabytes=round(megabytes, 1), calls_per_rep=calls)
     rows = []
     if kernel is None:
-        rows.append(Row("10", f"one pass, {FUSED_EMA}", None, "x", details=f"not built: {fused.describe()}",
+        rows.append(Row("10", f"one pass, {FUSED_EMA}", None, "x", details=f"not built: {kernels.describe()}",
                         setup=where))
     for kind in kinds:
         ours = statistics.median(seconds[f"ms {kind}"])

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from mindspore import Tensor, nn, ops
 
+from trainkit import kernels
 from trainkit.models import SmallCNN, resnet18
 from trainkit.models.conv import CONV_IMPLS, UnfoldConv2d, conv2d, resolve_conv_impl
 
@@ -65,14 +66,25 @@ CASES = [  # kernel, stride, padding, dilation, groups, bias
 ]
 
 
+@pytest.fixture(params=["kernel", "unfold"])
+def columns(request, monkeypatch):
+    """Which im2col an UnfoldConv2d built now uses: trainkit's C++ kernel (where it builds) or ops.unfold."""
+    if request.param == "kernel" and kernels.library()[0] is None:
+        pytest.skip(f"trainkit's kernels do not build here: {kernels.describe()}")
+    if request.param == "unfold":
+        monkeypatch.setenv("TRAINKIT_FUSED_KERNELS", "0")
+    return request.param
+
+
 @pytest.mark.parametrize("kernel, stride, padding, dilation, groups, bias", CASES)
-def test_unfold_conv_matches_numpy_and_nn_conv2d_forward_and_backward(mode, kernel, stride, padding, dilation,
-                                                                       groups, bias):
+def test_unfold_conv_matches_numpy_and_nn_conv2d_forward_and_backward(mode, columns, kernel, stride, padding,
+                                                                       dilation, groups, bias):
     rng = np.random.default_rng(kernel * 100 + stride * 10 + groups)
     in_channels, out_channels = 4, 6
     x = rng.standard_normal((2, in_channels, 9, 9)).astype(np.float32)
     ours = UnfoldConv2d(in_channels, out_channels, kernel, stride=stride, pad_mode="pad", padding=padding,
                         dilation=dilation, group=groups, has_bias=bias, bias_init="normal" if bias else None)
+    assert (ours.im2col is not None) == (columns == "kernel" and kernel > 1)
     native = nn.Conv2d(in_channels, out_channels, kernel, stride=stride, pad_mode="pad", padding=padding,
                        dilation=dilation, group=groups, has_bias=bias)
     for ours_param, native_param in zip(ours.get_parameters(), native.get_parameters()):

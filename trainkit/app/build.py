@@ -32,7 +32,7 @@ from trainkit.errors import ConfigError
 from trainkit.metrics import SampleMeanLoss
 from trainkit.models.dropout import streams_from_zero
 from trainkit.rundir.checkpoint import TrainingCheckpoint as SavedCheckpoint
-from trainkit.step import fused
+from trainkit import kernels
 from trainkit.step.mixed_precision import Float32EvalCell, build_loss_network
 from trainkit.step.wrapper import TrainingWrapper
 
@@ -189,7 +189,7 @@ def build_wrapper(cfg: DictConfig, loss_network: nn.Cell, optimizer: nn.Optimize
     fused_passes = [name for name, on in (("EMA update", wrapper.ema is not None),
                                           ("gradient accumulation", wrapper.accumulation_steps > 1)) if on]
     if fused_passes:
-        log.info("%s: %s", " and ".join(fused_passes), fused.describe())
+        log.info("%s: %s", " and ".join(fused_passes), kernels.describe())
     return wrapper
 
 

@@ -12,7 +12,10 @@ from __future__ import annotations
 from typing import Tuple, Union
 
 import mindspore as ms
-from mindspore import nn, ops
+import numpy as np
+from mindspore import Tensor, nn, ops
+
+from trainkit.kernels import im2col_kernel
 
 __all__ = ["CONV_IMPLS", "UnfoldConv2d", "conv2d", "resolve_conv_impl"]
 
@@ -81,6 +84,10 @@ class UnfoldConv2d(nn.Conv2d):
     skip im2col: a transpose (after a strided slice for stride > 1) gives the columns, and the MatMul is faster
     than MindSpore's 1x1 kernel too. Supports pad_mode `pad` (symmetric) or `valid`, NCHW, any stride, dilation
     and groups.
+
+    On CPU, where trainkit's C++ kernels build (`trainkit.kernels`), float32 columns come from its im2col kernel
+    instead, already in the MatMul's layout, with its col2im as the gradient: the same values as `ops.unfold`
+    and its gradient, in a fraction of MindSpore's Im2Col time (docs/performance.md, row 6).
     """
 
     def __init__(self, *args, **kwargs):
@@ -98,6 +105,9 @@ class UnfoldConv2d(nn.Conv2d):
         self.out_per_group = self.out_channels // self.group
         self.depth = self.in_channels // self.group * self.kh * self.kw  # columns per output channel
         self.pointwise = self.kh == 1 and self.kw == 1 and self.ph == 0 and self.pw == 0
+        geometry = (self.kh, self.kw, self.sh, self.sw, self.ph, self.pw, self.dh, self.dw)
+        self.im2col = None if self.pointwise else im2col_kernel(geometry)  # None: ops.unfold
+        self.geometry = Tensor(np.array(geometry, np.int64))
 
     def construct(self, x):
         n, _, height, width = x.shape
@@ -109,6 +119,8 @@ class UnfoldConv2d(nn.Conv2d):
                 # ("StridedSliceGrad ... input memory out of bounds", MindSpore 2.10).
                 x = ops.strided_slice(x, (0, 0, 0, 0), x.shape, (1, 1, self.sh, self.sw))
             cols = x.transpose(1, 0, 2, 3)
+        elif self.im2col is not None and x.dtype == ms.float32:
+            cols = self.im2col(x, self.geometry)  # (in * kh * kw, batch * out_h * out_w)
         else:
             cols = ops.unfold(x, (self.kh, self.kw), (self.dh, self.dw), (self.ph, self.pw), (self.sh, self.sw))
             cols = cols.transpose(1, 0, 2)

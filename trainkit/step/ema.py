@@ -4,11 +4,11 @@ from __future__ import annotations
 from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 from mindspore import dtype as mstype
 
-from trainkit.step import fused
+from trainkit import kernels
 
 _ema_update = ops.MultitypeFuncGraph("ema_update")
 _ema_update_fused = ops.MultitypeFuncGraph("ema_update_fused")
-_FUSED_KERNEL = None  # fused.ema_update_kernel(), set by the first EMA that has one (read by the graph below)
+_FUSED_KERNEL = None  # kernels.ema_update_kernel(), set by the first EMA that has one (read by the graph below)
 
 
 @_ema_update.register("Tensor", "Tensor", "Tensor")
@@ -75,8 +75,8 @@ class ExponentialMovingAverage(nn.Cell):
         if self.every > 1:
             self.step = Parameter(Tensor(0, mstype.int32), name="ema_step", requires_grad=False)
         self.hyper_map = ops.HyperMap()
-        # One pass of a C++ kernel per shadow instead of MindSpore's three (trainkit/step/fused.py), where it builds.
-        self.fused_kernel = fused.ema_update_kernel()
+        # One pass of a C++ kernel per shadow instead of MindSpore's three (trainkit/kernels/), where it builds.
+        self.fused_kernel = kernels.ema_update_kernel()
         if self.fused_kernel is not None:
             global _FUSED_KERNEL
             _FUSED_KERNEL = self.fused_kernel

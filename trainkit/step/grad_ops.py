@@ -19,7 +19,7 @@ SMALL_TENSOR = 1 << 16
 added = ops.MultitypeFuncGraph("added")
 add_into = ops.MultitypeFuncGraph("add_into")
 add_into_fused = ops.MultitypeFuncGraph("add_into_fused")
-_ADD_KERNEL = None  # fused.add_into_kernel(), set by use_fused_add (read by the graph function below)
+_ADD_KERNEL = None  # kernels.add_into_kernel(), set by use_fused_add (read by the graph function below)
 copied = ops.MultitypeFuncGraph("copied")
 put_into = ops.MultitypeFuncGraph("put_into")
 restore_into = ops.MultitypeFuncGraph("restore_into")
@@ -48,7 +48,7 @@ def _add_in_place_fused(buffer, grad):
 
 
 def use_fused_add(kernel) -> None:
-    """Make :data:`add_into_fused` call `kernel` (``trainkit.step.fused.add_into_kernel()``)."""
+    """Make :data:`add_into_fused` call `kernel` (``trainkit.step.kernels.add_into_kernel()``)."""
     global _ADD_KERNEL
     _ADD_KERNEL = kernel
 

@@ -10,7 +10,7 @@ from mindspore.context import ParallelMode
 from mindspore.parallel._utils import _get_device_num, _get_gradients_mean, _get_parallel_mode
 
 from trainkit.checks import check_number
-from trainkit.step import fused
+from trainkit import kernels
 from trainkit.step.ema import ExponentialMovingAverage, ema_source_parameters
 from trainkit.step.grad_ops import (
     add_into,
@@ -172,8 +172,8 @@ class TrainingWrapper(nn.Cell):
         if self.accumulation_steps > 1:
             self._grad_sum = self.weights.clone(prefix="_grad_sum", init="zeros")
             self.micro_step = Parameter(Tensor(0, mstype.int32), name="micro_step", requires_grad=False)
-            # One multithreaded pass of a C++ kernel per gradient instead of AssignAdd (trainkit/step/fused.py).
-            kernel = fused.add_into_kernel()
+            # One multithreaded pass of a C++ kernel per gradient instead of AssignAdd (trainkit/kernels/).
+            kernel = kernels.add_into_kernel()
             if kernel is not None:
                 use_fused_add(kernel)
                 self.fused_accumulate = True

@@ -1,4 +1,4 @@
-"""The fused C++ EMA kernel (trainkit/step/fused.py): bitwise NumPy's float32 arithmetic, in place in the
+"""The fused C++ EMA kernel (trainkit/kernels/): bitwise NumPy's float32 arithmetic, in place in the
 Parameter, in graph and pynative mode; built once into the cache folder; MindSpore's kernels without a compiler."""
 import os
 import shutil
@@ -11,7 +11,7 @@ from mindspore import Parameter, Tensor, nn
 
 from tests.common.models import TinyMLP, batches, loss_network, run, weights_of
 from trainkit import TrainingWrapper
-from trainkit.step import fused
+from trainkit import kernels
 
 needs_compiler = pytest.mark.skipif(shutil.which(os.environ.get("CXX") or "g++") is None,
                                     reason="no C++ compiler: the fused path cannot be built here")
@@ -20,9 +20,9 @@ needs_compiler = pytest.mark.skipif(shutil.which(os.environ.get("CXX") or "g++")
 @pytest.fixture
 def own_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("TRAINKIT_CACHE_DIR", str(tmp_path / "cache"))
-    fused._build.cache_clear()
+    kernels.build._build.cache_clear()
     yield tmp_path / "cache"
-    fused._build.cache_clear()
+    kernels.build._build.cache_clear()
 
 
 def numpy_update(shadow: np.ndarray, value: np.ndarray, weight: np.float32) -> np.ndarray:
@@ -33,7 +33,7 @@ def numpy_update(shadow: np.ndarray, value: np.ndarray, weight: np.float32) -> n
 class Updater(nn.Cell):
     def __init__(self, shadow: np.ndarray, value: np.ndarray):
         super().__init__()
-        self.kernel = fused.ema_update_kernel()
+        self.kernel = kernels.ema_update_kernel()
         self.shadow = Parameter(Tensor(shadow.copy()), name="shadow")
         self.value = Parameter(Tensor(value), name="value")
 
@@ -57,23 +57,23 @@ def test_the_kernel_updates_the_parameter_in_place_bitwise_as_numpy(mode, own_ca
 
 @needs_compiler
 def test_it_is_built_once_into_the_cache_folder_and_reused(own_cache):
-    path, reason = fused.library()
+    path, reason = kernels.library()
     assert path is not None, reason
     assert Path(path).parent == own_cache / "kernels"  # never into the package
     built = os.stat(path).st_mtime_ns
-    fused._build.cache_clear()  # a new process: finds the library, builds nothing
-    assert fused.library() == (path, "") and os.stat(path).st_mtime_ns == built
-    assert "fused C++ kernels" in fused.describe()
+    kernels.build._build.cache_clear()  # a new process: finds the library, builds nothing
+    assert kernels.library() == (path, "") and os.stat(path).st_mtime_ns == built
+    assert "fused C++ kernels" in kernels.describe()
 
 
 @needs_compiler
 @pytest.mark.parametrize("damage", [b"not a library", b"\x7fELF" + bytes(60)])
 def test_a_damaged_cached_library_is_built_again_not_loaded(own_cache, caplog, damage):
-    path, reason = fused.library()
+    path, reason = kernels.library()
     assert path is not None, reason
     Path(path).write_bytes(damage)  # a truncated download, a file from another machine
-    fused._build.cache_clear()  # a new process
-    assert fused.library() == (path, "")
+    kernels.build._build.cache_clear()  # a new process
+    assert kernels.library() == (path, "")
     assert "do not load (a damaged or foreign file): building them again" in caplog.text
     assert Path(path).read_bytes()[:4] == b"\x7fELF" and len(Path(path).read_bytes()) > 1000  # rebuilt
     cell = Updater(np.ones(3, np.float32), np.zeros(3, np.float32))  # and the kernel runs
@@ -83,12 +83,12 @@ def test_a_damaged_cached_library_is_built_again_not_loaded(own_cache, caplog, d
 
 def test_without_a_compiler_or_when_turned_off_mindspores_kernels_run(own_cache, monkeypatch):
     monkeypatch.setenv("CXX", "no-such-compiler-here")
-    assert fused.library() == (None, "no C++ compiler (no-such-compiler-here) on PATH")
-    assert fused.ema_update_kernel() is None
-    assert fused.describe().startswith("MindSpore's kernels (no C++ compiler")
+    assert kernels.library() == (None, "no C++ compiler (no-such-compiler-here) on PATH")
+    assert kernels.ema_update_kernel() is None
+    assert kernels.describe().startswith("MindSpore's kernels (no C++ compiler")
     monkeypatch.delenv("CXX")
     monkeypatch.setenv("TRAINKIT_FUSED_KERNELS", "0")
-    assert fused.library() == (None, "TRAINKIT_FUSED_KERNELS=0")
+    assert kernels.library() == (None, "TRAINKIT_FUSED_KERNELS=0")
 
 
 @pytest.mark.parametrize("path", ["fused", "mindspore"])
@@ -116,7 +116,7 @@ def test_the_wrappers_ema_is_bitwise_the_same_on_both_paths(mode, own_cache, mon
 class Adder(nn.Cell):
     def __init__(self, buffer: np.ndarray):
         super().__init__()
-        self.kernel = fused.add_into_kernel()
+        self.kernel = kernels.add_into_kernel()
         self.buffer = Parameter(Tensor(buffer.copy()), name="buffer")
 
     def construct(self, value):

@@ -1,0 +1,11 @@
+"""Fused C++ kernels for CPU through ``ops.Custom(func_type="aot")``: what MindSpore's own CPU kernels do slowly.
+
+``fused.cc`` holds them (the EMA update and accumulate-into in place, im2col and its gradient for the
+convolutions); :mod:`~trainkit.kernels.build` builds it once per machine with the system's C++ compiler, and
+:mod:`~trainkit.kernels.primitives` hands each as a primitive, or None where it cannot be built (then the
+callers run MindSpore's kernels, bitwise the same arithmetic; :func:`describe` says which path a run takes).
+"""
+from trainkit.kernels.build import cache_dir, describe, library
+from trainkit.kernels.primitives import add_into_kernel, ema_update_kernel, im2col_kernel
+
+__all__ = ["add_into_kernel", "cache_dir", "describe", "ema_update_kernel", "im2col_kernel", "library"]

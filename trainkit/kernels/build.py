@@ -1,0 +1,96 @@
+"""Building and loading trainkit's fused CPU kernels (``fused.cc`` beside this file), once per machine.
+
+The library is compiled on first use with the system's C++ compiler (``$CXX``, else ``g++``) into
+``<cache>/kernels/fused-<hash of the source and compiler>.so`` (``TRAINKIT_CACHE_DIR``, else
+``$XDG_CACHE_HOME/trainkit``, else ``~/.cache/trainkit``), never into the package. Without a compiler, on a
+device other than CPU, where the build fails, or with ``TRAINKIT_FUSED_KERNELS=0``, :func:`library` says why and
+trainkit runs MindSpore's own kernels instead; :func:`describe` words it for a run's start-up lines.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Optional, Tuple
+
+log = logging.getLogger("trainkit")
+#: What the library must export (a cached library without one of them is built again).
+ENTRY_POINTS = ("TrainkitEmaUpdate", "TrainkitAddInto", "TrainkitIm2Col", "TrainkitCol2Im")
+SOURCE = (Path(__file__).with_name("fused.cc")).read_text()
+
+FLAGS = ["-O3", "-ffp-contract=off", "-shared", "-fPIC", "-pthread", "-std=c++14"]
+
+
+def cache_dir() -> Path:
+    """trainkit's cache folder: ``TRAINKIT_CACHE_DIR``, else ``$XDG_CACHE_HOME/trainkit``, else ~/.cache/trainkit."""
+    if os.environ.get("TRAINKIT_CACHE_DIR"):
+        return Path(os.environ["TRAINKIT_CACHE_DIR"]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trainkit"
+
+
+def _off() -> bool:
+    return os.environ.get("TRAINKIT_FUSED_KERNELS", "1").strip().lower() in ("0", "false", "off", "no")
+
+
+@functools.lru_cache(maxsize=None)
+def _build(compiler: str) -> Tuple[Optional[str], str]:
+    """(the library's path or None, why not)."""
+    try:
+        version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60).stdout
+        digest = hashlib.sha256("\n".join([SOURCE, version, *FLAGS]).encode()).hexdigest()[:16]
+        folder = cache_dir() / "kernels"
+        library = folder / f"fused-{digest}.so"
+        if library.is_file():
+            if _loads(library):
+                return str(library), ""
+            log.warning("the cached kernels %s do not load (a damaged or foreign file): building them again", library)
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=folder) as work:
+            source = Path(work) / "fused.cc"
+            source.write_text(SOURCE)
+            built = Path(work) / library.name
+            done = subprocess.run([compiler, *FLAGS, "-o", str(built), str(source)], capture_output=True, text=True,
+                                  timeout=300)
+            if done.returncode != 0:
+                return None, f"{compiler} failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}"
+            if not _loads(built):
+                return None, f"{compiler} built {library.name}, but it does not load"
+            os.replace(built, library)  # atomic: a concurrent run sees no half-written library
+        return str(library), ""
+    except (OSError, subprocess.SubprocessError) as error:
+        return None, f"could not build the kernels: {error}"
+
+
+def _loads(path: Path) -> bool:
+    """Whether `path` is a library this process can load that has the kernels' entry points."""
+    try:
+        handle = ctypes.CDLL(str(path))
+        return all(hasattr(handle, name) for name in ENTRY_POINTS)
+    except OSError:
+        return False
+
+
+def library() -> Tuple[Optional[str], str]:
+    """The compiled kernels' path, or (None, the reason MindSpore's own kernels run instead)."""
+    if _off():
+        return None, "TRAINKIT_FUSED_KERNELS=0"
+    import mindspore as ms
+
+    if ms.get_context("device_target") != "CPU":
+        return None, f"the kernels are for CPU, the device is {ms.get_context('device_target')}"
+    compiler = shutil.which(os.environ.get("CXX") or "g++")
+    if compiler is None:
+        return None, f"no C++ compiler ({os.environ.get('CXX') or 'g++'}) on PATH"
+    return _build(compiler)
+
+
+def describe() -> str:
+    """Which path the wrapper's fused passes take, for a run's start-up lines."""
+    path, reason = library()
+    return f"fused C++ kernels ({path})" if path else f"MindSpore's kernels ({reason})"

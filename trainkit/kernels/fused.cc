@@ -1,0 +1,162 @@
+// trainkit's fused CPU kernels, called through ops.Custom(func_type="aot") (trainkit/kernels/).
+// Each entry point has MindSpore's AOT signature; the last params entry is the output.
+#include <algorithm>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+namespace {
+int64_t count(int ndim, const int64_t *shape) {
+  int64_t n = 1;
+  for (int i = 0; i < ndim; ++i) n *= shape[i];
+  return n;
+}
+
+// Runs work(begin, end) over [0, n) in up to 8 threads; one thread below 256 Ki elements (a thread costs more).
+template <typename Work>
+void parallel(int64_t n, Work work) {
+  unsigned threads = n < (int64_t(1) << 18) ? 1u : std::max(1u, std::min(8u, std::thread::hardware_concurrency()));
+  int64_t chunk = (n + threads - 1) / threads;
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) {
+    int64_t begin = t * chunk, end = std::min(n, begin + chunk);
+    if (begin < end) pool.emplace_back(work, begin, end);
+  }
+  work(int64_t(0), std::min(n, chunk));
+  for (auto &thread : pool) thread.join();
+}
+}  // namespace
+
+// shadow (float32, written in place), value (float32, same shape), weight (float32 scalar) -> flag (float32 [1]).
+// shadow = shadow - (shadow - value) * weight: MindSpore's Sub, Mul and AssignSub in one pass.
+extern "C" int TrainkitEmaUpdate(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
+                                 void *stream, void *extra) {
+  if (nparam != 4) return 1;
+  float *shadow = static_cast<float *>(params[0]);
+  const float *value = static_cast<const float *>(params[1]);
+  const float weight = *static_cast<const float *>(params[2]);
+  parallel(count(ndims[0], shapes[0]), [=](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      float difference = shadow[i] - value[i];
+      float step = difference * weight;
+      shadow[i] = shadow[i] - step;
+    }
+  });
+  *static_cast<float *>(params[3]) = 0.0f;
+  return 0;
+}
+
+// buffer (float32, written in place), value (float32, same shape) -> flag (float32 [1]).
+// buffer = buffer + value: MindSpore's AssignAdd, multithreaded.
+extern "C" int TrainkitAddInto(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
+                               void *stream, void *extra) {
+  if (nparam != 3) return 1;
+  float *buffer = static_cast<float *>(params[0]);
+  const float *value = static_cast<const float *>(params[1]);
+  parallel(count(ndims[0], shapes[0]), [=](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) buffer[i] = buffer[i] + value[i];
+  });
+  *static_cast<float *>(params[2]) = 0.0f;
+  return 0;
+}
+
+namespace {
+// The columns' geometry, given as an int64 input [kh, kw, sh, sw, ph, pw, dh, dw] (symmetric padding).
+struct Geometry {
+  int64_t n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow;
+  Geometry(const int64_t *x_shape, const int64_t *g)
+      : n(x_shape[0]), c(x_shape[1]), h(x_shape[2]), w(x_shape[3]), kh(g[0]), kw(g[1]), sh(g[2]), sw(g[3]),
+        ph(g[4]), pw(g[5]), dh(g[6]), dw(g[7]), oh((h + 2 * ph - dh * (kh - 1) - 1) / sh + 1),
+        ow((w + 2 * pw - dw * (kw - 1) - 1) / sw + 1) {}
+  int64_t length() const { return n * oh * ow; }  // columns per row
+};
+
+// Runs work(begin, end) over `rows` rows of `per_row` values each, in up to 8 threads (one below 64 Ki values).
+template <typename Work>
+void parallel_rows(int64_t rows, int64_t per_row, Work work) {
+  unsigned threads = rows * per_row < (int64_t(1) << 16)
+                         ? 1u : std::max(1u, std::min(8u, std::thread::hardware_concurrency()));
+  if (int64_t(threads) > rows) threads = unsigned(std::max<int64_t>(rows, 1));
+  int64_t chunk = (rows + threads - 1) / threads;
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) {
+    int64_t begin = t * chunk, end = std::min(rows, begin + chunk);
+    if (begin < end) pool.emplace_back(work, begin, end);
+  }
+  work(int64_t(0), std::min(rows, chunk));
+  for (auto &thread : pool) thread.join();
+}
+}  // namespace
+
+// x (float32 N, C, H, W), geometry (int64 [8]) -> columns (float32 C*kh*kw, N*OH*OW).
+// Row (c, i, j) holds x[n, c, oh*sh - ph + i*dh, ow*sw - pw + j*dw] (0 outside) for every (n, oh, ow): ops.unfold's
+// values, already in the (C*kh*kw, N*L) layout the convolution's MatMul takes (no transpose after it).
+extern "C" int TrainkitIm2Col(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
+                              void *stream, void *extra) {
+  if (nparam != 3 || ndims[0] != 4) return 1;
+  const float *x = static_cast<const float *>(params[0]);
+  const Geometry g(shapes[0], static_cast<const int64_t *>(params[1]));
+  float *cols = static_cast<float *>(params[2]);
+  const int64_t length = g.length();
+  parallel_rows(g.c * g.kh * g.kw, length, [=](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t c = r / (g.kh * g.kw), i = (r / g.kw) % g.kh, j = r % g.kw;
+      for (int64_t n = 0; n < g.n; ++n) {
+        const float *plane = x + (n * g.c + c) * g.h * g.w;
+        for (int64_t oh = 0; oh < g.oh; ++oh) {
+          float *out = cols + r * length + (n * g.oh + oh) * g.ow;
+          const int64_t ih = oh * g.sh - g.ph + i * g.dh;
+          if (ih < 0 || ih >= g.h) {
+            std::fill(out, out + g.ow, 0.0f);
+            continue;
+          }
+          const float *source = plane + ih * g.w;
+          for (int64_t ow = 0; ow < g.ow; ++ow) {
+            const int64_t iw = ow * g.sw - g.pw + j * g.dw;
+            out[ow] = (iw >= 0 && iw < g.w) ? source[iw] : 0.0f;
+          }
+        }
+      }
+    }
+  });
+  return 0;
+}
+
+// d_columns (float32 C*kh*kw, N*OH*OW), x (its shape only), geometry (int64 [8]) -> dx (float32 N, C, H, W).
+// The gradient of TrainkitIm2Col: each column value added back where it was read from, kernel offsets in
+// order (i, j), one thread per channel range (no two threads write the same values).
+extern "C" int TrainkitCol2Im(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
+                              void *stream, void *extra) {
+  if (nparam != 4 || ndims[1] != 4) return 1;
+  const float *d_cols = static_cast<const float *>(params[0]);
+  const Geometry g(shapes[1], static_cast<const int64_t *>(params[2]));
+  float *dx = static_cast<float *>(params[3]);
+  const int64_t length = g.length();
+  parallel_rows(g.c, g.kh * g.kw * length, [=](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      for (int64_t n = 0; n < g.n; ++n) {
+        float *plane = dx + (n * g.c + c) * g.h * g.w;
+        std::fill(plane, plane + g.h * g.w, 0.0f);
+      }
+      for (int64_t i = 0; i < g.kh; ++i) {
+        for (int64_t j = 0; j < g.kw; ++j) {
+          const float *row = d_cols + ((c * g.kh + i) * g.kw + j) * length;
+          for (int64_t n = 0; n < g.n; ++n) {
+            float *plane = dx + (n * g.c + c) * g.h * g.w;
+            for (int64_t oh = 0; oh < g.oh; ++oh) {
+              const int64_t ih = oh * g.sh - g.ph + i * g.dh;
+              if (ih < 0 || ih >= g.h) continue;
+              const float *source = row + (n * g.oh + oh) * g.ow;
+              float *target = plane + ih * g.w;
+              for (int64_t ow = 0; ow < g.ow; ++ow) {
+                const int64_t iw = ow * g.sw - g.pw + j * g.dw;
+                if (iw >= 0 && iw < g.w) target[iw] += source[ow];
+              }
+            }
+          }
+        }
+      }
+    }
+  });
+  return 0;
+}

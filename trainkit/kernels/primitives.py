@@ -1,0 +1,79 @@
+"""trainkit's fused kernels as MindSpore primitives (``ops.Custom(func_type="aot")``), or None where they do not build.
+
+MindSpore 2.10's CPU kernels that write into a Parameter run at about a fifth of PyTorch's in-place foreach
+(docs/performance.md, row 10): the EMA's ``assign_sub(e, (e - w) * c)`` is three kernels and three passes over
+memory. An AOT kernel receives the Parameter's own memory and may write it in place (measured: the write is
+visible to the graph, to ``asnumpy`` and to checkpoints), so the update is one multithreaded pass. The EMA kernel
+is built with ``-ffp-contract=off``, so it rounds as MindSpore's three kernels do: both paths agree bit for bit.
+The im2col kernels are out of place: they write the convolution's columns in the layout its MatMul takes.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Sequence
+
+from trainkit.kernels.build import library
+
+
+def ema_update_kernel():
+    """``ops.Custom`` updating an EMA shadow in place (inputs: shadow, value, weight), or None (see :func:`library`)."""
+    path, _ = library()
+    return None if path is None else _in_place_kernel(path, "TrainkitEmaUpdate")
+
+
+def add_into_kernel():
+    """``ops.Custom`` adding its second input into its first in place (inputs: buffer, value), or None."""
+    path, _ = library()
+    return None if path is None else _in_place_kernel(path, "TrainkitAddInto")
+
+
+@functools.lru_cache(maxsize=None)
+def _in_place_kernel(path: str, entry_point: str):
+    """The library's `entry_point` as a primitive that writes its first input (its output is a dummy flag)."""
+    from mindspore import dtype as mstype
+    from mindspore import ops
+
+    kernel = ops.Custom(f"{path}:{entry_point}", out_shape=lambda *shapes: [1],
+                        out_dtype=lambda *dtypes: mstype.float32, func_type="aot")
+    # It writes its first input: a memory side effect, which MindSpore's graph keeps and orders like an Assign's
+    # (without the mark, a graph that does not use the kernel's output drops the kernel).
+    kernel.add_prim_attr("side_effect_mem", True)
+    return kernel
+
+
+def im2col_kernel(geometry: Sequence[int]):
+    """``ops.Custom`` writing a convolution's columns, or None (see :func:`~trainkit.kernels.build.library`).
+
+    Inputs: x (float32 N, C, H, W) and `geometry` as an int64 tensor [kh, kw, sh, sw, ph, pw, dh, dw]; output:
+    (C * kh * kw, N * OH * OW), row (c, i, j) channel-major then kernel offset, as ``ops.unfold`` then a transpose.
+    Its gradient is the C++ col2im (the same geometry), so a training step runs no MindSpore Im2Col or Col2Im.
+    """
+    path, _ = library()
+    return None if path is None else _im2col(path, tuple(int(value) for value in geometry))
+
+
+@functools.lru_cache(maxsize=None)
+def _im2col(path: str, geometry: tuple):
+    from mindspore import ops
+
+    kh, kw, sh, sw, ph, pw, dh, dw = geometry
+
+    def columns_shape(x_shape, _geometry_shape):
+        n, c, h, w = x_shape
+        out_h = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+        out_w = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+        return [c * kh * kw, n * out_h * out_w]
+
+    col2im = ops.Custom(f"{path}:TrainkitCol2Im", out_shape=lambda _d_cols, x_shape, _g: x_shape,
+                        out_dtype=lambda d_cols, _x, _g: d_cols, func_type="aot")
+    col2im.add_prim_attr("geometry", list(geometry))
+
+    def bprop(x, geometry_tensor, _out, d_cols):
+        return col2im(d_cols, x, geometry_tensor), ops.zeros_like(geometry_tensor)
+
+    im2col = ops.Custom(f"{path}:TrainkitIm2Col", out_shape=columns_shape, out_dtype=lambda x, _g: x,
+                        func_type="aot", bprop=bprop)
+    # Pynative mode caches a primitive's inferred shape by its attributes and input shapes: without the geometry
+    # among the attributes, a stride-2 kernel took the columns' shape inferred for a stride-1 one.
+    im2col.add_prim_attr("geometry", list(geometry))
+    return im2col
