@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 from typing import List
 
 import mindspore as ms
@@ -19,14 +20,25 @@ from bench.common import (
     setup,
     threads,
 )
-from trainkit import TrainingWrapper
+from trainkit import TrainingWrapper, kernels
 from trainkit.models import resnet50
 from trainkit.models.conv import resolve_conv_impl
 
 
-def _step(conv_impl: str, settings: Settings) -> Stepper:
+def _step(conv_impl: str, settings: Settings, im2col_kernel: bool = True) -> Stepper:
+    """ResNet-50's train step; `im2col_kernel=False` builds its convolutions' columns with ops.unfold instead of
+    trainkit's C++ kernel (the path taken where no compiler is)."""
     ms.set_seed(0)
-    backbone = resnet50(num_classes=10, conv_impl=conv_impl)
+    previous = os.environ.get("TRAINKIT_FUSED_KERNELS")
+    if not im2col_kernel:
+        os.environ["TRAINKIT_FUSED_KERNELS"] = "0"
+    try:
+        backbone = resnet50(num_classes=10, conv_impl=conv_impl)
+    finally:
+        if previous is None:
+            os.environ.pop("TRAINKIT_FUSED_KERNELS", None)
+        else:
+            os.environ["TRAINKIT_FUSED_KERNELS"] = previous
     optimizer = nn.Momentum(backbone.trainable_params(), learning_rate=0.01, momentum=0.9)
     cell = TrainingWrapper(loss_network(backbone), optimizer)
     return Stepper(cell, batch_tensors(settings.batch, 3, settings.image), settings.warmup)
@@ -41,6 +53,10 @@ def run(settings: Settings) -> List[Row]:
     where = setup("resnet50", settings.batch, settings.image, conv_impl_auto=auto, reps=settings.reps)
     sides = {"auto": _step("auto", settings).run(settings.large_steps)}
     per_step = {"auto": settings.large_steps}
+    im2col = auto == "channel_major"
+    if im2col:
+        sides["ops.unfold"] = _step("unfold", settings, im2col_kernel=False).run(settings.large_steps)
+        per_step["ops.unfold"] = settings.large_steps
     eager = None
     if torch_available():
         from bench.torch_resnet import EagerStep
@@ -58,6 +74,11 @@ def run(settings: Settings) -> List[Row]:
     times = (f"auto ({auto}) {median_ms(seconds['auto'], settings.large_steps)}/step, native "
              f"{median_ms(native_seconds['native'])}/step")
     rows = []
+    if im2col:
+        value, spread = ratio(seconds, "ops.unfold", "auto")
+        rows.append(Row("9", "ResNet-50 train step: unfold without trainkit's kernels / auto (channel_major)", value, "x",
+                        "reported", None, spread, f"ops.unfold {median_ms(seconds['ops.unfold'], settings.large_steps)}"
+                        f"/step, C++ im2col {median_ms(seconds['auto'], settings.large_steps)}/step", where))
     value, spread = ratio(native_seconds, "native", "auto")
     rows.append(Row("9", "ResNet-50 train step: conv_impl native / auto (speed-up of auto)", value, "x", "reported",
                     None, spread, times, where))

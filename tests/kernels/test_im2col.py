@@ -6,6 +6,7 @@ import pytest
 from mindspore import Tensor, nn, ops
 
 from trainkit import kernels
+from trainkit.kernels import geometry_values
 
 pytestmark = pytest.mark.skipif(kernels.library()[0] is None, reason="trainkit's kernels do not build here")
 
@@ -47,10 +48,10 @@ def numpy_columns_gradient(upstream: np.ndarray, x_shape, geometry) -> np.ndarra
 
 
 class ColumnsLoss(nn.Cell):
-    def __init__(self, geometry, upstream):
+    def __init__(self, geometry, upstream, channel_major=False):
         super().__init__()
-        self.im2col = kernels.im2col_kernel(geometry)
-        self.geometry = Tensor(np.array(geometry, np.int64))
+        self.im2col = kernels.im2col_kernel(geometry, channel_major)
+        self.geometry = Tensor(np.array(geometry_values(geometry, channel_major), np.int64))
         self.upstream = Tensor(upstream)
 
     def construct(self, x):
@@ -61,17 +62,22 @@ class ColumnsLoss(nn.Cell):
 
 
 @pytest.mark.parametrize("mode", [ms.GRAPH_MODE, ms.PYNATIVE_MODE], ids=["graph", "pynative"])
+@pytest.mark.parametrize("channel_major", [False, True], ids=["nchw", "cnhw"])
 @pytest.mark.parametrize("n, c, h, w, geometry", GEOMETRIES)
-def test_columns_and_their_gradient_are_numpys_bit_for_bit(mode, n, c, h, w, geometry):
+def test_columns_and_their_gradient_are_numpys_bit_for_bit(mode, channel_major, n, c, h, w, geometry):
+    """The same columns whether x comes as (N, C, H, W) or (C, N, H, W); the gradient in x's own layout."""
     ms.set_context(mode=mode)
     rng = np.random.default_rng(sum(geometry) + n)
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
     expected = numpy_columns(x, geometry)
-    upstream = rng.standard_normal(expected.shape).astype(np.float32)
-    loss = ColumnsLoss(geometry, upstream)
-    np.testing.assert_array_equal(loss.columns(Tensor(x)).asnumpy(), expected)
-    gradient = ops.grad(loss)(Tensor(x)).asnumpy()
-    np.testing.assert_array_equal(gradient, numpy_columns_gradient(upstream, x.shape, geometry))
+    expected_gradient = numpy_columns_gradient(upstream := rng.standard_normal(expected.shape).astype(np.float32),
+                                               x.shape, geometry)
+    given = np.ascontiguousarray(x.transpose(1, 0, 2, 3)) if channel_major else x
+    loss = ColumnsLoss(geometry, upstream, channel_major)
+    np.testing.assert_array_equal(loss.columns(Tensor(given)).asnumpy(), expected)
+    gradient = ops.grad(loss)(Tensor(given)).asnumpy()
+    np.testing.assert_array_equal(gradient, expected_gradient.transpose(1, 0, 2, 3) if channel_major
+                                  else expected_gradient)
 
 
 def test_the_columns_are_ops_unfolds_values_in_the_matmuls_layout():

@@ -66,10 +66,11 @@ CASES = [  # kernel, stride, padding, dilation, groups, bias
 ]
 
 
-@pytest.fixture(params=["kernel", "unfold"])
+@pytest.fixture(params=["channel_major", "kernel", "unfold"])
 def columns(request, monkeypatch):
-    """Which im2col an UnfoldConv2d built now uses: trainkit's C++ kernel (where it builds) or ops.unfold."""
-    if request.param == "kernel" and kernels.library()[0] is None:
+    """Which im2col an UnfoldConv2d built now uses: trainkit's C++ kernel (where it builds) on (C, N, H, W) or
+    (N, C, H, W) activations, or ops.unfold."""
+    if request.param != "unfold" and kernels.library()[0] is None:
         pytest.skip(f"trainkit's kernels do not build here: {kernels.describe()}")
     if request.param == "unfold":
         monkeypatch.setenv("TRAINKIT_FUSED_KERNELS", "0")
@@ -83,8 +84,9 @@ def test_unfold_conv_matches_numpy_and_nn_conv2d_forward_and_backward(mode, colu
     in_channels, out_channels = 4, 6
     x = rng.standard_normal((2, in_channels, 9, 9)).astype(np.float32)
     ours = UnfoldConv2d(in_channels, out_channels, kernel, stride=stride, pad_mode="pad", padding=padding,
-                        dilation=dilation, group=groups, has_bias=bias, bias_init="normal" if bias else None)
-    assert (ours.im2col is not None) == (columns == "kernel" and kernel > 1)
+                        dilation=dilation, group=groups, has_bias=bias, bias_init="normal" if bias else None,
+                        channel_major=columns == "channel_major")
+    assert (ours.im2col is not None) == (columns != "unfold" and kernel > 1)
     native = nn.Conv2d(in_channels, out_channels, kernel, stride=stride, pad_mode="pad", padding=padding,
                        dilation=dilation, group=groups, has_bias=bias)
     for ours_param, native_param in zip(ours.get_parameters(), native.get_parameters()):
@@ -98,7 +100,12 @@ def test_unfold_conv_matches_numpy_and_nn_conv2d_forward_and_backward(mode, colu
 
     results = {}
     for name, conv in (("unfold", ours), ("native", native)):
-        y, ((dx,), param_grads) = _ForwardAndGrads(conv, Tensor(upstream))(Tensor(x))
+        if name == "unfold" and columns == "channel_major":  # (C, N, H, W) in and out; compared as (N, C, H, W)
+            y, ((dx,), param_grads) = _ForwardAndGrads(conv, Tensor(upstream.transpose(1, 0, 2, 3).copy()))(
+                Tensor(x.transpose(1, 0, 2, 3).copy()))
+            y, dx = Tensor(y.asnumpy().transpose(1, 0, 2, 3)), Tensor(dx.asnumpy().transpose(1, 0, 2, 3))
+        else:
+            y, ((dx,), param_grads) = _ForwardAndGrads(conv, Tensor(upstream))(Tensor(x))
         results[name] = [y.asnumpy(), dx.asnumpy()] + [g.asnumpy() for g in param_grads]
     assert len(results["unfold"]) == (4 if bias else 3)
     for got, want in zip(results["unfold"], [e for e in expected if e is not None]):
@@ -107,18 +114,25 @@ def test_unfold_conv_matches_numpy_and_nn_conv2d_forward_and_backward(mode, colu
         np.testing.assert_allclose(got, want, **TOLERANCE)
 
 
-def test_auto_is_unfold_on_cpu_and_native_elsewhere():
-    assert resolve_conv_impl("auto", "CPU") == "unfold"
+def test_auto_is_channel_major_on_cpu_with_the_kernels_unfold_without_and_native_elsewhere(monkeypatch):
+    assert resolve_conv_impl("auto", "CPU") == ("channel_major" if kernels.library()[0] else "unfold")
     assert resolve_conv_impl("auto", "GPU") == "native"
     assert resolve_conv_impl("auto", "Ascend") == "native"
     assert resolve_conv_impl("native", "CPU") == "native"
-    assert set(CONV_IMPLS) == {"auto", "native", "unfold"}
+    assert set(CONV_IMPLS) == {"auto", "native", "unfold", "channel_major"}
     assert type(conv2d(2, 3, 3, conv_impl="native")) is nn.Conv2d
     assert isinstance(conv2d(2, 3, 3, conv_impl="unfold"), UnfoldConv2d)
+    monkeypatch.setenv("TRAINKIT_FUSED_KERNELS", "0")
+    assert resolve_conv_impl("auto", "CPU") == "unfold"
+    with pytest.raises(ValueError, match=r"conv_impl=channel_major needs trainkit's C\+\+ kernels, which cannot run "
+                                         r"here \(TRAINKIT_FUSED_KERNELS=0\); use conv_impl=unfold or auto"):
+        resolve_conv_impl("channel_major", "CPU")
+    with pytest.raises(ValueError, match=r"channel_major needs .*the device is GPU"):
+        resolve_conv_impl("channel_major", "GPU")
 
 
 def test_an_unknown_conv_impl_names_the_argument_and_the_choices():
-    with pytest.raises(ValueError, match=r"conv_impl must be one of auto, native, unfold; got 'fast'"):
+    with pytest.raises(ValueError, match=r"conv_impl must be one of auto, native, unfold, channel_major; got 'fast'"):
         SmallCNN(conv_impl="fast")
 
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 from typing import Dict, Tuple
 
 import numpy as np
+import mindspore as ms
 import pytest
 from mindspore import Tensor, nn
 
+from trainkit import kernels
+from trainkit.models.conv import batch_norm2d, conv2d
 from trainkit.models.resnet import BasicBlock, Bottleneck, resnet18, resnet34, resnet50, resnet101, resnet152
 
 # torchvision's `sum(p.numel() for p in resnetXX(num_classes=1000).parameters())`, as published with its weights.
@@ -210,23 +213,32 @@ def np_bottleneck(x, values, stride):
     return relu(out + shortcut(x, values, stride))
 
 
-def projection(in_channels, out_channels, stride):
-    conv = nn.Conv2d(in_channels, out_channels, 1, stride=stride, pad_mode="pad", has_bias=False)
-    return nn.SequentialCell([conv, nn.BatchNorm2d(out_channels)])
+def projection(in_channels, out_channels, stride, conv_impl="native"):
+    conv = conv2d(in_channels, out_channels, 1, stride=stride, padding=0, conv_impl=conv_impl)
+    return nn.SequentialCell([conv, batch_norm2d(out_channels, conv_impl)])
 
 
+CONV_IMPLS_HERE = ["native", "unfold"] + (["channel_major"] if kernels.library()[0] else [])
+
+
+@pytest.mark.parametrize("conv_impl", CONV_IMPLS_HERE)
 @pytest.mark.parametrize("block, reference, in_channels, channels, stride, with_downsample", [
     (BasicBlock, np_basic_block, 4, 4, 1, False),
     (BasicBlock, np_basic_block, 4, 6, 2, True),
     (Bottleneck, np_bottleneck, 8, 3, 2, True),
 ], ids=["basic-identity", "basic-stride2-downsample", "bottleneck-stride2-downsample"])
-def test_block_forward_equals_numpy_reference(mode, block, reference, in_channels, channels, stride, with_downsample):
-    downsample = projection(in_channels, channels * block.expansion, stride) if with_downsample else None
-    cell = block(in_channels, channels, stride, downsample)
+def test_block_forward_equals_numpy_reference(mode, conv_impl, block, reference, in_channels, channels, stride,
+                                              with_downsample):
+    """channel_major blocks take and give (C, N, H, W); compared in (N, C, H, W)."""
+    downsample = projection(in_channels, channels * block.expansion, stride, conv_impl) if with_downsample else None
+    cell = block(in_channels, channels, stride, downsample, conv_impl)
     values = randomise(cell, seed=3)
     cell.set_train(False)
     x = np.random.RandomState(4).randn(2, in_channels, 6, 6).astype(np.float32)
-    got = cell(Tensor(x)).asnumpy()
+    if conv_impl == "channel_major":
+        got = cell(Tensor(x.transpose(1, 0, 2, 3).copy())).asnumpy().transpose(1, 0, 2, 3)
+    else:
+        got = cell(Tensor(x)).asnumpy()
     expected = reference(x.astype(np.float64), values, stride)
     assert got.shape == expected.shape == (2, channels * block.expansion, 6 // stride, 6 // stride)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
@@ -241,8 +253,59 @@ def test_stem_maxpool_pads_with_minus_infinity_like_torch(mode):
     for i in range(out_h):
         for j in range(out_w):
             expected[:, :, i, j] = padded[:, :, 2 * i:2 * i + 3, 2 * j:2 * j + 3].max(axis=(2, 3))
-    got = resnet18(num_classes=2).maxpool(Tensor(x)).asnumpy()
+    got = resnet18(num_classes=2, conv_impl="native").maxpool(Tensor(x)).asnumpy()
     np.testing.assert_array_equal(got, expected)
+    if kernels.library()[0]:  # the same per (channel, image) plane on (C, N, H, W)
+        got = resnet18(num_classes=2, conv_impl="channel_major").maxpool(Tensor(x.transpose(1, 0, 2, 3).copy()))
+        np.testing.assert_array_equal(got.asnumpy().transpose(1, 0, 2, 3), expected)
+
+
+@pytest.mark.skipif(not kernels.library()[0], reason="channel_major needs trainkit's kernels")
+def test_channel_major_batch_norm_normalises_each_channel_by_its_batch_statistics_as_numpy(mode):
+    """Training mode: (x - mean) / sqrt(var + eps) per channel over N, H, W; the moving statistics move towards
+    the batch's (MindSpore's momentum 0.9, the unbiased variance), as nn.BatchNorm2d's do."""
+    from trainkit.models.conv import ChannelMajorBatchNorm2d
+    rng = np.random.RandomState(6)
+    x = (rng.randn(4, 3, 5, 2) * np.array([1.0, 3.0, 0.5]).reshape(1, 3, 1, 1) + 2).astype(np.float32)
+    bn = ChannelMajorBatchNorm2d(3)
+    bn.gamma.set_data(Tensor(np.array([1.0, 2.0, 0.5], np.float32)))
+    bn.beta.set_data(Tensor(np.array([0.0, -1.0, 3.0], np.float32)))
+    bn.set_train(True)
+    got = bn(Tensor(x.transpose(1, 0, 2, 3).copy())).asnumpy().transpose(1, 0, 2, 3)
+    mean = x.astype(np.float64).mean(axis=(0, 2, 3))
+    variance = x.astype(np.float64).var(axis=(0, 2, 3))
+    expected = ((x - mean.reshape(1, 3, 1, 1)) / np.sqrt(variance.reshape(1, 3, 1, 1) + BN_EPS)
+                * np.array([1.0, 2.0, 0.5]).reshape(1, 3, 1, 1) + np.array([0.0, -1.0, 3.0]).reshape(1, 3, 1, 1))
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    count = x.size / 3
+    np.testing.assert_allclose(bn.moving_mean.asnumpy(), 0.1 * mean, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(bn.moving_variance.asnumpy(), 0.9 + 0.1 * variance * count / (count - 1),
+                               rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(not kernels.library()[0], reason="channel_major needs trainkit's kernels")
+def test_channel_major_resnet_trains_as_the_nchw_one(graph_mode):
+    """Same weights, one SGD step in training mode (batch statistics): the same loss, gradients and moving
+    statistics as conv_impl=native (MindSpore's own convolution), to float32 summation order."""
+    from trainkit.models import resnet18
+
+    def one_step(conv_impl):
+        ms.set_seed(0)
+        network = resnet18(num_classes=5, conv_impl=conv_impl)
+        loss = nn.WithLossCell(network, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"))
+        step = nn.TrainOneStepCell(loss, nn.SGD(network.trainable_params(), learning_rate=0.1))
+        rng = np.random.RandomState(7)
+        x = Tensor(rng.randn(6, 3, 16, 16).astype(np.float32))
+        label = Tensor(rng.randint(0, 5, 6).astype(np.int32))
+        value = float(step(x, label).asnumpy())
+        return value, {p.name: p.asnumpy() for p in network.get_parameters()}
+
+    native_loss, native = one_step("native")
+    ours_loss, ours = one_step("channel_major")
+    assert ours.keys() == native.keys()
+    assert abs(ours_loss - native_loss) < 1e-5
+    for name, value in native.items():
+        np.testing.assert_allclose(ours[name], value, rtol=1e-4, atol=1e-5, err_msg=name)
 
 
 # ---- arguments -------------------------------------------------------------------------------------------------------

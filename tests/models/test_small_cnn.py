@@ -40,9 +40,11 @@ def test_stem_stride_and_num_downsamples_set_the_resolution():
     ms.set_context(mode=ms.PYNATIVE_MODE)
     try:
         x = Tensor(np.zeros((1, 3, 32, 32), np.float32))
-        assert SmallCNN(in_channels=3).features(x).shape == (1, 64, 8, 8)
-        assert SmallCNN(in_channels=3, stem_stride=2).features(x).shape == (1, 64, 4, 4)
-        assert SmallCNN(in_channels=3, width=4, num_downsamples=3).features(x).shape == (1, 32, 4, 4)
+        # conv_impl=unfold: `features` takes and gives (N, C, H, W) (channel_major would give (C, N, H, W))
+        assert SmallCNN(in_channels=3, conv_impl="unfold").features(x).shape == (1, 64, 8, 8)
+        assert SmallCNN(in_channels=3, stem_stride=2, conv_impl="unfold").features(x).shape == (1, 64, 4, 4)
+        assert SmallCNN(in_channels=3, width=4, num_downsamples=3, conv_impl="unfold").features(x).shape == (
+            1, 32, 4, 4)
     finally:
         ms.set_context(mode=ms.GRAPH_MODE)
 

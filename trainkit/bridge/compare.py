@@ -64,7 +64,9 @@ class LayerRow:
 
 def record_outputs(call: Callable[[], Any], modules: Sequence, register: Callable, to_numpy: Callable
                    ) -> Dict[str, np.ndarray]:
-    """Run `call` with a forward hook on every (name, module) and return each output in the order produced."""
+    """Run `call` with a forward hook on every (name, module) and return each output in the order produced.
+
+    `to_numpy(output, name)` turns a module's output into an array."""
     outputs: Dict[str, np.ndarray] = {}
     handles = []
     for name, module in modules:
@@ -74,7 +76,7 @@ def record_outputs(call: Callable[[], Any], modules: Sequence, register: Callabl
             while key in outputs:
                 count += 1
                 key = f"{name}#{count}"
-            outputs[key] = to_numpy(first)
+            outputs[key] = to_numpy(first, name)
         handles.append(register(module, hook))
     try:
         call()
@@ -85,14 +87,25 @@ def record_outputs(call: Callable[[], Any], modules: Sequence, register: Callabl
 
 
 def network_outputs(network: nn.Cell, batch: np.ndarray) -> Dict[str, np.ndarray]:
-    """Every layer's output of `network` (eval mode, PyNative) on `batch`, keyed by cell name, in execution order."""
+    """Every layer's output of `network` (eval mode, PyNative) on `batch`, keyed by cell name, in execution order.
+
+    A model built with ``conv_impl=channel_major`` keeps its activations as (C, N, H, W) between layers; its cells'
+    4-D outputs are given back as (N, C, H, W), the layout PyTorch's layers produce.
+    """
     previous = ms.get_context("mode")
     ms.set_context(mode=ms.PYNATIVE_MODE)  # forward hooks fire in PyNative mode only
     network.set_train(False)
+    cells = list(network.cells_and_names())
+    channel_major = [name for name, cell in cells if getattr(cell, "channel_major", False) is True]
+
+    def to_numpy(tensor, name):
+        value = tensor.asnumpy().copy()
+        inside = any(name == prefix or not prefix or name.startswith(prefix + ".") for prefix in channel_major)
+        return value.transpose(1, 0, 2, 3).copy() if inside and value.ndim == 4 else value
+
     try:
-        return record_outputs(lambda: network(ms.Tensor(batch)), list(network.cells_and_names()),
-                              lambda cell, hook: cell.register_forward_hook(hook),
-                              lambda tensor: tensor.asnumpy().copy())
+        return record_outputs(lambda: network(ms.Tensor(batch)), cells,
+                              lambda cell, hook: cell.register_forward_hook(hook), to_numpy)
     finally:
         ms.set_context(mode=previous)
 
@@ -105,7 +118,7 @@ def torch_outputs(model: Any, batch: np.ndarray) -> Dict[str, np.ndarray]:
     with torch.no_grad():
         return record_outputs(lambda: model(torch.from_numpy(batch)), list(model.named_modules()),
                               lambda module, hook: module.register_forward_hook(hook),
-                              lambda tensor: tensor.detach().clone().float().numpy())
+                              lambda tensor, _name: tensor.detach().clone().float().numpy())
 
 
 def layer_table(outputs: Dict[str, np.ndarray], reference: Optional[Dict[str, np.ndarray]] = None,

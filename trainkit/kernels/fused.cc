@@ -61,13 +61,19 @@ extern "C" int TrainkitAddInto(int nparam, void **params, int *ndims, int64_t **
 }
 
 namespace {
-// The columns' geometry, given as an int64 input [kh, kw, sh, sw, ph, pw, dh, dw] (symmetric padding).
+// The columns' geometry, given as an int64 input [kh, kw, sh, sw, ph, pw, dh, dw, channel_major] (symmetric
+// padding); channel_major 1: x is laid out (C, N, H, W), 0: (N, C, H, W).
 struct Geometry {
   int64_t n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow;
+  bool channel_major;
   Geometry(const int64_t *x_shape, const int64_t *g)
-      : n(x_shape[0]), c(x_shape[1]), h(x_shape[2]), w(x_shape[3]), kh(g[0]), kw(g[1]), sh(g[2]), sw(g[3]),
-        ph(g[4]), pw(g[5]), dh(g[6]), dw(g[7]), oh((h + 2 * ph - dh * (kh - 1) - 1) / sh + 1),
-        ow((w + 2 * pw - dw * (kw - 1) - 1) / sw + 1) {}
+      : n(x_shape[g[8] ? 1 : 0]), c(x_shape[g[8] ? 0 : 1]), h(x_shape[2]), w(x_shape[3]), kh(g[0]), kw(g[1]),
+        sh(g[2]), sw(g[3]), ph(g[4]), pw(g[5]), dh(g[6]), dw(g[7]), oh((h + 2 * ph - dh * (kh - 1) - 1) / sh + 1),
+        ow((w + 2 * pw - dw * (kw - 1) - 1) / sw + 1), channel_major(g[8] != 0) {}
+  // Where image n's channel c starts in x.
+  int64_t plane(int64_t image, int64_t channel) const {
+    return (channel_major ? channel * n + image : image * c + channel) * h * w;
+  }
   int64_t length() const { return n * oh * ow; }  // columns per row
 };
 
@@ -88,7 +94,7 @@ void parallel_rows(int64_t rows, int64_t per_row, Work work) {
 }
 }  // namespace
 
-// x (float32 N, C, H, W), geometry (int64 [8]) -> columns (float32 C*kh*kw, N*OH*OW).
+// x (float32 N, C, H, W or C, N, H, W), geometry (int64 [9]) -> columns (float32 C*kh*kw, N*OH*OW).
 // Row (c, i, j) holds x[n, c, oh*sh - ph + i*dh, ow*sw - pw + j*dw] (0 outside) for every (n, oh, ow): ops.unfold's
 // values, already in the (C*kh*kw, N*L) layout the convolution's MatMul takes (no transpose after it).
 extern "C" int TrainkitIm2Col(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
@@ -102,7 +108,7 @@ extern "C" int TrainkitIm2Col(int nparam, void **params, int *ndims, int64_t **s
     for (int64_t r = begin; r < end; ++r) {
       const int64_t c = r / (g.kh * g.kw), i = (r / g.kw) % g.kh, j = r % g.kw;
       for (int64_t n = 0; n < g.n; ++n) {
-        const float *plane = x + (n * g.c + c) * g.h * g.w;
+        const float *plane = x + g.plane(n, c);
         for (int64_t oh = 0; oh < g.oh; ++oh) {
           float *out = cols + r * length + (n * g.oh + oh) * g.ow;
           const int64_t ih = oh * g.sh - g.ph + i * g.dh;
@@ -122,7 +128,7 @@ extern "C" int TrainkitIm2Col(int nparam, void **params, int *ndims, int64_t **s
   return 0;
 }
 
-// d_columns (float32 C*kh*kw, N*OH*OW), x (its shape only), geometry (int64 [8]) -> dx (float32 N, C, H, W).
+// d_columns (float32 C*kh*kw, N*OH*OW), x (its shape only), geometry (int64 [9]) -> dx (x's shape and layout).
 // The gradient of TrainkitIm2Col: each column value added back where it was read from, kernel offsets in
 // order (i, j), one thread per channel range (no two threads write the same values).
 extern "C" int TrainkitCol2Im(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
@@ -135,14 +141,14 @@ extern "C" int TrainkitCol2Im(int nparam, void **params, int *ndims, int64_t **s
   parallel_rows(g.c, g.kh * g.kw * length, [=](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
       for (int64_t n = 0; n < g.n; ++n) {
-        float *plane = dx + (n * g.c + c) * g.h * g.w;
+        float *plane = dx + g.plane(n, c);
         std::fill(plane, plane + g.h * g.w, 0.0f);
       }
       for (int64_t i = 0; i < g.kh; ++i) {
         for (int64_t j = 0; j < g.kw; ++j) {
           const float *row = d_cols + ((c * g.kh + i) * g.kw + j) * length;
           for (int64_t n = 0; n < g.n; ++n) {
-            float *plane = dx + (n * g.c + c) * g.h * g.w;
+            float *plane = dx + g.plane(n, c);
             for (int64_t oh = 0; oh < g.oh; ++oh) {
               const int64_t ih = oh * g.sh - g.ph + i * g.dh;
               if (ih < 0 || ih >= g.h) continue;

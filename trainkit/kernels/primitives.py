@@ -10,7 +10,7 @@ The im2col kernels are out of place: they write the convolution's columns in the
 from __future__ import annotations
 
 import functools
-from typing import Sequence
+from typing import List, Sequence
 
 from trainkit.kernels.build import library
 
@@ -41,32 +41,40 @@ def _in_place_kernel(path: str, entry_point: str):
     return kernel
 
 
-def im2col_kernel(geometry: Sequence[int]):
+def im2col_kernel(geometry: Sequence[int], channel_major: bool = False):
     """``ops.Custom`` writing a convolution's columns, or None (see :func:`~trainkit.kernels.build.library`).
 
-    Inputs: x (float32 N, C, H, W) and `geometry` as an int64 tensor [kh, kw, sh, sw, ph, pw, dh, dw]; output:
-    (C * kh * kw, N * OH * OW), row (c, i, j) channel-major then kernel offset, as ``ops.unfold`` then a transpose.
-    Its gradient is the C++ col2im (the same geometry), so a training step runs no MindSpore Im2Col or Col2Im.
+    Inputs: x (float32 (N, C, H, W), or (C, N, H, W) with `channel_major`) and the int64 tensor
+    :func:`geometry_values` gives; output: (C * kh * kw, N * OH * OW), row (c, i, j) channel-major then kernel
+    offset, as ``ops.unfold`` then a transpose. Its gradient is the C++ col2im, so a training step runs no
+    MindSpore Im2Col or Col2Im.
     """
     path, _ = library()
-    return None if path is None else _im2col(path, tuple(int(value) for value in geometry))
+    return None if path is None else _im2col(path, tuple(int(value) for value in geometry), bool(channel_major))
+
+
+def geometry_values(geometry: Sequence[int], channel_major: bool = False) -> List[int]:
+    """The kernels' geometry input: kh, kw, sh, sw, ph, pw, dh, dw and 1 for a (C, N, H, W) input, else 0."""
+    return [int(value) for value in geometry] + [int(bool(channel_major))]
 
 
 @functools.lru_cache(maxsize=None)
-def _im2col(path: str, geometry: tuple):
+def _im2col(path: str, geometry: tuple, channel_major: bool):
     from mindspore import ops
 
     kh, kw, sh, sw, ph, pw, dh, dw = geometry
+    attribute = geometry_values(geometry, channel_major)
 
     def columns_shape(x_shape, _geometry_shape):
-        n, c, h, w = x_shape
+        n, c = (x_shape[1], x_shape[0]) if channel_major else (x_shape[0], x_shape[1])
+        h, w = x_shape[2], x_shape[3]
         out_h = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
         out_w = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
         return [c * kh * kw, n * out_h * out_w]
 
     col2im = ops.Custom(f"{path}:TrainkitCol2Im", out_shape=lambda _d_cols, x_shape, _g: x_shape,
                         out_dtype=lambda d_cols, _x, _g: d_cols, func_type="aot")
-    col2im.add_prim_attr("geometry", list(geometry))
+    col2im.add_prim_attr("geometry", attribute)
 
     def bprop(x, geometry_tensor, _out, d_cols):
         return col2im(d_cols, x, geometry_tensor), ops.zeros_like(geometry_tensor)
@@ -75,5 +83,5 @@ def _im2col(path: str, geometry: tuple):
                         func_type="aot", bprop=bprop)
     # Pynative mode caches a primitive's inferred shape by its attributes and input shapes: without the geometry
     # among the attributes, a stride-2 kernel took the columns' shape inferred for a stride-1 one.
-    im2col.add_prim_attr("geometry", list(geometry))
+    im2col.add_prim_attr("geometry", attribute)
     return im2col

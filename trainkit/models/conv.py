@@ -15,31 +15,43 @@ import mindspore as ms
 import numpy as np
 from mindspore import Tensor, nn, ops
 
-from trainkit.kernels import im2col_kernel
+from trainkit import kernels
+from trainkit.kernels import geometry_values, im2col_kernel
 
-__all__ = ["CONV_IMPLS", "UnfoldConv2d", "conv2d", "resolve_conv_impl"]
+__all__ = ["CONV_IMPLS", "ChannelMajorBatchNorm2d", "ChannelMajorMaxPool2d", "UnfoldConv2d", "batch_norm2d",
+           "conv2d", "max_pool2d", "resolve_conv_impl"]
 
 #: Accepted values of `conv_impl`: `auto` picks the fastest measured one for the device target.
-CONV_IMPLS = ("auto", "native", "unfold")
+CONV_IMPLS = ("auto", "native", "unfold", "channel_major")
 
 
 def resolve_conv_impl(conv_impl: str, device_target: str = None) -> str:
-    """The implementation `conv_impl` stands for: `auto` is `unfold` on CPU and `native` on GPU/Ascend.
+    """The implementation `conv_impl` stands for.
+
+    `auto` is `channel_major` on CPU where trainkit's C++ kernels build (`trainkit.kernels`), else `unfold` on
+    CPU, and `native` on GPU/Ascend. `channel_major` is `unfold` with the kernels' im2col and the network's
+    activations kept as (C, N, H, W) between layers, which removes the transposes around every MatMul.
 
     Args:
         conv_impl: one of `CONV_IMPLS`.
         device_target: "CPU", "GPU" or "Ascend"; None reads MindSpore's context.
 
     Raises:
-        ValueError: `conv_impl` is not one of `CONV_IMPLS`.
+        ValueError: `conv_impl` is not one of `CONV_IMPLS`, or is `channel_major` where the kernels do not build.
     """
     if conv_impl not in CONV_IMPLS:
         raise ValueError(f"conv_impl must be one of {', '.join(CONV_IMPLS)}; got {conv_impl!r}")
-    if conv_impl != "auto":
-        return conv_impl
     if device_target is None:
         device_target = ms.get_context("device_target")
-    return "unfold" if device_target == "CPU" else "native"
+    if conv_impl == "channel_major" and (device_target != "CPU" or kernels.library()[0] is None):
+        why = kernels.library()[1] if device_target == "CPU" else f"the device is {device_target}"
+        raise ValueError(f"conv_impl=channel_major needs trainkit's C++ kernels, which cannot run here ({why}); "
+                         "use conv_impl=unfold or auto")
+    if conv_impl != "auto":
+        return conv_impl
+    if device_target != "CPU":
+        return "native"
+    return "channel_major" if kernels.library()[0] is not None else "unfold"
 
 
 def conv2d(in_channels: int, out_channels: int, kernel_size: int, stride: int = 1, padding: int = 0,
@@ -54,9 +66,48 @@ def conv2d(in_channels: int, out_channels: int, kernel_size: int, stride: int = 
     Returns:
         An `nn.Conv2d` (or subclass): the same Parameters whichever implementation runs.
     """
-    cell = UnfoldConv2d if resolve_conv_impl(conv_impl) == "unfold" else nn.Conv2d
-    return cell(in_channels, out_channels, kernel_size, stride=stride, pad_mode="pad", padding=padding,
-                has_bias=has_bias, group=group)
+    conv_impl = resolve_conv_impl(conv_impl)
+    arguments = dict(stride=stride, pad_mode="pad", padding=padding, has_bias=has_bias, group=group)
+    if conv_impl == "native":
+        return nn.Conv2d(in_channels, out_channels, kernel_size, **arguments)
+    return UnfoldConv2d(in_channels, out_channels, kernel_size, channel_major=conv_impl == "channel_major",
+                        **arguments)
+
+
+def batch_norm2d(channels: int, conv_impl: str = "native") -> nn.BatchNorm2d:
+    """`nn.BatchNorm2d(channels)` for the activations' layout that `conv_impl` gives (same Parameters)."""
+    return (ChannelMajorBatchNorm2d if resolve_conv_impl(conv_impl) == "channel_major" else nn.BatchNorm2d)(channels)
+
+
+def max_pool2d(kernel_size: int, stride: int, padding: int, conv_impl: str = "native") -> nn.MaxPool2d:
+    """torch's `MaxPool2d(kernel_size, stride, padding)` (padding with -inf) for the layout `conv_impl` gives."""
+    cell = ChannelMajorMaxPool2d if resolve_conv_impl(conv_impl) == "channel_major" else nn.MaxPool2d
+    return cell(kernel_size=kernel_size, stride=stride, pad_mode="pad", padding=padding)
+
+
+class ChannelMajorBatchNorm2d(nn.BatchNorm2d):
+    """BatchNorm2d over (C, N, H, W) activations: the same statistics and Parameters as over (N, C, H, W).
+
+    (C, N, H, W) viewed as (1, C, N * H, W) without a copy is a layout BatchNorm2d takes, with the same values
+    per channel; the output is viewed back.
+    """
+
+    channel_major = True
+
+    def construct(self, x):
+        channels, n, height, width = x.shape
+        return super().construct(x.reshape((1, channels, n * height, width))).reshape((channels, n, height, width))
+
+
+class ChannelMajorMaxPool2d(nn.MaxPool2d):
+    """MaxPool2d over (C, N, H, W) activations: each (channel, image) plane pooled on its own, as over NCHW."""
+
+    channel_major = True
+
+    def construct(self, x):
+        channels, n, height, width = x.shape
+        pooled = super().construct(x.reshape((1, channels * n, height, width)))
+        return pooled.reshape((channels, n) + pooled.shape[2:])
 
 
 def _pair(value: Union[int, Tuple[int, ...]]) -> Tuple[int, int]:
@@ -87,11 +138,14 @@ class UnfoldConv2d(nn.Conv2d):
 
     On CPU, where trainkit's C++ kernels build (`trainkit.kernels`), float32 columns come from its im2col kernel
     instead, already in the MatMul's layout, with its col2im as the gradient: the same values as `ops.unfold`
-    and its gradient, in a fraction of MindSpore's Im2Col time (docs/performance.md, row 6).
+    and its gradient (docs/performance.md, row 6). With `channel_major=True` (which needs the kernels) the input
+    and output are (C, N, H, W): the columns are read from that layout and the MatMul's (out, N * H * W) result
+    is the output as it stands, so neither side is transposed.
     """
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, channel_major: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
+        self.channel_major = bool(channel_major)
         if self.pad_mode not in ("pad", "valid"):
             raise ValueError(f"pad_mode must be 'pad' or 'valid' for this conv_impl; got {self.pad_mode!r}; "
                              "use conv_impl=native")
@@ -105,11 +159,20 @@ class UnfoldConv2d(nn.Conv2d):
         self.out_per_group = self.out_channels // self.group
         self.depth = self.in_channels // self.group * self.kh * self.kw  # columns per output channel
         self.pointwise = self.kh == 1 and self.kw == 1 and self.ph == 0 and self.pw == 0
+        # The MatMul primitives, not ops.matmul: ops.matmul's gradient (MatMulExt's) transposes its operands with
+        # Transpose kernels, 40 % of ResNet-50's step on CPU; MatMul's gradient is MatMuls with transpose flags.
+        self.matmul = ops.MatMul()
+        self.batch_matmul = ops.BatchMatMul()
         geometry = (self.kh, self.kw, self.sh, self.sw, self.ph, self.pw, self.dh, self.dw)
-        self.im2col = None if self.pointwise else im2col_kernel(geometry)  # None: ops.unfold
-        self.geometry = Tensor(np.array(geometry, np.int64))
+        self.im2col = None if self.pointwise else im2col_kernel(geometry, self.channel_major)  # None: ops.unfold
+        self.geometry = Tensor(np.array(geometry_values(geometry, self.channel_major), np.int64))
+        if self.channel_major and self.im2col is None and not self.pointwise:
+            raise ValueError(f"channel_major needs trainkit's C++ kernels, which cannot run here "
+                             f"({kernels.library()[1]}); use conv_impl=unfold")
 
     def construct(self, x):
+        if self.channel_major:
+            return self._channel_major(x)
         n, _, height, width = x.shape
         out_h = (height + 2 * self.ph - self.dh * (self.kh - 1) - 1) // self.sh + 1
         out_w = (width + 2 * self.pw - self.dw * (self.kw - 1) - 1) // self.sw + 1
@@ -126,11 +189,35 @@ class UnfoldConv2d(nn.Conv2d):
             cols = cols.transpose(1, 0, 2)
         weight = self.weight.astype(x.dtype)
         if self.groups == 1:
-            y = ops.matmul(weight.reshape((self.out_channels, self.depth)), cols.reshape((self.depth, -1)))
+            y = self.matmul(weight.reshape((self.out_channels, self.depth)), cols.reshape((self.depth, -1)))
         else:
-            y = ops.matmul(weight.reshape((self.groups, self.out_per_group, self.depth)),
-                           cols.reshape((self.groups, self.depth, -1)))
+            y = self.batch_matmul(weight.reshape((self.groups, self.out_per_group, self.depth)),
+                                  cols.reshape((self.groups, self.depth, -1)))
         y = y.reshape((self.out_channels, n, out_h, out_w)).transpose(1, 0, 2, 3)
         if self.has_bias:
             y = y + self.bias.reshape((1, -1, 1, 1)).astype(y.dtype)
+        return y
+
+    def _channel_major(self, x):
+        """(C, N, H, W) in, (out, N, out_h, out_w) out: the MatMul's result is already that layout."""
+        _, n, height, width = x.shape
+        out_h = (height + 2 * self.ph - self.dh * (self.kh - 1) - 1) // self.sh + 1
+        out_w = (width + 2 * self.pw - self.dw * (self.kw - 1) - 1) // self.sw + 1
+        if self.pointwise:
+            if self.sh > 1 or self.sw > 1:
+                x = ops.strided_slice(x, (0, 0, 0, 0), x.shape, (1, 1, self.sh, self.sw))
+            cols = x
+        elif x.dtype == ms.float32:
+            cols = self.im2col(x, self.geometry)
+        else:  # the kernel is float32 only
+            cols = self.im2col(x.astype(ms.float32), self.geometry).astype(x.dtype)
+        weight = self.weight.astype(x.dtype)
+        if self.groups == 1:
+            y = self.matmul(weight.reshape((self.out_channels, self.depth)), cols.reshape((self.depth, -1)))
+        else:
+            y = self.batch_matmul(weight.reshape((self.groups, self.out_per_group, self.depth)),
+                                  cols.reshape((self.groups, self.depth, -1)))
+        y = y.reshape((self.out_channels, n, out_h, out_w))
+        if self.has_bias:
+            y = y + self.bias.reshape((-1, 1, 1, 1)).astype(y.dtype)
         return y

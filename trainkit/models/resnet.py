@@ -13,7 +13,7 @@ from mindspore import nn, ops
 from mindspore.common.initializer import HeNormal, HeUniform, initializer
 
 from trainkit.checks import check_bool, check_int
-from trainkit.models.conv import conv2d, resolve_conv_impl
+from trainkit.models.conv import batch_norm2d, conv2d, max_pool2d, resolve_conv_impl
 
 __all__ = [
     "BasicBlock",
@@ -39,7 +39,8 @@ def conv1x1(in_channels: int, out_channels: int, stride: int = 1, conv_impl: str
 
 def _downsample(in_channels: int, out_channels: int, stride: int, conv_impl: str) -> nn.SequentialCell:
     """Projection shortcut; a SequentialCell so the names are torchvision's `downsample.0` (conv) / `.1` (BN)."""
-    return nn.SequentialCell([conv1x1(in_channels, out_channels, stride, conv_impl), nn.BatchNorm2d(out_channels)])
+    return nn.SequentialCell([conv1x1(in_channels, out_channels, stride, conv_impl),
+                              batch_norm2d(out_channels, conv_impl)])
 
 
 class BasicBlock(nn.Cell):
@@ -51,10 +52,10 @@ class BasicBlock(nn.Cell):
                  conv_impl: str = "native"):
         super().__init__()
         self.conv1 = conv3x3(in_channels, channels, stride, conv_impl)
-        self.bn1 = nn.BatchNorm2d(channels)
+        self.bn1 = batch_norm2d(channels, conv_impl)
         self.relu = nn.ReLU()
         self.conv2 = conv3x3(channels, channels, conv_impl=conv_impl)
-        self.bn2 = nn.BatchNorm2d(channels)
+        self.bn2 = batch_norm2d(channels, conv_impl)
         self.downsample = downsample
 
     def construct(self, x):
@@ -79,11 +80,11 @@ class Bottleneck(nn.Cell):
                  conv_impl: str = "native"):
         super().__init__()
         self.conv1 = conv1x1(in_channels, channels, conv_impl=conv_impl)
-        self.bn1 = nn.BatchNorm2d(channels)
+        self.bn1 = batch_norm2d(channels, conv_impl)
         self.conv2 = conv3x3(channels, channels, stride, conv_impl)
-        self.bn2 = nn.BatchNorm2d(channels)
+        self.bn2 = batch_norm2d(channels, conv_impl)
         self.conv3 = conv1x1(channels, channels * self.expansion, conv_impl=conv_impl)
-        self.bn3 = nn.BatchNorm2d(channels * self.expansion)
+        self.bn3 = batch_norm2d(channels * self.expansion, conv_impl)
         self.relu = nn.ReLU()
         self.downsample = downsample
 
@@ -144,7 +145,8 @@ class ResNet(nn.Cell):
         zero_init_residual: start each residual block as the identity by zeroing its last BN gamma.
         in_channels: channels of the input image (3 for RGB, 1 for grayscale).
         conv_impl: how convolutions run (`trainkit.models.conv.CONV_IMPLS`): `auto` is the fastest measured for
-            the device target (im2col + MatMul on CPU, MindSpore's kernel elsewhere); parameters are the same.
+            the device target (im2col + MatMul on CPU, with activations kept (C, N, H, W) where trainkit's C++
+            kernels build; MindSpore's kernel elsewhere); parameters are the same.
     """
 
     def __init__(
@@ -167,10 +169,12 @@ class ResNet(nn.Cell):
         check_bool("zero_init_residual", zero_init_residual)
         check_int("in_channels", in_channels, 1)
         self._conv_impl = resolve_conv_impl(conv_impl)
+        # Activations between layers are (C, N, H, W) (conv_impl channel_major): one transpose in, one out.
+        self.channel_major = self._conv_impl == "channel_major"
 
         self._in_channels = 64
         self.conv1 = conv2d(in_channels, 64, 7, stride=2, padding=3, conv_impl=self._conv_impl)
-        self.bn1 = nn.BatchNorm2d(64)
+        self.bn1 = batch_norm2d(64, self._conv_impl)
         self.relu = nn.ReLU()
         # pad_mode="pad" pads with -inf, as torch's MaxPool2d(3, 2, padding=1); nn.Pad would pad with zeros.
         self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, pad_mode="pad", padding=1)
@@ -192,9 +196,12 @@ class ResNet(nn.Cell):
         return nn.SequentialCell(cells)
 
     def construct(self, x):
+        if self.channel_major:
+            x = x.transpose(1, 0, 2, 3)
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
         x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-        return self.fc(self.mean(x, (2, 3)))
+        pooled = self.mean(x, (2, 3))  # (N, C), or (C, N) channel-major
+        return self.fc(pooled.transpose(1, 0) if self.channel_major else pooled)
 
 
 def resnet18(*, num_classes: int = 1000, zero_init_residual: bool = False, in_channels: int = 3,

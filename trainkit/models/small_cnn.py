@@ -9,7 +9,7 @@ from __future__ import annotations
 from mindspore import nn, ops
 
 from trainkit.checks import check_int
-from trainkit.models.conv import conv2d, resolve_conv_impl
+from trainkit.models.conv import batch_norm2d, conv2d, resolve_conv_impl
 from trainkit.models.resnet import init_like_torchvision
 
 __all__ = ["SmallCNN"]
@@ -22,7 +22,7 @@ class ConvBNReLU(nn.SequentialCell):
     def __init__(self, in_channels: int, out_channels: int, stride: int, conv_impl: str = "native"):
         super().__init__([
             conv2d(in_channels, out_channels, 3, stride=stride, padding=1, conv_impl=conv_impl),
-            nn.BatchNorm2d(out_channels),
+            batch_norm2d(out_channels, conv_impl),
             nn.ReLU(),
         ])
 
@@ -62,6 +62,7 @@ class SmallCNN(nn.Cell):
             raise ValueError(f"stem_stride must be 1 or 2; got {stem_stride!r}")
 
         conv_impl = resolve_conv_impl(conv_impl)
+        self.channel_major = conv_impl == "channel_major"  # activations (C, N, H, W) between layers
         stages = [ConvBNReLU(in_channels, width, stem_stride, conv_impl)]
         channels = width
         for _ in range(num_downsamples):
@@ -73,4 +74,8 @@ class SmallCNN(nn.Cell):
         init_like_torchvision(self)
 
     def construct(self, x):
-        return self.fc(self.mean(self.features(x), (2, 3)))
+        if self.channel_major:
+            pooled = self.mean(self.features(x.transpose(1, 0, 2, 3)), (2, 3)).transpose(1, 0)
+        else:
+            pooled = self.mean(self.features(x), (2, 3))
+        return self.fc(pooled)
