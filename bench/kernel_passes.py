@@ -16,8 +16,8 @@ from mindspore import dtype as mstype
 
 from bench.common import Row, Settings, setup, threads, timed
 from bench.conv_impl import torch_available
-from trainkit.models import resnet18, resnet50
 from trainkit import kernels
+from trainkit.models import resnet18, resnet50
 from trainkit.step import ema
 from trainkit.step.ema import _update_shadow, _update_shadow_fused
 from trainkit.step.grad_ops import add_into, add_into_fused, added, float32_total, put_into, size_groups, use_fused_add

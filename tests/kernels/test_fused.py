@@ -10,8 +10,7 @@ import pytest
 from mindspore import Parameter, Tensor, nn
 
 from tests.common.models import TinyMLP, batches, loss_network, run, weights_of
-from trainkit import TrainingWrapper
-from trainkit import kernels
+from trainkit import TrainingWrapper, kernels
 
 needs_compiler = pytest.mark.skipif(shutil.which(os.environ.get("CXX") or "g++") is None,
                                     reason="no C++ compiler: the fused path cannot be built here")

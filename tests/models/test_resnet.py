@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Dict, Tuple
 
-import numpy as np
 import mindspore as ms
+import numpy as np
 import pytest
 from mindspore import Tensor, nn
 

@@ -19,6 +19,7 @@ from mindspore import amp, nn
 from mindspore.train import Metric, Model
 from omegaconf import DictConfig, OmegaConf
 
+from trainkit import kernels
 from trainkit.app.config import best_metric, best_mode
 from trainkit.app.finetune import model_arguments
 from trainkit.app.stopping import stop_callbacks
@@ -32,7 +33,6 @@ from trainkit.errors import ConfigError
 from trainkit.metrics import SampleMeanLoss
 from trainkit.models.dropout import streams_from_zero
 from trainkit.rundir.checkpoint import TrainingCheckpoint as SavedCheckpoint
-from trainkit import kernels
 from trainkit.step.mixed_precision import Float32EvalCell, build_loss_network
 from trainkit.step.wrapper import TrainingWrapper
 

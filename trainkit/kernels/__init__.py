@@ -8,4 +8,5 @@ callers run MindSpore's kernels, bitwise the same arithmetic; :func:`describe` s
 from trainkit.kernels.build import cache_dir, describe, library
 from trainkit.kernels.primitives import add_into_kernel, ema_update_kernel, geometry_values, im2col_kernel
 
-__all__ = ["add_into_kernel", "cache_dir", "describe", "ema_update_kernel", "geometry_values", "im2col_kernel", "library"]
+__all__ = ["add_into_kernel", "cache_dir", "describe", "ema_update_kernel", "geometry_values", "im2col_kernel",
+           "library"]

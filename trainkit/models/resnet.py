@@ -13,7 +13,7 @@ from mindspore import nn, ops
 from mindspore.common.initializer import HeNormal, HeUniform, initializer
 
 from trainkit.checks import check_bool, check_int
-from trainkit.models.conv import batch_norm2d, conv2d, max_pool2d, resolve_conv_impl
+from trainkit.models.conv import batch_norm2d, conv2d, resolve_conv_impl
 
 __all__ = [
     "BasicBlock",

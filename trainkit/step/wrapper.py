@@ -9,8 +9,8 @@ from mindspore import dtype as mstype
 from mindspore.context import ParallelMode
 from mindspore.parallel._utils import _get_device_num, _get_gradients_mean, _get_parallel_mode
 
-from trainkit.checks import check_number
 from trainkit import kernels
+from trainkit.checks import check_number
 from trainkit.step.ema import ExponentialMovingAverage, ema_source_parameters
 from trainkit.step.grad_ops import (
     add_into,
