@@ -63,6 +63,7 @@ CASES = [  # kernel, stride, padding, dilation, groups, bias
     (3, 1, 2, 2, 1, False),
     (1, 2, 0, 1, 1, True),
     (7, 2, 3, 1, 1, False),
+    (1, 1, 0, 1, 2, False),  # the input is its own columns
 ]
 
 
@@ -86,7 +87,7 @@ def test_unfold_conv_matches_numpy_and_nn_conv2d_forward_and_backward(mode, colu
     ours = UnfoldConv2d(in_channels, out_channels, kernel, stride=stride, pad_mode="pad", padding=padding,
                         dilation=dilation, group=groups, has_bias=bias, bias_init="normal" if bias else None,
                         channel_major=columns == "channel_major")
-    assert (ours.im2col is not None) == (columns != "unfold" and kernel > 1)
+    assert (ours.im2col is not None) == (columns != "unfold" and (kernel > 1 or stride > 1))
     native = nn.Conv2d(in_channels, out_channels, kernel, stride=stride, pad_mode="pad", padding=padding,
                        dilation=dilation, group=groups, has_bias=bias)
     for ours_param, native_param in zip(ours.get_parameters(), native.get_parameters()):

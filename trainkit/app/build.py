@@ -31,6 +31,7 @@ from trainkit.callbacks.training_checkpoint import StartAt, TrainingCheckpoint
 from trainkit.checks import choice
 from trainkit.errors import ConfigError
 from trainkit.metrics import SampleMeanLoss
+from trainkit.models.conv import UnfoldConv2d
 from trainkit.models.dropout import streams_from_zero
 from trainkit.rundir.checkpoint import TrainingCheckpoint as SavedCheckpoint
 from trainkit.step.mixed_precision import Float32EvalCell, build_loss_network
@@ -186,8 +187,11 @@ def build_wrapper(cfg: DictConfig, loss_network: nn.Cell, optimizer: nn.Optimize
         checked_scalars(wrapper.logged_scalars())
     except (TypeError, ValueError) as error:
         raise ConfigError(f"wrapper ({cfg.wrapper._target_}).logged_scalars(): {error}") from error
+    im2col = any(isinstance(cell, UnfoldConv2d) and not cell.identity_columns
+                 for _, cell in loss_network.cells_and_names())
     fused_passes = [name for name, on in (("EMA update", wrapper.ema is not None),
-                                          ("gradient accumulation", wrapper.accumulation_steps > 1)) if on]
+                                          ("gradient accumulation", wrapper.accumulation_steps > 1),
+                                          ("convolutions' im2col", im2col)) if on]
     if fused_passes:
         log.info("%s: %s", " and ".join(fused_passes), kernels.describe())
     return wrapper

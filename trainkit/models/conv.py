@@ -164,54 +164,46 @@ class UnfoldConv2d(nn.Conv2d):
         self.matmul = ops.MatMul()
         self.batch_matmul = ops.BatchMatMul()
         geometry = (self.kh, self.kw, self.sh, self.sw, self.ph, self.pw, self.dh, self.dw)
-        self.im2col = None if self.pointwise else im2col_kernel(geometry, self.channel_major)  # None: ops.unfold
+        # A 1x1 convolution at stride 1 without padding takes its input as its columns; every other one takes them
+        # from trainkit's im2col kernel where it builds (a strided 1x1 included: one pass instead of a StridedSlice).
+        self.identity_columns = self.pointwise and self.sh == 1 and self.sw == 1
+        self.im2col = None if self.identity_columns else im2col_kernel(geometry, self.channel_major)
         self.geometry = Tensor(np.array(geometry_values(geometry, self.channel_major), np.int64))
-        if self.channel_major and self.im2col is None and not self.pointwise:
+        if self.channel_major and self.im2col is None and not self.identity_columns:
             raise ValueError(f"channel_major needs trainkit's C++ kernels, which cannot run here "
                              f"({kernels.library()[1]}); use conv_impl=unfold")
 
     def construct(self, x):
-        if self.channel_major:
-            return self._channel_major(x)
+        if self.channel_major:  # (C, N, H, W) in and out
+            _, n, height, width = x.shape
+            return self._product(self._kernel_columns(x), n, height, width)
         n, _, height, width = x.shape
-        out_h = (height + 2 * self.ph - self.dh * (self.kh - 1) - 1) // self.sh + 1
-        out_w = (width + 2 * self.pw - self.dw * (self.kw - 1) - 1) // self.sw + 1
-        if self.pointwise:
+        if self.im2col is not None:
+            cols = self._kernel_columns(x)
+        elif self.pointwise:
             if self.sh > 1 or self.sw > 1:
                 # ops.strided_slice, not x[:, :, ::s, ::s]: the latter's gradient fails in pynative mode on CPU
                 # ("StridedSliceGrad ... input memory out of bounds", MindSpore 2.10).
                 x = ops.strided_slice(x, (0, 0, 0, 0), x.shape, (1, 1, self.sh, self.sw))
             cols = x.transpose(1, 0, 2, 3)
-        elif self.im2col is not None and x.dtype == ms.float32:
-            cols = self.im2col(x, self.geometry)  # (in * kh * kw, batch * out_h * out_w)
         else:
             cols = ops.unfold(x, (self.kh, self.kw), (self.dh, self.dw), (self.ph, self.pw), (self.sh, self.sw))
             cols = cols.transpose(1, 0, 2)
-        weight = self.weight.astype(x.dtype)
-        if self.groups == 1:
-            y = self.matmul(weight.reshape((self.out_channels, self.depth)), cols.reshape((self.depth, -1)))
-        else:
-            y = self.batch_matmul(weight.reshape((self.groups, self.out_per_group, self.depth)),
-                                  cols.reshape((self.groups, self.depth, -1)))
-        y = y.reshape((self.out_channels, n, out_h, out_w)).transpose(1, 0, 2, 3)
-        if self.has_bias:
-            y = y + self.bias.reshape((1, -1, 1, 1)).astype(y.dtype)
-        return y
+        return self._product(cols, n, height, width).transpose(1, 0, 2, 3)
 
-    def _channel_major(self, x):
-        """(C, N, H, W) in, (out, N, out_h, out_w) out: the MatMul's result is already that layout."""
-        _, n, height, width = x.shape
+    def _kernel_columns(self, x):
+        """(in * kh * kw, batch * out_h * out_w) from the kernel (x itself for a 1x1 at stride 1)."""
+        if self.im2col is None:
+            return x
+        if x.dtype == ms.float32:
+            return self.im2col(x, self.geometry)
+        return self.im2col(x.astype(ms.float32), self.geometry).astype(x.dtype)  # the kernel is float32 only
+
+    def _product(self, cols, n, height, width):
+        """The weight times the columns, plus the bias: (out, N, out_h, out_w)."""
         out_h = (height + 2 * self.ph - self.dh * (self.kh - 1) - 1) // self.sh + 1
         out_w = (width + 2 * self.pw - self.dw * (self.kw - 1) - 1) // self.sw + 1
-        if self.pointwise:
-            if self.sh > 1 or self.sw > 1:
-                x = ops.strided_slice(x, (0, 0, 0, 0), x.shape, (1, 1, self.sh, self.sw))
-            cols = x
-        elif x.dtype == ms.float32:
-            cols = self.im2col(x, self.geometry)
-        else:  # the kernel is float32 only
-            cols = self.im2col(x.astype(ms.float32), self.geometry).astype(x.dtype)
-        weight = self.weight.astype(x.dtype)
+        weight = self.weight.astype(cols.dtype)
         if self.groups == 1:
             y = self.matmul(weight.reshape((self.out_channels, self.depth)), cols.reshape((self.depth, -1)))
         else:
