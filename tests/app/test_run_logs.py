@@ -71,3 +71,24 @@ def test_the_startup_lines_count_says_it_counts_the_trainable_parameters():
     network = nn.SequentialCell(nn.Dense(4, 3), nn.BatchNorm1d(3))
     network[0].weight.requires_grad = False  # frozen: 12 left out, as are the 6 moving statistics
     assert app_run.count_parameters(network) == "9 trainable parameters"  # 3 bias + 3 gamma + 3 beta
+
+
+def test_the_startup_lines_name_the_path_the_fused_passes_take_and_both_paths_train(tmp_path):
+    """The quick start (EMA, small_cnn with conv_impl auto) says which kernels its EMA and its convolutions'
+    im2col run on; with TRAINKIT_FUSED_KERNELS=0 they are MindSpore's (and auto is then `unfold`)."""
+    from trainkit import kernels
+
+    common = ["trainer.epochs=1", "trainer.test=false"]
+    env_off = {**os.environ, "TRAINKIT_FUSED_KERNELS": "0", "PYTHONPATH": str(REPO)}
+    env_off.pop("GLOG_v", None)
+    off = subprocess.run([sys.executable, "-m", "trainkit", *common, f"hydra.run.dir={tmp_path / 'off'}"],
+                         cwd=tmp_path, env=env_off, capture_output=True, text=True, timeout=300)
+    assert off.returncode == 0, off.stderr[-3000:]
+    log = (tmp_path / "off" / "train.log").read_text()
+    assert "EMA update and convolutions' im2col: MindSpore's kernels (TRAINKIT_FUSED_KERNELS=0)" in log
+    if kernels.library()[0] is None:
+        return
+    on = trainkit(*common, f"hydra.run.dir={tmp_path / 'on'}", cwd=tmp_path)
+    assert on.returncode == 0, on.stderr[-3000:]
+    log = (tmp_path / "on" / "train.log").read_text()
+    assert f"EMA update and convolutions' im2col: fused C++ kernels ({kernels.library()[0]})" in log

@@ -96,7 +96,10 @@ class ChannelMajorBatchNorm2d(nn.BatchNorm2d):
 
     def construct(self, x):
         channels, n, height, width = x.shape
-        return super().construct(x.reshape((1, channels, n * height, width))).reshape((channels, n, height, width))
+        # nn.BatchNorm2d.construct, not super().construct: amp O1 rewrites the network into subclasses that copy
+        # this source, where super() is this class again (infinite recursion).
+        normalised = nn.BatchNorm2d.construct(self, x.reshape((1, channels, n * height, width)))
+        return normalised.reshape((channels, n, height, width))
 
 
 class ChannelMajorMaxPool2d(nn.MaxPool2d):
@@ -106,7 +109,7 @@ class ChannelMajorMaxPool2d(nn.MaxPool2d):
 
     def construct(self, x):
         channels, n, height, width = x.shape
-        pooled = super().construct(x.reshape((1, channels * n, height, width)))
+        pooled = nn.MaxPool2d.construct(self, x.reshape((1, channels * n, height, width)))  # not super(): see above
         return pooled.reshape((channels, n) + pooled.shape[2:])
 
 
