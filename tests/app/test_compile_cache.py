@@ -63,6 +63,10 @@ def test_the_key_follows_the_config_the_target_modules_and_named_files_but_not_t
     assert compile_cache.cache_key(compose_config([*QUICK, f"run_dir={tmp_path / 'other'}"])) == base
     assert key("wrapper.ema_decay=0.9") != base
     assert key("data.batch_size=16") != base
+    monkeypatch.setenv("TRAINKIT_FUSED_KERNELS", "0")  # the graphs would call MindSpore's kernels, not trainkit's
+    assert key() != base
+    monkeypatch.delenv("TRAINKIT_FUSED_KERNELS")
+    assert key() == base
 
     project = tmp_path / "project"
     project.mkdir()

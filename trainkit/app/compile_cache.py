@@ -31,6 +31,7 @@ from typing import Any, Iterator, Optional
 import mindspore as ms
 from omegaconf import DictConfig, OmegaConf
 
+from trainkit import kernels
 from trainkit.distributed.parallel import launched_by_msrun
 
 log = logging.getLogger("trainkit")
@@ -93,7 +94,9 @@ def cache_key(cfg: DictConfig) -> str:
     digest = hashlib.sha256()
     digest.update(OmegaConf.to_yaml(OmegaConf.create(container)).encode())
     digest.update(f"{ms.__version__} {sys.version} {platform.machine()}".encode())
-    sources = sorted(_PACKAGE.rglob("*.py"))
+    # The graphs name trainkit's kernel library by its path, or run MindSpore's kernels where it does not build.
+    digest.update(kernels.describe().encode())
+    sources = sorted(_PACKAGE.rglob("*.py")) + sorted(_PACKAGE.rglob("*.cc"))
     sources += sorted({path for path in map(_module_file, _targets(container)) if path is not None
                        and _PACKAGE not in path.parents})
     for path in sources:
