@@ -93,6 +93,7 @@ def instrument(timers: Timers) -> None:
     timers.wrap(api._CellGraphExecutor, "compile", "compile", when=_compile_kind)
     timers.wrap(Model, "train", "training steps (steady state: the loop, the steps, per-step callbacks)")
     timers.wrap(Evaluation, "evaluate", "evaluation (without its compile)")
+    timers.wrap(training, "evaluate_test_set", "the test set: best.ckpt's weights evaluated (without compiles)")
     timers.wrap(TrainingCheckpoint, "on_train_epoch_end", "checkpoints")
     timers.wrap(BestCheckpoint, "on_train_epoch_end", "checkpoints")
     original = TrainMetrics.on_train_step_end

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 import mindspore as ms
-from mindspore import Tensor, ops
+from mindspore import Tensor
 from mindspore.train import Model
 from omegaconf import DictConfig
 
@@ -61,17 +61,18 @@ def evaluate_test_set(model: Model, wrapper: TrainingWrapper, test_set: Any, bes
     The wrapper's own values are put back afterwards, so the run's objects still hold the last weights. Without a
     ``best.ckpt`` (no evaluation improved), the last weights are tested, and the log says so.
     """
-    live = {p.name: p.asnumpy().copy() for p in wrapper.get_parameters()}
+    # The weights and their EMA only: the optimizer's state (its learning-rate table among it) may have another
+    # shape by now, in a finished run continued for more epochs, and is not what a test evaluates.
+    parts = [part for part in (wrapper.network, wrapper.ema) if part is not None]
+    tested = {p.name: p for part in parts for p in part.get_parameters()}
+    live = {name: Tensor(p.asnumpy().copy()) for name, p in tested.items()}
     source = "the last weights"
     if best_checkpoint.is_file():
-        # The weights and their EMA only: the optimizer's state (its learning-rate table among it) may have another
-        # shape by now, in a finished run continued for more epochs, and is not what a test evaluates.
         saved = ms.load_checkpoint(str(best_checkpoint))
-        for part in (wrapper.network, wrapper.ema):
-            if part is not None:
-                names = {p.name for p in part.get_parameters()}
-                ms.load_param_into_net(part, {name: value for name, value in saved.items() if name in names},
-                                       strict_load=True)
+        for part in parts:
+            names = {p.name for p in part.get_parameters()}
+            ms.load_param_into_net(part, {name: value for name, value in saved.items() if name in names},
+                                   strict_load=True)
         source = str(best_checkpoint)
     try:
         result = _prefixed("test", model.eval(test_set, dataset_sink_mode=False))
@@ -79,8 +80,8 @@ def evaluate_test_set(model: Model, wrapper: TrainingWrapper, test_set: Any, bes
             with ema_weights(wrapper.ema):
                 result.update(_prefixed("test_ema", model.eval(test_set, dataset_sink_mode=False)))
     finally:
-        for parameter in wrapper.get_parameters():
-            ops.assign(parameter, Tensor(live[parameter.name]))
+        for name, parameter in tested.items():  # set_data: no operator dispatched per parameter
+            parameter.set_data(live[name])
     if run_log is not None:
         run_log.scalars(step, result, epoch=epoch)
     log.info("test set, %s: %s", source, ", ".join(f"{k} {v:.4f}" for k, v in result.items()))
