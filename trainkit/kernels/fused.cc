@@ -12,18 +12,27 @@ int64_t count(int ndim, const int64_t *shape) {
   return n;
 }
 
-// Runs work(begin, end) over [0, n) in up to 8 threads; one thread below 256 Ki elements (a thread costs more).
+// Runs work(begin, end) over `rows` rows of `per_row` values each, in up to 8 threads (one below 256 Ki values:
+// starting a thread costs ~50-200 us, more than copying that much).
 template <typename Work>
-void parallel(int64_t n, Work work) {
-  unsigned threads = n < (int64_t(1) << 18) ? 1u : std::max(1u, std::min(8u, std::thread::hardware_concurrency()));
-  int64_t chunk = (n + threads - 1) / threads;
+void parallel_rows(int64_t rows, int64_t per_row, Work work) {
+  unsigned threads = rows * per_row < (int64_t(1) << 18)
+                         ? 1u : std::max(1u, std::min(8u, std::thread::hardware_concurrency()));
+  if (int64_t(threads) > rows) threads = unsigned(std::max<int64_t>(rows, 1));
+  int64_t chunk = (rows + threads - 1) / threads;
   std::vector<std::thread> pool;
   for (unsigned t = 1; t < threads; ++t) {
-    int64_t begin = t * chunk, end = std::min(n, begin + chunk);
+    int64_t begin = t * chunk, end = std::min(rows, begin + chunk);
     if (begin < end) pool.emplace_back(work, begin, end);
   }
-  work(int64_t(0), std::min(n, chunk));
+  work(int64_t(0), std::min(rows, chunk));
   for (auto &thread : pool) thread.join();
+}
+
+// Runs work(begin, end) over [0, n) elements, as parallel_rows with rows of one value.
+template <typename Work>
+void parallel(int64_t n, Work work) {
+  parallel_rows(n, 1, work);
 }
 }  // namespace
 
@@ -77,22 +86,6 @@ struct Geometry {
   int64_t length() const { return n * oh * ow; }  // columns per row
 };
 
-// Runs work(begin, end) over `rows` rows of `per_row` values each, in up to 8 threads (one below 256 Ki values:
-// starting a thread costs ~50-200 us, more than copying that much).
-template <typename Work>
-void parallel_rows(int64_t rows, int64_t per_row, Work work) {
-  unsigned threads = rows * per_row < (int64_t(1) << 18)
-                         ? 1u : std::max(1u, std::min(8u, std::thread::hardware_concurrency()));
-  if (int64_t(threads) > rows) threads = unsigned(std::max<int64_t>(rows, 1));
-  int64_t chunk = (rows + threads - 1) / threads;
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t) {
-    int64_t begin = t * chunk, end = std::min(rows, begin + chunk);
-    if (begin < end) pool.emplace_back(work, begin, end);
-  }
-  work(int64_t(0), std::min(rows, chunk));
-  for (auto &thread : pool) thread.join();
-}
 }  // namespace
 
 // x (float32 N, C, H, W or C, N, H, W), geometry (int64 [9]) -> columns (float32 C*kh*kw, N*OH*OW).
