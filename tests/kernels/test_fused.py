@@ -7,7 +7,7 @@ from pathlib import Path
 import mindspore as ms
 import numpy as np
 import pytest
-from mindspore import Parameter, Tensor, nn
+from mindspore import Parameter, ParameterTuple, Tensor, nn
 
 from tests.common.models import TinyMLP, batches, loss_network, run, weights_of
 from trainkit import TrainingWrapper, kernels
@@ -101,6 +101,7 @@ def test_the_wrappers_ema_is_bitwise_the_same_on_both_paths(mode, own_cache, mon
     wrapper = TrainingWrapper(loss_network(net), nn.Momentum(net.trainable_params(), 0.1, 0.9), ema_decay=0.7,
                               ema_warmup=True)
     assert (wrapper.ema.fused_kernel is not None) == (path == "fused")
+    assert (wrapper.ema.fused_all is not None) == (path == "fused")  # every shadow float32: one call for all
     expected = {name: value.astype(np.float32) for name, value in weights_of(net).items()}
     for updates, batch in enumerate(batches(4, 4, seed=3)):
         run(wrapper, [batch])
@@ -149,6 +150,7 @@ def test_accumulation_is_bitwise_the_same_on_both_paths(mode, own_cache, monkeyp
         wrapper = TrainingWrapper(loss_network(net), nn.Adam(net.trainable_params(), 0.01), accumulation_steps=3,
                                   max_grad_norm=0.5)
         assert wrapper.fused_accumulate == fused_on
+        assert (wrapper.add_into_all is not None) == fused_on
         run(wrapper, batches(11, 4, seed=5))  # 3 windows and 2 micro-batches of a fourth
         monkeypatch.delenv("TRAINKIT_FUSED_KERNELS", raising=False)
         return {p.name: p.asnumpy() for p in wrapper.get_parameters()}
@@ -158,3 +160,53 @@ def test_accumulation_is_bitwise_the_same_on_both_paths(mode, own_cache, monkeyp
     assert fused_run.keys() == reference.keys() and any(k.startswith("_grad_sum") for k in reference)
     for name, value in reference.items():
         np.testing.assert_array_equal(fused_run[name], value, err_msg=name)
+
+
+class AllAtOnce(nn.Cell):
+    """k Parameters written in place by one call of a kernel over k pairs (the EMA: with a weight)."""
+
+    def __init__(self, kernel, firsts, with_weight: bool):
+        super().__init__()
+        self.kernel = kernel
+        self.firsts = ParameterTuple([Parameter(Tensor(first.copy()), name=f"first{i}")
+                                      for i, first in enumerate(firsts)])
+        self.with_weight = with_weight
+
+    def construct(self, seconds, weight):
+        if self.with_weight:
+            return self.kernel(*self.firsts, *seconds, weight)
+        return self.kernel(*self.firsts, *seconds)
+
+
+# Sizes around the threads' split (from 256 Ki values, halves of the total): the split falls inside a tensor.
+SIZES = [(3, 1), (300_001,), (7,), (2, 100_000), (1,)]
+
+
+@needs_compiler
+@pytest.mark.parametrize("which", ["ema", "add"])
+def test_the_kernels_over_all_tensors_at_once_are_bitwise_numpys(mode, own_cache, which):
+    rng = np.random.default_rng(11)
+    firsts = [rng.standard_normal(shape).astype(np.float32) for shape in SIZES]
+    kernel = kernels.ema_update_all_kernel() if which == "ema" else kernels.add_into_all_kernel()
+    cell = AllAtOnce(kernel, firsts, with_weight=which == "ema")
+    expected = firsts
+    for call in range(3):
+        seconds = [rng.standard_normal(shape).astype(np.float32) for shape in SIZES]
+        weight = np.float32(0.25 + 0.1 * call)
+        cell(tuple(Tensor(second) for second in seconds), Tensor(weight))
+        if which == "ema":
+            expected = [numpy_update(first, second, weight) for first, second in zip(expected, seconds)]
+        else:
+            expected = [first + second for first, second in zip(expected, seconds)]
+        for index, (got, want) in enumerate(zip(cell.firsts, expected)):
+            np.testing.assert_array_equal(got.asnumpy(), want, err_msg=f"tensor {index}, call {call}")
+
+
+@needs_compiler
+def test_the_kernels_over_all_tensors_refuse_what_is_not_float32(own_cache, graph_mode):
+    """A float16 value read as float32 would be garbage: the kernel fails the step instead."""
+    cell = AllAtOnce(kernels.add_into_all_kernel(), [np.zeros(4, np.float32)], with_weight=False)
+    with pytest.raises(RuntimeError):
+        cell((Tensor(np.ones(4, np.float16)),), Tensor(np.float32(0)))
+        cell.firsts[0].asnumpy()
+    np.testing.assert_array_equal(cell.firsts[0].asnumpy(), np.zeros(4, np.float32))

@@ -6,7 +6,14 @@ convolutions); :mod:`~trainkit.kernels.build` builds it once per machine with th
 callers run MindSpore's kernels, bitwise the same arithmetic; :func:`describe` says which path a run takes).
 """
 from trainkit.kernels.build import cache_dir, describe, library
-from trainkit.kernels.primitives import add_into_kernel, ema_update_kernel, geometry_values, im2col_kernel
+from trainkit.kernels.primitives import (
+    add_into_all_kernel,
+    add_into_kernel,
+    ema_update_all_kernel,
+    ema_update_kernel,
+    geometry_values,
+    im2col_kernel,
+)
 
-__all__ = ["add_into_kernel", "cache_dir", "describe", "ema_update_kernel", "geometry_values", "im2col_kernel",
-           "library"]
+__all__ = ["add_into_all_kernel", "add_into_kernel", "cache_dir", "describe", "ema_update_all_kernel",
+           "ema_update_kernel", "geometry_values", "im2col_kernel", "library"]

@@ -27,9 +27,23 @@ def add_into_kernel():
     return None if path is None else _in_place_kernel(path, "TrainkitAddInto")
 
 
+def ema_update_all_kernel():
+    """``ops.Custom`` updating k float32 EMA shadows in place in one call (inputs: the k shadows, the k values,
+    the weight), or None. One call for a network's tensors costs less than one per tensor (launches, threads)."""
+    path, _ = library()
+    return None if path is None else _in_place_kernel(path, "TrainkitEmaUpdateAll")
+
+
+def add_into_all_kernel():
+    """``ops.Custom`` adding k float32 values into k buffers in place in one call (inputs: the k buffers, then
+    the k values), or None."""
+    path, _ = library()
+    return None if path is None else _in_place_kernel(path, "TrainkitAddIntoAll")
+
+
 @functools.lru_cache(maxsize=None)
 def _in_place_kernel(path: str, entry_point: str):
-    """The library's `entry_point` as a primitive that writes its first input (its output is a dummy flag)."""
+    """The library's `entry_point` as a primitive that writes its first input(s) (its output is a dummy flag)."""
     from mindspore import dtype as mstype
     from mindspore import ops
 

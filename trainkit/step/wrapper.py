@@ -169,14 +169,18 @@ class TrainingWrapper(nn.Cell):
                                    and type(self).unscale_grads is TrainingWrapper.unscale_grads)
 
         self.fused_accumulate = False
+        self.add_into_all = None
         if self.accumulation_steps > 1:
             self._grad_sum = self.weights.clone(prefix="_grad_sum", init="zeros")
             self.micro_step = Parameter(Tensor(0, mstype.int32), name="micro_step", requires_grad=False)
-            # One multithreaded pass of a C++ kernel per gradient instead of AssignAdd (trainkit/kernels/).
+            # One multithreaded pass of a C++ kernel per gradient instead of AssignAdd (trainkit/kernels/); with
+            # every weight float32, one call of it for all the gradients.
             kernel = kernels.add_into_kernel()
             if kernel is not None:
                 use_fused_add(kernel)
                 self.fused_accumulate = True
+                if all(weight.dtype == mstype.float32 for weight in self.weights):
+                    self.add_into_all = kernels.add_into_all_kernel()
 
         # The guard: a window that is not finite is skipped and leaves no trace (see step_finite).
         self.skip_nonfinite = bool(skip_nonfinite) or self.loss_scaling
@@ -291,6 +295,8 @@ class TrainingWrapper(nn.Cell):
         """Keep a micro-batch's gradients in ``_grad_sum``: assigned on a window's first call, added after."""
         if first:
             self.hyper_map(put_into, self._grad_sum, grads)
+        elif self.add_into_all is not None:
+            self.add_into_all(*self._grad_sum, *grads)
         else:
             self.hyper_map(add_into_fused if self.fused_accumulate else add_into, self._grad_sum, grads)
 
