@@ -9,11 +9,12 @@ from trainkit.kernels.build import cache_dir, describe, library
 from trainkit.kernels.primitives import (
     add_into_all_kernel,
     add_into_kernel,
+    conv_output_size,
     ema_update_all_kernel,
     ema_update_kernel,
     geometry_values,
     im2col_kernel,
 )
 
-__all__ = ["add_into_all_kernel", "add_into_kernel", "cache_dir", "describe", "ema_update_all_kernel",
-           "ema_update_kernel", "geometry_values", "im2col_kernel", "library"]
+__all__ = ["add_into_all_kernel", "add_into_kernel", "cache_dir", "conv_output_size", "describe",
+           "ema_update_all_kernel", "ema_update_kernel", "geometry_values", "im2col_kernel", "library"]

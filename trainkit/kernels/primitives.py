@@ -67,6 +67,11 @@ def im2col_kernel(geometry: Sequence[int], channel_major: bool = False):
     return None if path is None else _im2col(path, tuple(int(value) for value in geometry), bool(channel_major))
 
 
+def conv_output_size(size: int, kernel: int, stride: int, padding: int, dilation: int) -> int:
+    """A convolution's output length along one axis (symmetric `padding`), as torch and the kernels compute it."""
+    return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
+
+
 def geometry_values(geometry: Sequence[int], channel_major: bool = False) -> List[int]:
     """The kernels' geometry input: kh, kw, sh, sw, ph, pw, dh, dw and 1 for a (C, N, H, W) input, else 0."""
     return [int(value) for value in geometry] + [int(bool(channel_major))]
@@ -81,9 +86,7 @@ def _im2col(path: str, geometry: tuple, channel_major: bool):
 
     def columns_shape(x_shape, _geometry_shape):
         n, c = (x_shape[1], x_shape[0]) if channel_major else (x_shape[0], x_shape[1])
-        h, w = x_shape[2], x_shape[3]
-        out_h = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
-        out_w = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+        out_h, out_w = conv_output_size(x_shape[2], kh, sh, ph, dh), conv_output_size(x_shape[3], kw, sw, pw, dw)
         return [c * kh * kw, n * out_h * out_w]
 
     col2im = ops.Custom(f"{path}:TrainkitCol2Im", out_shape=lambda _d_cols, x_shape, _g: x_shape,

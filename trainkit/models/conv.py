@@ -16,7 +16,7 @@ import numpy as np
 from mindspore import Tensor, nn, ops
 
 from trainkit import kernels
-from trainkit.kernels import geometry_values, im2col_kernel
+from trainkit.kernels import conv_output_size, geometry_values, im2col_kernel
 
 __all__ = ["CONV_IMPLS", "ChannelMajorBatchNorm2d", "ChannelMajorMaxPool2d", "UnfoldConv2d", "batch_norm2d",
            "conv2d", "max_pool2d", "resolve_conv_impl"]
@@ -204,8 +204,8 @@ class UnfoldConv2d(nn.Conv2d):
 
     def _product(self, cols, n, height, width):
         """The weight times the columns, plus the bias: (out, N, out_h, out_w)."""
-        out_h = (height + 2 * self.ph - self.dh * (self.kh - 1) - 1) // self.sh + 1
-        out_w = (width + 2 * self.pw - self.dw * (self.kw - 1) - 1) // self.sw + 1
+        out_h = conv_output_size(height, self.kh, self.sh, self.ph, self.dh)
+        out_w = conv_output_size(width, self.kw, self.sw, self.pw, self.dw)
         weight = self.weight.astype(cols.dtype)
         if self.groups == 1:
             y = self.matmul(weight.reshape((self.out_channels, self.depth)), cols.reshape((self.depth, -1)))

@@ -48,7 +48,7 @@ def _add_in_place_fused(buffer, grad):
 
 
 def use_fused_add(kernel) -> None:
-    """Make :data:`add_into_fused` call `kernel` (``trainkit.step.kernels.add_into_kernel()``)."""
+    """Make :data:`add_into_fused` call `kernel` (``trainkit.kernels.add_into_kernel()``)."""
     global _ADD_KERNEL
     _ADD_KERNEL = kernel
 
