@@ -2,6 +2,7 @@
 Parameter, in graph and pynative mode; built once into the cache folder; MindSpore's kernels without a compiler."""
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import mindspore as ms
@@ -78,6 +79,33 @@ def test_a_damaged_cached_library_is_built_again_not_loaded(own_cache, caplog, d
     cell = Updater(np.ones(3, np.float32), np.zeros(3, np.float32))  # and the kernel runs
     cell(Tensor(np.float32(0.5)))
     np.testing.assert_array_equal(cell.shadow.asnumpy(), np.full(3, 0.5, np.float32))
+
+
+FOREIGN = {  # libraries that load, found under the name of this build
+    "an older build, an entry point missing": 'extern "C" int TrainkitEmaUpdate() { return 0; }',
+    "every entry point, another build's digest": None,  # trainkit's own source, built with another digest
+}
+
+
+@needs_compiler
+@pytest.mark.parametrize("foreign", FOREIGN, ids=["older", "other-digest"])
+def test_a_foreign_library_under_this_builds_name_is_built_again_and_never_run(own_cache, caplog, tmp_path,
+                                                                               foreign):
+    """Found, rebuilt, and the rebuilt one is what MindSpore then runs in the same process (the check's own
+    dlopen is closed: left open, MindSpore's dlopen of the same path got the foreign library back)."""
+    path, reason = kernels.library()
+    assert path is not None, reason
+    source = tmp_path / "foreign.cc"
+    source.write_text(FOREIGN[foreign] or kernels.build.SOURCE)
+    compiler = shutil.which(os.environ.get("CXX") or "g++")
+    subprocess.run([compiler, *kernels.build.FLAGS, '-DTRAINKIT_DIGEST="someone-else"', "-o", path, str(source)],
+                   check=True)
+    kernels.build._build.cache_clear()  # a new process
+    assert kernels.library() == (path, "")
+    assert "do not load (a damaged or foreign file): building them again" in caplog.text
+    cell = AllAtOnce(kernels.ema_update_all_kernel(), [np.ones(3, np.float32)], with_weight=True)
+    cell((Tensor(np.zeros(3, np.float32)),), Tensor(np.float32(0.5)))
+    np.testing.assert_array_equal(cell.firsts[0].asnumpy(), np.full(3, 0.5, np.float32))
 
 
 def test_without_a_compiler_or_when_turned_off_mindspores_kernels_run(own_cache, monkeypatch):

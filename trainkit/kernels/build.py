@@ -8,6 +8,7 @@ trainkit runs MindSpore's own kernels instead; :func:`describe` words it for a r
 """
 from __future__ import annotations
 
+import _ctypes
 import ctypes
 import functools
 import hashlib
@@ -22,7 +23,7 @@ from typing import Optional, Tuple
 log = logging.getLogger("trainkit")
 #: What the library must export (a cached library without one of them is built again).
 ENTRY_POINTS = ("TrainkitEmaUpdate", "TrainkitAddInto", "TrainkitIm2Col", "TrainkitCol2Im", "TrainkitEmaUpdateAll",
-                "TrainkitAddIntoAll")
+                "TrainkitAddIntoAll", "TrainkitDigest")
 SOURCE = (Path(__file__).with_name("fused.cc")).read_text()
 
 FLAGS = ["-O3", "-ffp-contract=off", "-shared", "-fPIC", "-pthread", "-std=c++14"]
@@ -48,7 +49,7 @@ def _build(compiler: str) -> Tuple[Optional[str], str]:
         folder = cache_dir() / "kernels"
         library = folder / f"fused-{digest}.so"
         if library.is_file():
-            if _loads(library):
+            if _loads(library, digest):
                 return str(library), ""
             log.warning("the cached kernels %s do not load (a damaged or foreign file): building them again", library)
         folder.mkdir(parents=True, exist_ok=True)
@@ -56,11 +57,11 @@ def _build(compiler: str) -> Tuple[Optional[str], str]:
             source = Path(work) / "fused.cc"
             source.write_text(SOURCE)
             built = Path(work) / library.name
-            done = subprocess.run([compiler, *FLAGS, "-o", str(built), str(source)], capture_output=True, text=True,
-                                  timeout=300)
+            done = subprocess.run([compiler, *FLAGS, f'-DTRAINKIT_DIGEST="{digest}"', "-o", str(built), str(source)],
+                                  capture_output=True, text=True, timeout=300)
             if done.returncode != 0:
                 return None, f"{compiler} failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}"
-            if not _loads(built):
+            if not _loads(built, digest):
                 return None, f"{compiler} built {library.name}, but it does not load"
             os.replace(built, library)  # atomic: a concurrent run sees no half-written library
         return str(library), ""
@@ -68,19 +69,29 @@ def _build(compiler: str) -> Tuple[Optional[str], str]:
         return None, f"could not build the kernels: {error}"
 
 
-def _loads(path: Path) -> bool:
-    """Whether `path` is a library this process can load that has the kernels' entry points."""
+def _loads(path: Path, digest: str) -> bool:
+    """Whether `path` is a library this process can load, with the kernels' entry points, built as `digest`.
+
+    The library is closed again after the check: left open, a foreign file under the same name would be the one
+    MindSpore's own dlopen of that path finds, even after it was rebuilt.
+    """
     try:
         handle = ctypes.CDLL(str(path))
-        return all(hasattr(handle, name) for name in ENTRY_POINTS)
     except OSError:
         return False
+    try:
+        if not all(hasattr(handle, name) for name in ENTRY_POINTS):
+            return False
+        handle.TrainkitDigest.restype = ctypes.c_char_p
+        return handle.TrainkitDigest() == digest.encode()
+    finally:
+        _ctypes.dlclose(handle._handle)
 
 
 def library() -> Tuple[Optional[str], str]:
     """The compiled kernels' path, or (None, the reason MindSpore's own kernels run instead)."""
     if _off():
-        return None, "TRAINKIT_FUSED_KERNELS=0"
+        return None, f"TRAINKIT_FUSED_KERNELS={os.environ['TRAINKIT_FUSED_KERNELS']}"
     import mindspore as ms
 
     if ms.get_context("device_target") != "CPU":

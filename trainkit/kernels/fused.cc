@@ -217,3 +217,10 @@ extern "C" int TrainkitAddIntoAll(int nparam, void **params, int *ndims, int64_t
   *static_cast<float *>(params[nparam - 1]) = 0.0f;
   return 0;
 }
+
+#ifndef TRAINKIT_DIGEST
+#define TRAINKIT_DIGEST "unknown"
+#endif
+// The digest trainkit named this build by (source, compiler, flags): a library found under that name that says
+// otherwise is not this build, and is built again rather than run.
+extern "C" const char *TrainkitDigest() { return TRAINKIT_DIGEST; }
