@@ -250,7 +250,6 @@ def build_callbacks(cfg: DictConfig, writer: bool, run_dir: Path, run_log: RunLo
                                           else 0, keep=trainer.keep_checkpoints,
                                           skipped_steps=lambda: metrics_cb.skipped_steps, group_size=group_size,
                                           config=cfg)
-        callbacks.append(checkpointer)
     nonfinite_limit = trainer.max_nonfinite_steps  # without loss scaling, skipped updates do not fix themselves
     if nonfinite_limit and getattr(wrapper, "skip_nonfinite", False) and not wrapper.loss_scaling:
         callbacks.append(NonFiniteStop(nonfinite_limit, save_checkpoint=checkpointer.save if checkpointer else None))
@@ -260,6 +259,8 @@ def build_callbacks(cfg: DictConfig, writer: bool, run_dir: Path, run_log: RunLo
             best = best_metric(cfg)
             callbacks.append(BestCheckpoint(evaluation, checkpoints, metric=eval_tag(best),
                                             mode=best_mode(best, trainer.best_mode), network=wrapper))
+    if checkpointer is not None:  # after the evaluation and best.ckpt: an epoch's checkpoint holds their outcome
+        callbacks.append(checkpointer)
     callbacks += stop_callbacks(cfg, evaluation, checkpointer, checkpoints, group_size, writer)  # signals, early stop
     return RunCallbacks(callbacks + list(user_callbacks), metrics_cb, evaluation)
 

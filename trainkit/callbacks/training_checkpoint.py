@@ -62,7 +62,10 @@ class TrainingCheckpoint(Callback):
 
     def on_train_step_end(self, run_context) -> None:
         self._step = int(run_context.original_args().cur_step_num)
-        if self.every_n_steps and self._step % self.every_n_steps == 0:
+        # An epoch's last step is saved at the epoch's end instead, after its evaluation (the callbacks' order):
+        # a checkpoint taken before the evaluation is recorded would resume past an evaluation never recorded.
+        epoch_end = self.at_epoch_end and self._step % self.steps_per_epoch == 0
+        if self.every_n_steps and self._step % self.every_n_steps == 0 and not epoch_end:
             self.save()
 
     def on_train_epoch_end(self, run_context) -> None:
