@@ -1,6 +1,7 @@
 """An epoch's last step is checkpointed after the epoch's evaluation, never before it: a run killed between the two
 must resume from the checkpoint before, redo the epoch's end and record its evaluation (a checkpoint at the epoch's
 last step taken first resumed past an evaluation never recorded: seen once in four suite runs)."""
+from pathlib import Path
 from types import SimpleNamespace
 
 from trainkit.callbacks.training_checkpoint import TrainingCheckpoint
@@ -46,7 +47,7 @@ def test_without_epoch_end_saves_every_n_steps_saves_at_the_step():
 def test_the_app_checkpoints_after_the_evaluation_and_best_ckpt():
     from trainkit.app import build
 
-    source = open(build.__file__).read()
+    source = Path(build.__file__).read_text()
     body = source[source.index("def build_callbacks"):]
     assert body.index("callbacks.append(evaluation)") < body.index("callbacks.append(BestCheckpoint") \
         < body.index("callbacks.append(checkpointer)")
