@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 export GLOG_v := 3
 
 .PHONY: help train test bench lint docs docs-serve clean
@@ -10,13 +10,16 @@ export GLOG_v := 3
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	@$(PYTHON) -c 'import sys; sys.exit(not (3, 9) <= sys.version_info[:2] <= (3, 12))' || \
 	  { echo "trainkit needs Python 3.9-3.12 (MindSpore 2.10 wheels); run e.g. make $(MAKECMDGOALS) PYTHON=python3.11"; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "Installing trainkit, MindSpore 2.10 and the test tools into $(VENV) (a minute or two on a new machine)..."
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test,digits,torch]'  # torch: the PyTorch-import tests (CPU build)
+	@# torchvision and timm for the port tests: the index's torchvision names a CUDA torch, so no dependencies (see
+	@# DEVELOPERS.md, "torchvision and timm"); their own small dependencies come with the test extra
+	$(BIN)/python -m pip install --quiet --no-deps torchvision==0.28.0 timm==1.0.31
 	@rm -f $(VENV)/.installed-* && touch $@
 
 train: $(STAMP)  ## train the quick-start recipe: a small CNN on the handwritten digits
