@@ -120,9 +120,8 @@ def check_data_only(container, source: str, path: str = "") -> None:
     elif isinstance(container, list):
         for index, value in enumerate(container):
             check_data_only(value, source, f"{path}[{index}]")
-    elif isinstance(container, str) and "${" in container:
-        if "\\${" in container or "${" in _PLAIN_REFERENCE.sub("", container):
-            raise ConfigError(f"{source}: {path} holds {container[:80]!r}, an interpolation trainkit does not "
+    elif isinstance(container, str) and ("\\${" in container or "${" in _PLAIN_REFERENCE.sub("", container)):
+        raise ConfigError(f"{source}: {path} holds {container[:80]!r}, an interpolation trainkit does not "
                               "resolve from a file (only plain ${key} references; trainkit saves its own configs "
                               "resolved): the file was edited; use the run's values on the command line instead")
 
