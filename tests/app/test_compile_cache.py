@@ -101,7 +101,7 @@ def test_a_graph_mindspore_cannot_save_compiles_uncached_and_its_config_is_not_t
     assert (folder / compile_cache.UNSAVABLE).exists()
     second = trainkit(*unsavable, "hydra.run.dir=second", cwd=tmp_path, cache=cache)
     assert second.returncode == 0, second.stderr
-    assert "compile cache: off (MindSpore could not save" in second.stdout
+    assert "compile cache: off (MindSpore cannot save this config's graphs" in second.stdout
     expected, got = last_checkpoint(tmp_path / "first"), last_checkpoint(tmp_path / "second")
     for name, value in expected.items():
         np.testing.assert_array_equal(got[name], value, err_msg=name)
@@ -128,3 +128,34 @@ def test_no_cache_in_a_data_parallel_worker(monkeypatch, tmp_path):
     monkeypatch.setenv("TRAINKIT_CACHE_DIR", str(tmp_path))
     assert compile_cache.enable(compose_config(["run_dir=unused"])) is None
     assert not (tmp_path / "compile").exists()
+
+
+def test_the_key_is_what_the_config_resolves_to_not_how_it_is_spelled(tmp_path, monkeypatch):
+    """Issue 30: the key was the unresolved config, so a value set through an interpolation
+    (``${oc.env:...}``) reused the graphs of another value and trained bitwise equal to it (label smoothing 0.3
+    trained as 0.0, exit 0). Mutation tried: ``resolve=False`` in cache_key (the two keys are equal)."""
+    smoothing = ["loss.label_smoothing='${oc.decode:${oc.env:TKLS,0.0}}'", f"run_dir={tmp_path / 'run'}"]
+    monkeypatch.setenv("TKLS", "0.0")
+    spelled_zero = compile_cache.cache_key(compose_config([*QUICK, *smoothing]))
+    assert spelled_zero == compile_cache.cache_key(compose_config([*QUICK, "loss.label_smoothing=0.0",
+                                                                    f"run_dir={tmp_path / 'run'}"]))
+    monkeypatch.setenv("TKLS", "0.3")
+    assert compile_cache.cache_key(compose_config([*QUICK, *smoothing])) != spelled_zero
+
+
+def test_a_cache_folder_others_can_write_is_not_used(tmp_path, monkeypatch, caplog):
+    """A saved graph is code to MindSpore: a compile cache that another user can write is left off, saying so.
+    Mutation tried: the unsafe_folder check removed from enable (the folder is used)."""
+    from mindspore.graph import api
+
+    monkeypatch.setattr(api, "entry_script_path", __file__)
+    monkeypatch.setattr(compile_cache, "_used_in_this_process", False)
+    monkeypatch.setattr(compile_cache, "_graphs_compiled_already", lambda: False)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    monkeypatch.setenv("TRAINKIT_CACHE_DIR", str(shared))
+    with caplog.at_level("WARNING", logger="trainkit"):
+        assert compile_cache.enable(compose_config([*QUICK, f"run_dir={tmp_path / 'run'}"])) is None
+    assert "is writable by other users (mode 777)" in caplog.text and "compiles on every run" in caplog.text
+    assert not ms.get_context("enable_compile_cache")

@@ -74,7 +74,7 @@ def test_a_damaged_cached_library_is_built_again_not_loaded(own_cache, caplog, d
     Path(path).write_bytes(damage)  # a truncated download, a file from another machine
     kernels.build._build.cache_clear()  # a new process
     assert kernels.library() == (path, "")
-    assert "do not load (a damaged or foreign file): building them again" in caplog.text
+    assert "are not the ones this build wrote (a damaged or foreign file): building them again" in caplog.text
     assert Path(path).read_bytes()[:4] == b"\x7fELF" and len(Path(path).read_bytes()) > 1000  # rebuilt
     cell = Updater(np.ones(3, np.float32), np.zeros(3, np.float32))  # and the kernel runs
     cell(Tensor(np.float32(0.5)))
@@ -102,7 +102,7 @@ def test_a_foreign_library_under_this_builds_name_is_built_again_and_never_run(o
                    check=True)
     kernels.build._build.cache_clear()  # a new process
     assert kernels.library() == (path, "")
-    assert "do not load (a damaged or foreign file): building them again" in caplog.text
+    assert "are not the ones this build wrote (a damaged or foreign file): building them again" in caplog.text
     cell = AllAtOnce(kernels.ema_update_all_kernel(), [np.ones(3, np.float32)], with_weight=True)
     cell((Tensor(np.zeros(3, np.float32)),), Tensor(np.float32(0.5)))
     np.testing.assert_array_equal(cell.firsts[0].asnumpy(), np.full(3, 0.5, np.float32))
@@ -238,3 +238,55 @@ def test_the_kernels_over_all_tensors_refuse_what_is_not_float32(own_cache, grap
         cell((Tensor(np.ones(4, np.float16)),), Tensor(np.float32(0)))
         cell.firsts[0].asnumpy()
     np.testing.assert_array_equal(cell.firsts[0].asnumpy(), np.zeros(4, np.float32))
+
+
+HOSTILE = """
+#include <stdio.h>
+__attribute__((constructor)) static void planted(void) {
+    FILE *f = fopen(MARKER, "w"); if (f) { fputs("ran", f); fclose(f); }
+}
+extern "C" const char *TrainkitDigest() { return DIGEST; }
+"""
+
+
+def plant_hostile_library(path: Path, marker: Path, digest: str) -> None:
+    """A library whose constructor writes `marker` when anything dlopens it, answering to this build's digest."""
+    source = path.parent / "hostile.cc"
+    source.write_text(HOSTILE)
+    compiler = shutil.which(os.environ.get("CXX") or "g++")
+    subprocess.run([compiler, *kernels.build.FLAGS, f'-DMARKER="{marker}"', f'-DDIGEST="{digest}"', "-o", str(path),
+                    str(source)], check=True)
+    source.unlink()
+
+
+@needs_compiler
+def test_a_planted_library_under_this_builds_name_is_never_opened(own_cache, tmp_path, caplog):
+    """Issue 30: the check that should refuse a foreign library dlopened it, running its constructor. Now the file's
+    SHA-256 is compared with the one recorded at build time before anything opens it. Mutation tried: the recorded
+    hash test removed from ``_cached`` (the marker is written)."""
+    path, reason = kernels.library()
+    assert path is not None, reason
+    digest = Path(path).name[len("fused-"):-len(".so")]
+    marker = tmp_path / "constructor-ran"
+    plant_hostile_library(Path(path), marker, digest)
+    kernels.build._build.cache_clear()  # a new process
+    assert kernels.library() == (path, "")
+    assert "not the ones this build wrote" in caplog.text and not marker.exists()
+
+
+@needs_compiler
+@pytest.mark.parametrize("shared", ["kernels", "root"])
+def test_a_cache_folder_others_can_write_is_not_loaded_from(own_cache, tmp_path, shared):
+    """A shared TRAINKIT_CACHE_DIR: whoever can write it could plant a library (and its recorded hash), so nothing
+    there is loaded and MindSpore's kernels run, saying why. Mutation tried: unsafe_folder returning None."""
+    path, reason = kernels.library()
+    assert path is not None, reason
+    digest = Path(path).name[len("fused-"):-len(".so")]
+    marker = tmp_path / "constructor-ran"
+    plant_hostile_library(Path(path), marker, digest)
+    Path(path + ".sha256").write_text(kernels.build._sha256(Path(path)) + "\n")  # the planter records it too
+    os.chmod(own_cache / "kernels" if shared == "kernels" else own_cache, 0o777)
+    kernels.build._build.cache_clear()
+    found, why = kernels.library()
+    assert found is None and "is writable by other users (mode 777)" in why and "chmod go-w" in why
+    assert "MindSpore's kernels" in kernels.describe() and not marker.exists()

@@ -7,14 +7,17 @@ little else: a cache filled by a run without an EMA, loaded by a run with one, g
 moved (measured while writing this). So trainkit gives every config its own folder, keyed by everything that
 shapes a graph and that it can see before the run builds anything --
 
-- the composed config (without ``run_dir``), MindSpore's and Python's versions;
+- the composed config with every interpolation resolved (``${oc.env:...}`` and references alike: a value that
+  reaches the config through one is keyed by what it is in this run), without ``run_dir``; MindSpore's and
+  Python's versions;
 - the source of trainkit and of every module a ``_target_`` of the config names outside MindSpore;
 - the size and modification time of every file the config names;
 
 and uses the cache only for the first run of a process whose graphs compile first, never in a data-parallel
 worker (its ranks would write one folder at once) (a Hydra sweep's later jobs
 in the same process compile as usual). ``TRAINKIT_COMPILE_CACHE=0`` turns it off; ``TRAINKIT_CACHE_DIR``
-moves it (default ``$XDG_CACHE_HOME/trainkit``, else ``~/.cache/trainkit``). A model whose module imports
+moves it (default ``$XDG_CACHE_HOME/trainkit``, else ``~/.cache/trainkit``). A saved graph is code, so a cache
+folder another user can write is not used (:func:`trainkit.kernels.build.unsafe_folder`). A model whose module imports
 other code of the user's that changes between runs is not seen by the key: turn the cache off while editing it.
 """
 from __future__ import annotations
@@ -32,6 +35,7 @@ import mindspore as ms
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit import kernels
+from trainkit.kernels.build import unsafe_folder
 from trainkit.distributed.parallel import launched_by_msrun
 
 log = logging.getLogger("trainkit")
@@ -89,7 +93,7 @@ def _module_file(target: str) -> Optional[Path]:
 
 def cache_key(cfg: DictConfig) -> str:
     """A hash of what decides the graphs a run compiles (see the module's docstring)."""
-    container = OmegaConf.to_container(cfg, resolve=False)
+    container = OmegaConf.to_container(cfg, resolve=True)  # what the run will see, not how it was spelled
     container.pop("run_dir", None)
     digest = hashlib.sha256()
     digest.update(OmegaConf.to_yaml(OmegaConf.create(container)).encode())
@@ -136,12 +140,20 @@ def enable(cfg: DictConfig) -> Optional[Path]:
     _used_in_this_process = True
     try:
         folder = root / "compile" / cache_key(cfg)
-        folder.mkdir(parents=True, exist_ok=True)
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for level in (root / "compile", folder):
+            level.mkdir(mode=0o700, exist_ok=True)
     except Exception as error:  # noqa: BLE001 -- a cache is never worth a failed run: the run itself reports bad input
         log.debug("compile cache off: %s", error)
         return None
+    unsafe = unsafe_folder(folder)
+    if unsafe:
+        log.warning("compile cache: off (%s: a saved graph is code, and trainkit loads none that another user "
+                    "could have written; this config compiles on every run)", unsafe)
+        return None
     if (folder / UNSAVABLE).exists():
-        log.info("compile cache: off (MindSpore could not save this config's graphs in an earlier run)")
+        log.info("compile cache: off (MindSpore cannot save this config's graphs, as an earlier run found: this "
+                 "config compiles on every run)")
         return None
     reused = any(folder.rglob("*.mindir"))
     # Said at the first compile, not now: a run refused before it (bad input, a directory in use) writes nothing.
@@ -172,8 +184,8 @@ def _compile_without_cache_where_mindspore_cannot_save(folder: Path, message: st
         except RuntimeError as error:
             if "in MindIR" not in str(error) or not ms.get_context("enable_compile_cache"):
                 raise
-            log.info("compile cache: off for the rest of this run (MindSpore cannot save %s's graph: %s)",
-                     type(obj).__name__, str(error).strip().splitlines()[0])
+            log.info("compile cache: off for the rest of this run: MindSpore cannot save %s's graph (%s), so this "
+                     "config compiles on every run", type(obj).__name__, str(error).strip().splitlines()[0])
             disable()
             (folder / UNSAVABLE).write_text(f"{type(obj).__name__}: {error}\n")
             return original(self, obj, *args, **kwargs)

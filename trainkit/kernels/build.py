@@ -5,6 +5,12 @@ The library is compiled on first use with the system's C++ compiler (``$CXX``, e
 ``$XDG_CACHE_HOME/trainkit``, else ``~/.cache/trainkit``), never into the package. Without a compiler, on a
 device other than CPU, where the build fails, or with ``TRAINKIT_FUSED_KERNELS=0``, :func:`library` says why and
 trainkit runs MindSpore's own kernels instead; :func:`describe` words it for a run's start-up lines.
+
+A library is code: loading one runs its constructors. So a cached library is loaded only when nobody else could
+have put it there -- the file and every folder above it belong to this user (or root) and none is writable by
+another user, except a folder with the sticky bit such as ``/tmp`` (:func:`unsafe_folder`); a shared cache folder
+makes trainkit run MindSpore's kernels and say why -- and only when its SHA-256 is the one recorded beside it when
+it was built (``fused-<hash>.so.sha256``): a damaged or foreign file is built again without ever being opened.
 """
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ import hashlib
 import logging
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 from pathlib import Path
@@ -40,6 +47,47 @@ def _off() -> bool:
     return os.environ.get("TRAINKIT_FUSED_KERNELS", "1").strip().lower() in ("0", "false", "off", "no")
 
 
+def unsafe_folder(path: Path) -> Optional[str]:
+    """Why code read from `path` could have been written by another user (None when it could not).
+
+    `path` and every folder above it must belong to this user or root; none may be writable by another user,
+    except a folder above `path` with the sticky bit (``/tmp``: others may add entries, not replace ours).
+    """
+    uid = os.getuid()
+    real = Path(os.path.realpath(path))
+    for depth, item in enumerate([real, *real.parents]):
+        try:
+            info = os.stat(item)
+        except OSError as error:
+            return f"{item}: {error.strerror}"
+        if info.st_uid not in (uid, 0):
+            return f"{item} belongs to another user (uid {info.st_uid})"
+        if info.st_mode & 0o022 and not (depth > 0 and info.st_mode & stat.S_ISVTX):
+            return f"{item} is writable by other users (mode {info.st_mode & 0o7777:o})"
+    return None
+
+
+def _recorded(library: Path) -> Path:
+    return library.with_name(library.name + ".sha256")
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _cached(library: Path, digest: str) -> bool:
+    """Whether `library` is this build, checked without opening it as a library first (a foreign file's
+    constructors would run), then loaded once to check its entry points."""
+    try:
+        if os.lstat(library).st_nlink != 1 or not stat.S_ISREG(os.lstat(library).st_mode):
+            return False  # a link: not a file this build wrote
+        if _recorded(library).read_text().strip() != _sha256(library):
+            return False
+    except OSError:
+        return False
+    return _loads(library, digest)
+
+
 @functools.lru_cache(maxsize=None)
 def _build(compiler: str) -> Tuple[Optional[str], str]:
     """(the library's path or None, why not)."""
@@ -47,12 +95,18 @@ def _build(compiler: str) -> Tuple[Optional[str], str]:
         version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60).stdout
         digest = hashlib.sha256("\n".join([SOURCE, version, *FLAGS]).encode()).hexdigest()[:16]
         folder = cache_dir() / "kernels"
+        folder.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        folder.mkdir(mode=0o700, exist_ok=True)
+        unsafe = unsafe_folder(folder)
+        if unsafe:
+            return None, (f"{unsafe}: trainkit loads no library another user could have written (make the cache "
+                          "private with chmod go-w, or set TRAINKIT_CACHE_DIR)")
         library = folder / f"fused-{digest}.so"
-        if library.is_file():
-            if _loads(library, digest):
+        if os.path.lexists(library):
+            if _cached(library, digest):
                 return str(library), ""
-            log.warning("the cached kernels %s do not load (a damaged or foreign file): building them again", library)
-        folder.mkdir(parents=True, exist_ok=True)
+            log.warning("the cached kernels %s are not the ones this build wrote (a damaged or foreign file): "
+                        "building them again, without loading that file", library)
         with tempfile.TemporaryDirectory(dir=folder) as work:
             source = Path(work) / "fused.cc"
             source.write_text(SOURCE)
@@ -63,6 +117,9 @@ def _build(compiler: str) -> Tuple[Optional[str], str]:
                 return None, f"{compiler} failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}"
             if not _loads(built, digest):
                 return None, f"{compiler} built {library.name}, but it does not load"
+            recorded = Path(work) / _recorded(library).name
+            recorded.write_text(_sha256(built) + "\n")
+            os.replace(recorded, _recorded(library))
             os.replace(built, library)  # atomic: a concurrent run sees no half-written library
         return str(library), ""
     except (OSError, subprocess.SubprocessError) as error:
