@@ -35,8 +35,8 @@ import mindspore as ms
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit import kernels
-from trainkit.kernels.build import unsafe_folder
 from trainkit.distributed.parallel import launched_by_msrun
+from trainkit.kernels.build import unsafe_folder
 
 log = logging.getLogger("trainkit")
 
