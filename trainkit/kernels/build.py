@@ -105,8 +105,12 @@ def _build(compiler: str) -> Tuple[Optional[str], str]:
         if os.path.lexists(library):
             if _cached(library, digest):
                 return str(library), ""
-            log.warning("the cached kernels %s are not the ones this build wrote (a damaged or foreign file): "
-                        "building them again, without loading that file", library)
+            if not os.path.lexists(_recorded(library)):
+                log.info("the cached kernels %s have no recorded SHA-256 (an older trainkit built them): building "
+                         "them again, without loading that file", library)
+            else:
+                log.warning("the cached kernels %s are not the ones this build wrote (a damaged or foreign file): "
+                            "building them again, without loading that file", library)
         with tempfile.TemporaryDirectory(dir=folder) as work:
             source = Path(work) / "fused.cc"
             source.write_text(SOURCE)
