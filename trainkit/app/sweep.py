@@ -7,8 +7,9 @@ pairs each record with the run's ``checkpoints/best.json`` and writes ``summary.
 matplotlib is installed, ``summary.png`` beside the jobs, best job first.
 
 The objective returned to a sweeper (Optuna's, Nevergrad's) is the run's best ``trainer.best_metric`` -- the
-value in ``best.json`` -- not its last evaluation; ``${trainkit_direction:}`` gives Optuna the direction that
-``trainer.best_mode`` says.
+value in ``best.json`` -- not its last evaluation. Optuna's direction follows ``trainer.best_mode``: the plugin's
+default (``minimize``) is replaced before the sweeper starts, and a direction set against ``best_mode`` is refused
+(:func:`settle_direction`); ``${trainkit_direction:}`` gives that direction in a YAML file.
 """
 from __future__ import annotations
 
@@ -17,13 +18,14 @@ import logging
 import math
 import os
 import sys
+from enum import Enum
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 log = logging.getLogger("trainkit")
 
@@ -189,7 +191,14 @@ def write_summary(sweep_dir: Path) -> Dict[str, Any]:
 
 class SweepSummary(Callback):
     """Hydra callback: at the end of a ``-m`` sweep, write and print the summary; a sweep with a failed job ends
-    with the status of its first failure (2: bad input, 1: a run that could not go on)."""
+    with the status of its first failure (2: bad input, 1: a run that could not go on). Before the sweeper starts,
+    it settles Optuna's direction (:func:`settle_direction`)."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        problem = settle_direction(config)
+        if problem:
+            print(f"trainkit: error: {problem}", file=sys.stderr)
+            sys.exit(2)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
@@ -211,6 +220,37 @@ def direction(*, _root_: DictConfig) -> str:
     from trainkit.app.config import best_metric, best_mode
 
     return "maximize" if best_mode(best_metric(_root_), _root_.trainer.best_mode) == "max" else "minimize"
+
+
+def settle_direction(config: DictConfig) -> Optional[str]:
+    """Make a sweeper's ``direction`` follow ``trainer.best_mode``; the reason to refuse the sweep, or None.
+
+    Optuna's plugin gives ``Direction.minimize`` (an Enum) when nobody set a direction; a YAML file or the command
+    line gives a string (or ``${trainkit_direction:}``). The Enum default is replaced by the direction of
+    ``trainer.best_mode``; a direction that was set must agree with it, since trainkit ranks the runs by best_mode.
+    """
+    sweeper = config.hydra.sweeper
+    if "direction" not in sweeper:
+        return None
+    wanted = direction(_root_=config)
+    node = sweeper._get_node("direction")
+    if not node._is_interpolation() and isinstance(node._value(), Enum):  # the plugin's own default
+        with read_write(sweeper), open_dict(sweeper):
+            sweeper.direction = wanted
+        return None
+    given = sweeper.direction
+    given = list(given) if OmegaConf.is_list(given) else [given]
+    names = [getattr(value, "name", value) for value in given]
+    if names == [wanted]:
+        return None
+    from trainkit.app.config import best_metric, best_mode
+
+    metric = best_metric(config)
+    mode = best_mode(metric, config.trainer.best_mode)
+    shown = names[0] if len(names) == 1 else names
+    return (f"hydra.sweeper.direction={shown} optimises against trainer.best_mode, which ranks {metric} by {mode} "
+            f"(the sweep's winner, best.json and the sweeper's objective are all ranked that way): leave "
+            f"hydra.sweeper.direction out (it follows trainer.best_mode: {wanted}) or set trainer.best_mode")
 
 
 def register_resolver() -> None:
