@@ -11,6 +11,7 @@ sweep that a signal stops keeps its summary and says how to continue all of it.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 from pathlib import Path
@@ -40,6 +41,8 @@ class RepeatingLauncher(BasicLauncher):
         self.repeats = int(OmegaConf.select(config, "sweep.repeats", default=1) or 1)
         self.base_seed = int(OmegaConf.select(config, SEED, default=0) or 0)
         self.continuing = OmegaConf.select(config, RESUME, default=None) == "auto"
+        self.sweep_dir = Path(str(config.hydra.sweep.dir))
+        self.new_sweep_dir = not self.sweep_dir.exists()  # the sweeper creates it before the first launch
 
     def _expand(self, job_overrides: Sequence[Sequence[str]]) -> List[List[str]]:
         """Each job's overrides N times, each with its seed; a swept seed beside repeats is refused."""
@@ -50,7 +53,7 @@ class RepeatingLauncher(BasicLauncher):
             given = [o for o in overrides if _key(o) == SEED]
             if any(o.split("=", 1)[1] != str(self.base_seed) for o in given):
                 last = self.base_seed + self.repeats - 1
-                _refuse(f"sweep.repeats={self.repeats} gives every configuration the seeds trainer.seed="
+                self._refuse(f"sweep.repeats={self.repeats} gives every configuration the seeds trainer.seed="
                         f"{self.base_seed}..{last}, but the sweep sets trainer.seed per job too ({given[0]}): sweep "
                         "trainer.seed (its runs are grouped as repeats too) or set sweep.repeats, not both")
             rest = [o for o in overrides if _key(o) != SEED]
@@ -61,7 +64,7 @@ class RepeatingLauncher(BasicLauncher):
         expanded = self._expand(job_overrides)
         first = initial_job_idx * self.repeats
         returns: List[Optional[JobReturn]] = [None] * len(expanded)
-        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir = self.sweep_dir
         to_run = []
         for index, overrides in enumerate(expanded):
             done = self._completed(sweep_dir, first + index, overrides) if self.continuing else None
@@ -87,11 +90,20 @@ class RepeatingLauncher(BasicLauncher):
             return None
         same = [o for o in overrides if _key(o) != RESUME]
         if [o for o in record["overrides"] if _key(o) != RESUME] != same:
-            _refuse(f"trainer.resume=auto continues the sweep in {sweep_dir}, but its job {job} ran with other "
+            self._refuse(f"trainer.resume=auto continues the sweep in {sweep_dir}, but its job {job} ran with other "
                     f"overrides ({' '.join(record['overrides'])}): give the command that started that sweep, with "
                     "trainer.resume=auto")
         print(f"[trainkit] job {job} completed before: not run again ({record['run_dir']})", file=sys.stderr)
         return _result(overrides, objective(Path(record["run_dir"])), record["run_dir"])
+
+    def _refuse(self, message: str) -> None:
+        """Bad input, found before any job ran: one line, exit status 2, no empty sweep folder left behind."""
+        if self.new_sweep_dir:
+            for leftover in (self.sweep_dir / "multirun.yaml", self.sweep_dir):
+                with contextlib.suppress(OSError):
+                    leftover.unlink() if leftover.is_file() else leftover.rmdir()
+        print(f"trainkit: error: {message}", file=sys.stderr)
+        sys.exit(2)
 
     def _combined(self, returns: Sequence[Optional[JobReturn]]) -> JobReturn:
         """One result for the sweeper: the mean of the repeats' objectives (NaN when one has none)."""
@@ -135,9 +147,4 @@ def _stretches(indices: List[int]) -> List[tuple]:
         else:
             stretches.append([index, index + 1])
     return [tuple(s) for s in stretches]
-
-
-def _refuse(message: str) -> None:
-    print(f"trainkit: error: {message}", file=sys.stderr)
-    sys.exit(2)
 

@@ -116,7 +116,7 @@ def _groups(rows: List[Dict[str, Any]], values: List[Dict[str, str]], varying: L
 
 def config_name(group: Dict[str, Any]) -> str:
     """A configuration as its overrides, or "the one configuration" when nothing but the seed varies."""
-    return " ".join(f"{key}={value}" for key, value in group["config"].items()) or "the one configuration"
+    return " ".join(f"{key}={value}" for key, value in group["config"].items()) or "only the seed varies"
 
 
 def verdict(groups: List[Dict[str, Any]], mode: Optional[str]) -> Dict[str, Any]:
@@ -128,7 +128,7 @@ def verdict(groups: List[Dict[str, Any]], mode: Optional[str]) -> Dict[str, Any]
     top = ranked[0]
     if len(ranked) == 1:
         return {"kind": "single", "within_noise": [], "p_values": {},
-                "line": f"One configuration ({config_name(top)}): nothing to compare; its runs spread over "
+                "line": f"One configuration ({config_name(top)}): nothing to compare; its best values spread over "
                         f"{_spread(top)}."}
     runner_up = ranked[1]
     if top["n"] < 2 or runner_up["n"] < 2:
