@@ -188,8 +188,8 @@ def wait_for_training(run_dir: Path, process) -> None:
 
 def test_a_stopped_sweep_keeps_its_summary_and_continues_with_one_command(tmp_path):
     """SIGTERM in job 1 of 3: the summary of jobs 0-1 is written, and the command given continues the stopped job
-    from its checkpoint, runs job 2 and leaves job 0 alone. Mutation: no summary on a signal (red); a continue
-    command without the jobs that never ran (job 2 missing: red)."""
+    from its checkpoint, runs job 2 and leaves job 0 alone. Mutations: no summary on a signal (red: no summary.json);
+    a continued sweep that runs its completed jobs again (red: job 0 "nothing is left to train", exit 2)."""
     sweep = tmp_path / "sweep"
     command = ["-m", "optimizer.lr=0.01,0.011,0.012", "trainer.epochs=2", "logger.log_every_n_steps=1", *TINY[1:],
                f"hydra.sweep.dir={sweep}"]
