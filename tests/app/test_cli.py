@@ -106,8 +106,11 @@ def test_configs_and_recipes_ship_in_the_wheel(tmp_path):
     (wheel,) = tmp_path.glob("trainkit-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for name in ("trainkit/configs/config.yaml", "trainkit/configs/amp/O3.yaml", "trainkit/configs/model/resnet50.yaml",
-                 "trainkit/recipes/resnet50_cifar10.yaml", "trainkit/recipes/digits_quickstart.yaml"):
+                 "trainkit/recipes/resnet50_cifar10.yaml", "trainkit/recipes/digits_quickstart.yaml",
+                 "trainkit/configs/hydra/launcher/trainkit.yaml",  # -m sweeps: trainkit's launcher, in the namespace
+                 "hydra_plugins/trainkit_launcher/__init__.py"):  # package where Hydra looks for one
         assert name in names, name
+    assert "hydra_plugins/__init__.py" not in names  # a namespace shared with the other Hydra plugins
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "trainkit = trainkit.__main__:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 

@@ -67,7 +67,8 @@ def test_a_sweep_summary_ranks_jobs_by_their_best_value_and_keeps_a_failed_job_a
         failed["error"] and failed["best"] is None
 
     text = (sweep / "summary.md").read_text()
-    assert f"Winner: job {expected_order[0]} " in text and "| 1 | optimizer.lr=1e" in text
+    assert f"Best single run: job {expected_order[0]}," in text and "- job 1 (optimizer.lr=1e" in text
+    assert "One run per configuration: there is no spread to judge by" in text
     assert text in result.stdout  # printed as well as written
     assert "trainkit: error: 1 of 3 jobs failed (job 1)" in result.stderr
     assert (sweep / "summary.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -105,3 +106,50 @@ def test_optuna_s_direction_follows_best_mode(overrides, direction):
     with initialize_config_module("trainkit.configs", version_base=None):
         cfg = compose(config_name="config", overrides=["recipe=digits_optuna", *overrides], return_hydra_config=True)
     assert OmegaConf.select(cfg, "hydra.sweeper.direction") == direction
+
+
+def _sweeper_config(overrides):
+    import trainkit.__main__  # noqa: F401 -- registers the configs and the trainkit_direction resolver
+
+    with initialize_config_module("trainkit.configs", version_base=None):
+        return compose(config_name="config", overrides=["hydra/sweeper=optuna", *overrides], return_hydra_config=True)
+
+
+@pytest.mark.parametrize("overrides, direction", [
+    ([], "maximize"),
+    (["trainer.best_metric=loss"], "minimize"),
+    (["trainer.best_metric=loss", "trainer.best_mode=max"], "maximize"),
+    (["hydra.sweeper.direction=maximize"], "maximize"),
+])
+def test_optuna_s_own_default_direction_is_replaced_by_best_mode_s(overrides, direction):
+    """Mutation: settle_direction leaving the plugin's Enum default -> 'minimize' for an accuracy (red)."""
+    from trainkit.app.sweep import settle_direction
+
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    cfg = _sweeper_config(overrides)
+    assert settle_direction(cfg) is None
+    assert cfg.hydra.sweeper.direction == direction
+
+
+@pytest.mark.parametrize("overrides", [
+    ["hydra.sweeper.direction=minimize"],
+    ["trainer.best_metric=loss", "hydra.sweeper.direction=maximize"],
+    ["hydra.sweeper.direction=[minimize]"],
+])
+def test_a_direction_set_against_best_mode_is_refused(overrides):
+    """Mutation: accepting any direction that was set -> no refusal (red)."""
+    from trainkit.app.sweep import settle_direction
+
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    problem = settle_direction(_sweeper_config(overrides))
+    assert problem is not None and problem.startswith("hydra.sweeper.direction=") and "trainer.best_mode" in problem
+
+
+def test_a_sweep_against_best_mode_stops_before_the_first_trial(tmp_path):
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    result = trainkit("-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=1", "hydra.sweeper.direction=minimize",
+                      "optimizer.lr=interval(0.003,0.01)", cwd=tmp_path)
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("trainkit: error: hydra.sweeper.direction=minimize optimises against trainer.best_mode")
+    assert "Directions" not in result.stdout + result.stderr and not (tmp_path / "multirun").exists()

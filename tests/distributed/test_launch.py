@@ -277,11 +277,13 @@ def test_sigterm_to_the_launcher_stops_every_rank_after_the_same_step_with_one_c
     assert train_steps == list(range(1, step + 1))
 
 
-def test_a_sweep_of_data_parallel_runs_returns_each_run_s_best_value(cifar10, tmp_path):
+def test_a_sweep_of_data_parallel_runs_returns_the_mean_of_each_trial_s_repeats(cifar10, tmp_path):
+    """One Optuna trial of two data-parallel repeats (sweep.repeats=2): jobs 0 and 1, seeds 0 and 1, and the trial's
+    value is the mean of their best values. Mutation: the launcher returning the first repeat's value (red)."""
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
     root, _ = cifar10
-    result = trainkit("-m", *tiny(root, "trainer.epochs=1"), "hydra/sweeper=optuna", "hydra.sweeper.n_trials=2",
-                      "hydra.sweeper.direction=maximize", "hydra.sweeper.sampler.seed=0",
+    result = trainkit("-m", *tiny(root, "trainer.epochs=1"), "hydra/sweeper=optuna", "hydra.sweeper.n_trials=1",
+                      "sweep.repeats=2", "hydra.sweeper.direction=maximize", "hydra.sweeper.sampler.seed=0",
                       "optimizer.lr=interval(0.001,0.01)", cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]  # NaN was a failed trial
     (sweep,) = (tmp_path / "multirun" / "resnet50_cifar10").iterdir()
@@ -289,10 +291,13 @@ def test_a_sweep_of_data_parallel_runs_returns_each_run_s_best_value(cifar10, tm
     for job in ("0", "1"):  # rank 0's records of each job, read here
         values = [r["eval/accuracy"] for r in read_jsonl(sweep / job / "metrics.jsonl") if "eval/accuracy" in r]
         bests[job] = max(values)
+        assert yaml.safe_load((sweep / job / ".hydra" / "config.yaml").read_text())["trainer"]["seed"] == int(job)
     optimization = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
-    assert optimization["best_value"] == pytest.approx(max(bests.values()), abs=1e-9)
+    assert optimization["best_value"] == pytest.approx(np.mean(list(bests.values())), abs=1e-9)
     summary = json.loads((sweep / "summary.json").read_text())
     assert {str(row["job"]): row["best"] for row in summary["jobs"]} == pytest.approx(bests)
+    (group,) = summary["groups"]
+    assert group["n"] == 2 and group["best"]["mean"] == pytest.approx(np.mean(list(bests.values())), abs=1e-9)
 
 
 def test_the_failing_rank_is_read_from_the_only_worker_log_with_an_error(tmp_path):

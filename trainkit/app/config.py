@@ -197,6 +197,17 @@ class LoggerConfig:
 
 
 @dataclass
+class SweepConfig:
+    """``sweep``: how a ``-m`` sweep runs its jobs (trainkit's launcher, ``hydra/launcher=trainkit``).
+
+    ``repeats``: run every configuration with this many seeds, ``trainer.seed`` + 0 .. repeats - 1; the summary
+    groups them and says whether the winner is told apart from the others by more than the seeds' spread.
+    """
+
+    repeats: int = 1
+
+
+@dataclass
 class TrainkitConfig:
     """The whole run. ``model``, ``data``, ``loss``, ``optimizer`` and ``lr_schedule`` are ``_target_`` nodes,
     ``metrics`` maps names to ``_target_`` nodes, ``callbacks`` is a list of them."""
@@ -213,6 +224,7 @@ class TrainkitConfig:
     wrapper: WrapperConfig = field(default_factory=WrapperConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
     run_dir: str = "${hydra:runtime.output_dir}"
 
 
@@ -293,6 +305,7 @@ def check_config(cfg: DictConfig) -> None:
     _check("trainer.epochs", trainer.epochs, f"an integer in [1, {MAX_MICRO_BATCHES:,}] (the run's learning-rate "
            "table holds one number per update)", lambda v: 1 <= v <= MAX_MICRO_BATCHES)
     _check("trainer.seed", trainer.seed, "an integer in [0, 2**32)", lambda v: 0 <= v < 2 ** 32)
+    _check_repeats(cfg)
     _check("trainer.sink_size", trainer.sink_size, "-1 (a whole epoch per sink) or an integer >= 1",
            lambda v: v == -1 or v >= 1)
     _check("trainer.eval_interval", trainer.eval_interval, "an integer >= 0 (0: evaluate after the last epoch only)",
@@ -340,7 +353,8 @@ def check_config(cfg: DictConfig) -> None:
     check_target_arguments(cfg)
 
 
-CLOSED_GROUPS = {"amp": AmpConfig, "parallel": ParallelConfig, "trainer": TrainerConfig, "logger": LoggerConfig}
+CLOSED_GROUPS = {"amp": AmpConfig, "parallel": ParallelConfig, "trainer": TrainerConfig, "logger": LoggerConfig,
+                 "sweep": SweepConfig}
 
 
 def check_closed_keys(cfg: DictConfig) -> None:
@@ -369,6 +383,28 @@ def _check_schema_keys(node: DictConfig, schema: type, path: str) -> None:
         nested = types.get(key)
         if is_dataclass(nested) and isinstance(node[key], DictConfig):
             _check_schema_keys(node[key], nested, f"{path}.{key}")
+
+
+def _check_repeats(cfg: DictConfig) -> None:
+    """``sweep.repeats``: an integer >= 1, and above 1 only in a ``-m`` sweep run by trainkit's launcher."""
+    from trainkit.app.sweep_records import LAUNCHER, in_sweep
+    from trainkit.distributed.parallel import launched_by_msrun
+
+    repeats = cfg.sweep.repeats
+    _check("sweep.repeats", repeats, "an integer >= 1 (the seeds each configuration of a -m sweep runs with)",
+           lambda v: v >= 1)
+    if repeats == 1 or launched_by_msrun():  # a worker of a data-parallel job: its launcher was checked
+        return
+    if not in_sweep():
+        raise ConfigError(f"sweep.repeats={repeats} runs each configuration of a -m sweep with {repeats} seeds: add -m "
+                          "to the command, or leave sweep.repeats at 1 for one run")
+    from hydra.core.hydra_config import HydraConfig
+
+    launcher = OmegaConf.select(HydraConfig.get(), "launcher._target_", default=None)
+    if launcher != LAUNCHER:
+        raise ConfigError(f"sweep.repeats={repeats} is done by trainkit's launcher (hydra/launcher=trainkit, the "
+                          f"default), not {launcher}: choose hydra/launcher=trainkit, or sweep trainer.seed instead "
+                          "(trainer.seed=0,1,2: its runs are grouped the same way)")
 
 
 def reported_metrics(cfg: DictConfig) -> list:

@@ -77,3 +77,13 @@ def continue_command(run_dir: Path) -> str:
     words = [*_entry_point, *(word for word in given if word not in _implied), f"hydra.run.dir={run_dir}",
              "trainer.resume=auto"]
     return " ".join(shlex.quote(word) for word in words)
+
+
+def sweep_continue_command(sweep_dir: Path, task: Sequence[str], hydra_overrides: Sequence[str]) -> str:
+    """The ``-m`` command that continues a stopped sweep in `sweep_dir`: this command's overrides (sweeps included),
+    its sweep directory and ``trainer.resume=auto``, which skips the jobs that completed."""
+    given = [*command_flags(sys.argv[1:]), *(o for o in task if not o.lstrip("+~").startswith("trainer.resume=")),
+             *forwarded_hydra_overrides(hydra_overrides)]
+    words = [*_entry_point, "-m", *(word for word in given if word not in _implied), f"hydra.sweep.dir={sweep_dir}",
+             "trainer.resume=auto"]
+    return " ".join(shlex.quote(word) for word in words)
