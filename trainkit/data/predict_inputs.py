@@ -30,23 +30,25 @@ def read_table(path: Path) -> np.ndarray:
         ValueError: the file cannot be read as rows of numbers, with the reason (shown after the file's name).
     """
     suffix = path.suffix.lower()
-    try:
-        if suffix == ".npy":
-            array = np.load(path, allow_pickle=False)
-        elif suffix == ".npz":
-            with np.load(path, allow_pickle=False) as archive:
+    if suffix not in TABLE_SUFFIXES:
+        raise ValueError(f"is not a table: give a {', '.join(TABLE_SUFFIXES)} file")
+    if suffix == ".csv":
+        array = _read_csv(path)
+    else:
+        try:
+            loaded = np.load(path, allow_pickle=False)
+        except (OSError, EOFError, ValueError) as error:
+            raise ValueError(f"cannot be read as {suffix} ({_reason(error)})") from error
+        if suffix == ".npz":
+            with loaded as archive:
                 names = list(archive.files)
                 chosen = names[0] if len(names) == 1 else next((n for n in NPZ_KEYS if n in names), None)
                 if chosen is None:
-                    raise ValueError(f"holds arrays {', '.join(names)}: give one array, or name it one of "
-                                     f"{', '.join(NPZ_KEYS)}")
+                    raise ValueError(f"holds arrays {', '.join(names) or '(none)'}: give one array, or name it one "
+                                     f"of {', '.join(NPZ_KEYS)}")
                 array = archive[chosen]
-        elif suffix == ".csv":
-            array = _read_csv(path)
         else:
-            raise ValueError(f"is not a table: give a {', '.join(TABLE_SUFFIXES)} file")
-    except (OSError, EOFError) as error:
-        raise ValueError(f"cannot be read ({error.strerror or error})") from error
+            array = loaded
     if array.ndim == 0 or len(array) == 0:
         raise ValueError("holds no rows")
     if not np.issubdtype(array.dtype, np.number):
@@ -54,9 +56,17 @@ def read_table(path: Path) -> np.ndarray:
     return array
 
 
+def _reason(error: BaseException) -> str:
+    text = getattr(error, "strerror", None) or str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return text or type(error).__name__
+
+
 def _read_csv(path: Path) -> np.ndarray:
-    with path.open(newline="", encoding="utf-8") as handle:
-        rows = [row for row in csv.reader(handle) if row]
+    try:
+        with path.open(newline="", encoding="utf-8") as handle:
+            rows = [row for row in csv.reader(handle) if row]
+    except (OSError, UnicodeDecodeError, csv.Error) as error:
+        raise ValueError(f"cannot be read as .csv ({_reason(error)})") from error
     if rows and not _numbers(rows[0]):
         rows = rows[1:]  # a header
     widths = {len(row) for row in rows}
