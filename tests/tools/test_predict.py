@@ -1,0 +1,130 @@
+"""python -m trainkit.predict on a run trained through the app: rows as the network's own logits say, bad input."""
+import csv
+
+import mindspore as ms
+import numpy as np
+import pytest
+
+from trainkit.app import train
+from trainkit.app.config import compose_config
+from trainkit.app.tool_config import build_network, saved_config
+from trainkit.data.digits import DigitsData, load_digits_arrays
+from trainkit.tools.predict import main
+
+TOP_K = 3
+
+
+@pytest.fixture(scope="module")
+def digits_run(tmp_path_factory):
+    """One epoch of the quick-start recipe (small CNN, EMA on, the default conv_impl) through the app."""
+    run_dir = tmp_path_factory.mktemp("run") / "run"
+    train(compose_config([f"run_dir={run_dir}", "logger.progress=off", "logger.tensorboard=false",
+                          "trainer.epochs=1", "model.width=4", "data.batch_size=64", "trainer.test=false"]))
+    return run_dir
+
+
+def network_logits(run_dir, images, weights="live"):
+    """The trained network on `images`, its weights read by MindSpore's own loader in this test."""
+    cfg = saved_config(run_dir, [])
+    network = build_network(cfg)
+    saved = ms.load_checkpoint(str(run_dir / "checkpoints" / "best.ckpt"))
+    own = [p.name for p in network.get_parameters()]
+    values = {name: saved[("ema." if weights == "ema" else "") + name] for name in own}
+    assert not ms.load_param_into_net(network, values, strict_load=True)[0]
+    network.set_train(False)
+    return network(ms.Tensor(images)).asnumpy().astype(np.float64)
+
+
+def val_digits(count):
+    """The first `count` validation digits: raw (as load_digits gives them) and as the eval set feeds them."""
+    raw, labels = load_digits_arrays()
+    data = DigitsData()
+    data.prepare()
+    val_index = data.split(labels)[1][:count]
+    fed = next(data.eval_dataset().create_tuple_iterator(num_epochs=1, output_numpy=True))[0][:count]
+    return raw[val_index].reshape(count, 64), fed
+
+
+def read_rows(path):
+    with open(path, newline="") as handle:
+        return list(csv.reader(handle))
+
+
+def expected_top_k(logits):
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    probabilities = np.exp(shifted) / np.exp(shifted).sum(axis=1, keepdims=True)
+    order = np.argsort(-probabilities, axis=1)[:, :TOP_K]
+    return order, np.take_along_axis(probabilities, order, axis=1)
+
+
+def check_rows(rows, ids, logits):
+    order, probabilities = expected_top_k(logits)
+    assert [row[0] for row in rows] == ids
+    for row, classes, chances in zip(rows, order, probabilities):
+        assert [int(row[i]) for i in (1, 3, 5)] == classes.tolist(), row
+        np.testing.assert_allclose([float(row[i]) for i in (2, 4, 6)], chances, atol=2e-6)
+
+
+def test_rows_are_the_networks_top_k_on_the_eval_transforms(digits_run, tmp_path, capsys):
+    """Rows: the softmax (NumPy) of the network's logits on the evaluation pipeline's images of the same digits.
+
+    Mutations caught: the normalisation left out of DigitsData.predict_samples (classes and probabilities move);
+    probabilities sorted ascending; the EMA weights ignored for --weights-of ema; a batch's rows paired with the
+    next batch's inputs (--batch-size 7 splits the 30 digits unevenly)."""
+    raw, fed = val_digits(30)
+    np.save(tmp_path / "digits.npy", raw[:25])
+    with open(tmp_path / "more.csv", "w") as handle:
+        handle.write(",".join(f"pixel{i}" for i in range(64)) + "\n")
+        handle.writelines(",".join(f"{v:g}" for v in row) + "\n" for row in raw[25:])
+    inputs = [str(tmp_path / "digits.npy"), str(tmp_path / "more.csv")]
+    ids = [f"{tmp_path}/digits.npy:{i}" for i in range(25)] + [f"{tmp_path}/more.csv:{i}" for i in range(5)]
+    for weights in ("live", "ema"):
+        out = tmp_path / f"{weights}.csv"
+        assert main([str(digits_run), *inputs, "--out", str(out), "--top-k", str(TOP_K), "--weights-of", weights,
+                     "--batch-size", "7"]) == 0
+        rows = read_rows(out)
+        assert rows[0] == ["input", "prediction", "probability", "class_2", "probability_2", "class_3",
+                           "probability_3"]
+        check_rows(rows[1:], ids, network_logits(digits_run, fed, weights))
+    assert "30 predictions (class indices" in capsys.readouterr().out
+    live, ema = read_rows(tmp_path / "live.csv"), read_rows(tmp_path / "ema.csv")
+    assert live != ema  # the EMA of one epoch differs from the live weights
+
+
+def test_an_unreadable_input_is_one_line_and_the_rest_is_predicted(digits_run, tmp_path, capsys):
+    """Missing file, corrupt .npy, a table of the wrong shape: one line each, the good rows still written.
+
+    Mutation caught: predict stopping at the first bad input (the good file's rows are missing)."""
+    raw, fed = val_digits(4)
+    np.save(tmp_path / "good.npy", raw)
+    (tmp_path / "corrupt.npy").write_bytes(b"\x93NUMPY not really")
+    np.save(tmp_path / "wide.npy", np.zeros((3, 65)))
+    out = tmp_path / "out.csv"
+    bad = [str(tmp_path / name) for name in ("missing.npy", "corrupt.npy", "wide.npy")]
+    assert main([str(digits_run), *bad, str(tmp_path / "good.npy"), "--out", str(out)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"trainkit: skipped: {bad[0]} does not exist",
+                   f"trainkit: skipped: {bad[1]} cannot be read as .npy (" + err[1].split("(", 1)[1],
+                   f"trainkit: skipped: {bad[2]} holds rows of shape (65,): a digit (8 x 8 pixel values 0..16, "
+                   "as load_digits gives) is (8, 8) (64 values a row)"]
+    check_rows(read_rows(out)[1:], [f"{tmp_path}/good.npy:{i}" for i in range(4)], network_logits(digits_run, fed))
+
+
+def test_bad_output_or_no_readable_input_is_one_line_and_writes_nothing(digits_run, tmp_path, capsys):
+    """Mutation caught: the CSV opened in place (a run where no input is readable leaves a header-only file)."""
+    np.save(tmp_path / "good.npy", np.zeros((2, 64)))
+    (tmp_path / "taken.csv").write_text("mine\n")
+    (tmp_path / "a_file").write_text("")
+    good = str(tmp_path / "good.npy")
+    cases = [([good, "--out", str(tmp_path / "taken.csv")], "taken.csv already exists: nothing was written"),
+             ([good, "--out", str(tmp_path / "a_file" / "p.csv")], f"{tmp_path}/a_file is a file, not a folder"),
+             ([str(tmp_path / "nothing.npy"), "--out", str(tmp_path / "p.csv")],
+              "no input could be predicted (1 skipped): nothing was written"),
+             ([good, "--out", str(tmp_path / "p.csv"), "--top-k", "0"], "--top-k and --batch-size must be at least 1")]
+    for argv, message in cases:
+        assert main([str(digits_run), *argv]) == 2, message
+        err = capsys.readouterr().err
+        last = err.strip().splitlines()[-1]
+        assert last.startswith("trainkit: error: ") and message in last, err
+    assert (tmp_path / "taken.csv").read_text() == "mine\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "good.npy", "taken.csv"]
