@@ -1,48 +1,12 @@
 """python -m trainkit.predict on a run trained through the app: rows as the network's own logits say, bad input."""
 import csv
 
-import mindspore as ms
 import numpy as np
-import pytest
 
-from trainkit.app import train
-from trainkit.app.config import compose_config
-from trainkit.app.tool_config import build_network, saved_config
-from trainkit.data.digits import DigitsData, load_digits_arrays
+from tests.common.trained_digits import network_logits, val_digits
 from trainkit.tools.predict import main
 
 TOP_K = 3
-
-
-@pytest.fixture(scope="module")
-def digits_run(tmp_path_factory):
-    """One epoch of the quick-start recipe (small CNN, EMA on, the default conv_impl) through the app."""
-    run_dir = tmp_path_factory.mktemp("run") / "run"
-    train(compose_config([f"run_dir={run_dir}", "logger.progress=off", "logger.tensorboard=false",
-                          "trainer.epochs=1", "model.width=4", "data.batch_size=64", "trainer.test=false"]))
-    return run_dir
-
-
-def network_logits(run_dir, images, weights="live"):
-    """The trained network on `images`, its weights read by MindSpore's own loader in this test."""
-    cfg = saved_config(run_dir, [])
-    network = build_network(cfg)
-    saved = ms.load_checkpoint(str(run_dir / "checkpoints" / "best.ckpt"))
-    own = [p.name for p in network.get_parameters()]
-    values = {name: saved[("ema." if weights == "ema" else "") + name] for name in own}
-    assert not ms.load_param_into_net(network, values, strict_load=True)[0]
-    network.set_train(False)
-    return network(ms.Tensor(images)).asnumpy().astype(np.float64)
-
-
-def val_digits(count):
-    """The first `count` validation digits: raw (as load_digits gives them) and as the eval set feeds them."""
-    raw, labels = load_digits_arrays()
-    data = DigitsData()
-    data.prepare()
-    val_index = data.split(labels)[1][:count]
-    fed = next(data.eval_dataset().create_tuple_iterator(num_epochs=1, output_numpy=True))[0][:count]
-    return raw[val_index].reshape(count, 64), fed
 
 
 def read_rows(path):
@@ -111,7 +75,8 @@ def test_an_unreadable_input_is_one_line_and_the_rest_is_predicted(digits_run, t
 
 
 def test_bad_output_or_no_readable_input_is_one_line_and_writes_nothing(digits_run, tmp_path, capsys):
-    """Mutation caught: the CSV opened in place (a run where no input is readable leaves a header-only file)."""
+    """Mutation caught: the CSV written in place (``temporary = output``: --force with no readable input truncates,
+    then loses, the file it was to replace)."""
     np.save(tmp_path / "good.npy", np.zeros((2, 64)))
     (tmp_path / "taken.csv").write_text("mine\n")
     (tmp_path / "a_file").write_text("")
@@ -119,6 +84,8 @@ def test_bad_output_or_no_readable_input_is_one_line_and_writes_nothing(digits_r
     cases = [([good, "--out", str(tmp_path / "taken.csv")], "taken.csv already exists: nothing was written"),
              ([good, "--out", str(tmp_path / "a_file" / "p.csv")], f"{tmp_path}/a_file is a file, not a folder"),
              ([str(tmp_path / "nothing.npy"), "--out", str(tmp_path / "p.csv")],
+              "no input could be predicted (1 skipped): nothing was written"),
+             ([str(tmp_path / "nothing.npy"), "--out", str(tmp_path / "taken.csv"), "--force"],
               "no input could be predicted (1 skipped): nothing was written"),
              ([good, "--out", str(tmp_path / "p.csv"), "--top-k", "0"], "--top-k and --batch-size must be at least 1")]
     for argv, message in cases:
