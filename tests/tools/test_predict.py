@@ -50,7 +50,7 @@ def test_rows_are_the_networks_top_k_on_the_eval_transforms(digits_run, tmp_path
         assert rows[0] == ["input", "prediction", "probability", "class_2", "probability_2", "class_3",
                            "probability_3"]
         check_rows(rows[1:], ids, network_logits(digits_run, fed, weights))
-    assert "30 predictions (class indices" in capsys.readouterr().out
+    assert "30 predictions by " in capsys.readouterr().out
     live, ema = read_rows(tmp_path / "live.csv"), read_rows(tmp_path / "ema.csv")
     assert live != ema  # the EMA of one epoch differs from the live weights
 

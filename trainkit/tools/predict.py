@@ -268,9 +268,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (ConfigError, DataError) as error:
         print(f"trainkit: error: {error}", file=sys.stderr)
         return 2
-    names = "class names" if class_names(trained) else "class indices (the run stored no names)"
-    kind = names if trained.num_classes is not None else "regression values"
+    kind = ("regression values" if trained.num_classes is None else "classes by name" if class_names(trained)
+            else "classes as indices: the run stored no class names")
     skipped_text = f"; skipped {failed} unreadable input(s), listed above" if failed else ""
-    print(f"wrote {output}: {done} predictions ({kind}) by {trained.checkpoint} ({args.weights} weights)"
+    print(f"wrote {output}: {done} predictions by {trained.checkpoint} ({args.weights} weights), {kind}"
           f"{skipped_text}")
     return 1 if failed else 0
