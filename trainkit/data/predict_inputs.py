@@ -1,4 +1,5 @@
-"""The inputs ``python -m trainkit.predict`` reads for a data module: rows of a table (``.csv``, ``.npy``, ``.npz``).
+"""The inputs ``python -m trainkit.predict`` reads for a data module: rows of a table (``.csv``, ``.npy``, ``.npz``),
+and image files or folders of them.
 
 A data module answers ``predict_samples(inputs)`` with ``(input id, sample or None, error line or None)`` per input:
 the sample prepared with its evaluation transforms (never the training augmentations), or one line saying why
@@ -8,7 +9,9 @@ that input was skipped. The helpers here read the rows, so that a module only sa
 - ``.npz``: the same, of its only array (or its ``x``, ``features`` or ``image`` array);
 - ``.csv``: one sample per line of numbers (a first line that is not numbers is a header).
 
-A row's id is ``FILE:ROW`` (rows counted from 0, the header not counted).
+A row's id is ``FILE:ROW`` (rows counted from 0, the header not counted), an image's its path. Images are decoded
+by ``mindspore.dataset.vision.Decode(to_pil=True)``, which raises on a truncated file; its OpenCV decoder
+(``to_pil=False``) ends the process with SIGFPE on a truncated JPEG (MindSpore 2.10).
 """
 from __future__ import annotations
 
@@ -17,9 +20,11 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
+from mindspore.dataset import vision
 
 Sample = Tuple[str, Optional[np.ndarray], Optional[str]]
 TABLE_SUFFIXES = (".csv", ".npy", ".npz")
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 NPZ_KEYS = ("x", "features", "image")
 
 
@@ -109,3 +114,45 @@ def table_samples(inputs: Iterable[str], prepare: Callable[[np.ndarray], np.ndar
             continue
         for index, row in enumerate(rows):
             yield f"{path}:{index}", prepare(row), None
+
+
+def read_image(path: Path, channels: int) -> np.ndarray:
+    """An image file as HWC uint8 with `channels` (1: grayscale, 3: RGB) channels.
+
+    Raises:
+        ValueError: the file cannot be read or decoded (truncated, not an image, a format the decoder does not know).
+    """
+    try:
+        data = np.fromfile(path, dtype=np.uint8)
+        image = vision.Decode(to_pil=True)(data)
+        array = np.asarray(image.convert("L" if channels == 1 else "RGB"))
+    except (OSError, ValueError, RuntimeError, SyntaxError) as error:  # PIL raises SyntaxError for some bad headers
+        raise ValueError(f"cannot be read as an image ({_reason(error)})") from error
+    return array[..., None] if array.ndim == 2 else array
+
+
+def image_samples(inputs: Iterable[str], prepare: Callable[[np.ndarray], np.ndarray], channels: int,
+                  table: Optional[Callable[[Iterable[str]], Iterator[Sample]]] = None) -> Iterator[Sample]:
+    """``(PATH, prepare(HWC uint8 image), None)`` for every image file in `inputs` and under its folders (sorted,
+    files with an image suffix); tables go to `table` where given. A file that cannot be decoded, or a folder
+    without images, gives one ``(PATH, None, error)``."""
+    for item in inputs:
+        path = Path(item)
+        if path.is_dir():
+            files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+            if not files:
+                yield str(path), None, f"{path} holds no image files ({', '.join(IMAGE_SUFFIXES)})"
+        elif table is not None and path.suffix.lower() in TABLE_SUFFIXES:
+            yield from table([item])
+            continue
+        else:
+            files = [path]
+        for file in files:
+            try:
+                if not file.is_file():
+                    raise ValueError("does not exist" if not file.exists() else "is not a file")
+                image = read_image(file, channels)
+            except ValueError as error:
+                yield str(file), None, f"{file} {error}"
+                continue
+            yield str(file), prepare(image), None
