@@ -95,3 +95,20 @@ def test_bad_output_or_no_readable_input_is_one_line_and_writes_nothing(digits_r
         assert last.startswith("trainkit: error: ") and message in last, err
     assert (tmp_path / "taken.csv").read_text() == "mine\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "good.npy", "taken.csv"]
+
+
+def test_class_names_the_run_stored_name_the_classes(digits_run, tmp_path, monkeypatch, capsys):
+    """load_class_names(run directory) (trainkit.rundir.class_names) names the classes; asked of the run directory
+    first. Mutation caught: the names ignored (class indices written although the run stored names)."""
+    import trainkit.tools.predict as predict
+
+    names = [f"digit-{index}" for index in range(10)]
+    asked = []
+    monkeypatch.setattr(predict, "load_class_names", lambda source: asked.append(source) or names)
+    raw, fed = val_digits(3)
+    np.save(tmp_path / "d.npy", raw)
+    assert main([str(digits_run), str(tmp_path / "d.npy"), "--out", str(tmp_path / "p.csv")]) == 0
+    assert asked[0] == digits_run and "classes by name" in capsys.readouterr().out
+    order, _ = expected_top_k(network_logits(digits_run, fed))
+    rows = read_rows(tmp_path / "p.csv")[1:]
+    assert [[row[1], row[3], row[5]] for row in rows] == [[names[i] for i in classes] for classes in order]
