@@ -112,3 +112,25 @@ def test_class_names_the_run_stored_name_the_classes(digits_run, tmp_path, monke
     order, _ = expected_top_k(network_logits(digits_run, fed))
     rows = read_rows(tmp_path / "p.csv")[1:]
     assert [[row[1], row[3], row[5]] for row in rows] == [[names[i] for i in classes] for classes in order]
+
+
+def test_a_planted_checkpoint_is_refused_by_predict_and_export(digits_run, tmp_path, capsys):
+    """A stored config naming an untrusted target (evaluate's rule): one line, nothing runs, nothing is written.
+
+    Mutation caught: load_trained trusting more than the user said (``[*trust, "pathlib"]``: the file is planted)."""
+    from tests.tools.test_untrusted_configs import planted, with_config
+    from trainkit.export import main as export
+
+    victim = tmp_path / "site-packages" / "x.pth"
+    victim.parent.mkdir()
+    epoch_end = sorted((digits_run / "checkpoints").glob("trainkit-*.ckpt"))[-1]  # holds its config; best.ckpt not
+    checkpoint = with_config(epoch_end, tmp_path / "planted.ckpt",
+                             lambda config: config.__setitem__("data", planted(victim)))
+    np.save(tmp_path / "d.npy", np.zeros((1, 64)))
+    for tool, argv in ((main, [str(tmp_path / "d.npy"), "--out", str(tmp_path / "p.csv")]),
+                       (export, [str(tmp_path / "m.onnx")])):
+        assert tool([str(checkpoint), *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "pathlib.Path, which is not trusted" in err, err
+    assert not victim.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.npy", "planted.ckpt", "site-packages"]
