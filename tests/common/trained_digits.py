@@ -4,7 +4,7 @@ import numpy as np
 
 from trainkit.app import train
 from trainkit.app.config import compose_config
-from trainkit.app.tool_config import build_network, saved_config
+from trainkit.app.tool_config import build_data, build_network, saved_config
 from trainkit.data.digits import DigitsData, load_digits_arrays
 
 
@@ -18,7 +18,9 @@ def train_digits_run(run_dir):
 def network_logits(run_dir, images, weights="live"):
     """The trained network on `images`, its weights read by MindSpore's own loader in this test."""
     cfg = saved_config(run_dir, [])
-    network = build_network(cfg)
+    data = build_data(cfg)
+    data.prepare()  # the sizes a table's data fills in
+    network = build_network(cfg, data)
     saved = ms.load_checkpoint(str(run_dir / "checkpoints" / "best.ckpt"))
     own = [p.name for p in network.get_parameters()]
     values = {name: saved[("ema." if weights == "ema" else "") + name] for name in own}

@@ -4,6 +4,8 @@ import csv
 import numpy as np
 
 from tests.common.trained_digits import network_logits, val_digits
+from trainkit.app import train
+from trainkit.app.config import compose_config
 from trainkit.tools.predict import main
 
 TOP_K = 3
@@ -134,3 +136,25 @@ def test_a_planted_checkpoint_is_refused_by_predict_and_export(digits_run, tmp_p
         assert err.count("\n") == 1 and "pathlib.Path, which is not trusted" in err, err
     assert not victim.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.npy", "planted.ckpt", "site-packages"]
+
+
+def test_a_regression_predicts_values_from_raw_rows(tmp_path_factory, tmp_path):
+    """scikit-learn's diabetes (raw features): each row's value is the network's output on the standardised row.
+
+    Mutation caught: SklearnTabularData.predict_samples leaving the features unstandardised."""
+    from trainkit.data.tabular import SklearnTabularData
+
+    run_dir = tmp_path_factory.mktemp("diabetes") / "run"
+    train(compose_config(["recipe=diabetes_regression", f"run_dir={run_dir}", "logger.progress=off",
+                          "logger.tensorboard=false", "trainer.epochs=1", "trainer.eval_interval=1",
+                          "trainer.test=false"]))
+    data = SklearnTabularData(dataset="diabetes")
+    data.prepare()
+    fed = data.eval_arrays[0][:9]
+    raw = fed.astype(np.float64) * data.feature_std + data.feature_mean  # the rows as load_diabetes gives them
+    np.savetxt(tmp_path / "patients.csv", raw, delimiter=",")
+    assert main([str(run_dir), str(tmp_path / "patients.csv"), "--out", str(tmp_path / "p.csv")]) == 0
+    rows = read_rows(tmp_path / "p.csv")
+    assert rows[0] == ["input", "prediction"]
+    expected = network_logits(run_dir, fed).ravel()
+    np.testing.assert_allclose([float(row[1]) for row in rows[1:]], expected, rtol=1e-5, atol=1e-5)
