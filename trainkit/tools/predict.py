@@ -126,13 +126,16 @@ def expand(inputs: Iterable[str]) -> List[Path]:
 
 def predict(trained: Trained, inputs: Sequence[str], write_row: Callable[[List[Any]], None], top_k: int = 3,
             split: str = "val", batch_size: int = 64, skipped: Callable[[str], None] = print,
-            progress: Optional[PredictProgress] = None) -> Tuple[int, int]:
+            progress: Optional[PredictProgress] = None, names: Optional[List[str]] = None) -> Tuple[int, int]:
     """Predict every input, calling `write_row` with each row and `skipped` with each input's error line.
+
+    Args:
+        names: the classes' names (None: those the run stored, :func:`class_names`; empty: class indices).
 
     Returns:
         (inputs predicted, inputs skipped).
     """
-    names = class_names(trained)
+    names = class_names(trained) if names is None else (names or None)
     predicted = failed = 0
     pending: List[Tuple[str, np.ndarray]] = []
 
@@ -252,6 +255,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         check_output(output, args.force)
         trained = load_trained(Path(args.target).expanduser(), overrides, args.weights, args.checkpoint, args.trust,
                                work_dir=output.parent)
+        names = class_names(trained)
         progress = PredictProgress(inputs)
 
         def skipped(line: str) -> None:
@@ -260,7 +264,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         try:
             done, failed = write_csv(output, lambda write_row: predict(
-                trained, inputs, write_row, args.top_k, args.split, args.batch_size, skipped, progress))
+                trained, inputs, write_row, args.top_k, args.split, args.batch_size, skipped, progress, names or []))
         finally:
             progress.close()
         if not done:
@@ -268,7 +272,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (ConfigError, DataError) as error:
         print(f"trainkit: error: {error}", file=sys.stderr)
         return 2
-    kind = ("regression values" if trained.num_classes is None else "classes by name" if class_names(trained)
+    kind = ("regression values" if trained.num_classes is None else "classes by name" if names
             else "classes as indices: the run stored no class names")
     skipped_text = f"; skipped {failed} unreadable input(s), listed above" if failed else ""
     print(f"wrote {output}: {done} predictions by {trained.checkpoint} ({args.weights} weights), {kind}"
