@@ -167,21 +167,6 @@ class DigitsData:
         images, labels = self._split_arrays("test")
         return self._pipeline(images, labels, False, self.eval_batch_size, num_shards, shard_id)
 
-    def _split_arrays(self, which: str) -> tuple:
-        if self._train is None:
-            self.prepare()
-        assert self._train is not None and self._test is not None
-        return {"train": self._train, "val": self._val, "test": self._test}[which]
-
-    def _pipeline(self, images: np.ndarray, labels: np.ndarray, train: bool, batch_size: int,
-                  num_shards: int, shard_id: int) -> ds.Dataset:
-        shards: Dict[str, Any] = {"num_shards": num_shards, "shard_id": shard_id} if num_shards > 1 else {}
-        dataset = ds.NumpySlicesDataset({"image": images, "label": labels}, shuffle=train, **shards)
-        ops: list = [vision.Resize((self.image_size, self.image_size))] if self.image_size != 8 else []
-        ops.append(vision.HWC2CHW())
-        dataset = dataset.map(operations=ops, input_columns="image", num_parallel_workers=self.num_parallel_workers)
-        return dataset.batch(batch_size, drop_remainder=train)
-
     def predict_samples(self, inputs: Iterable[str]) -> Iterator[Sample]:
         """For ``python -m trainkit.predict``: the rows of tables (``.csv``, ``.npy``, ``.npz``) of digits as
         ``load_digits`` gives them (64 pixel values 0..16 a row, or 8 x 8), with the evaluation transforms:
@@ -199,3 +184,18 @@ class DigitsData:
             return np.asarray(image, dtype=np.float32)
 
         return table_samples(inputs, prepare, (8, 8), "a digit (8 x 8 pixel values 0..16, as load_digits gives)")
+
+    def _split_arrays(self, which: str) -> tuple:
+        if self._train is None:
+            self.prepare()
+        assert self._train is not None and self._test is not None
+        return {"train": self._train, "val": self._val, "test": self._test}[which]
+
+    def _pipeline(self, images: np.ndarray, labels: np.ndarray, train: bool, batch_size: int,
+                  num_shards: int, shard_id: int) -> ds.Dataset:
+        shards: Dict[str, Any] = {"num_shards": num_shards, "shard_id": shard_id} if num_shards > 1 else {}
+        dataset = ds.NumpySlicesDataset({"image": images, "label": labels}, shuffle=train, **shards)
+        ops: list = [vision.Resize((self.image_size, self.image_size))] if self.image_size != 8 else []
+        ops.append(vision.HWC2CHW())
+        dataset = dataset.map(operations=ops, input_columns="image", num_parallel_workers=self.num_parallel_workers)
+        return dataset.batch(batch_size, drop_remainder=train)
