@@ -30,7 +30,7 @@ import numbers
 import os
 import re
 import tempfile
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import mindspore as ms
 import mindspore.dataset as ds
@@ -39,6 +39,7 @@ from mindspore.dataset import transforms, vision
 
 from trainkit.checks import check_bool, check_int
 from trainkit.data.download import download_file, extract_tar, file_md5
+from trainkit.data.predict_inputs import Sample, image_samples, table_samples
 from trainkit.errors import ConfigError, DataError
 
 logger = logging.getLogger(__name__)
@@ -286,6 +287,25 @@ class Cifar10Data:
         dataset = self._source(TEST_FILES, "test", sampler)
         return self._pipeline(dataset, self._image_ops(train=False), self.eval_batch_size, drop_remainder=False)
 
+    def predict_samples(self, inputs: Iterable[str]) -> Iterator[Sample]:
+        """For ``python -m trainkit.predict``: image files (resized to 32 x 32 first, as CIFAR-10's images are) and
+        folders of them, or tables (``.npy``, ``.npz``, ``.csv``) of 32 x 32 x 3 (HWC) pixel values 0..255, with
+        the evaluation transforms. One ``(input, image, None)`` each, or ``(input, None, why)``."""
+        ops = self._image_ops(train=False)
+
+        def prepare(image: np.ndarray) -> np.ndarray:
+            image = np.asarray(image, dtype=np.uint8)
+            if image.shape[:2] != (32, 32):
+                image = vision.Resize((32, 32))(image)
+            for op in ops:
+                image = op(image)
+            return np.asarray(image, dtype=np.float32)
+
+        def table(paths: Iterable[str]) -> Iterator[Sample]:
+            return table_samples(paths, prepare, (32, 32, 3), "a CIFAR-10 image (32 x 32 x 3 values 0..255, HWC)")
+
+        return image_samples(inputs, prepare, self.image_channels, table)
+
     def split(self) -> Tuple[np.ndarray, np.ndarray]:
         """Indices into the training records (file order, data_batch_1 first): (train, validation), each sorted.
 
@@ -356,4 +376,3 @@ class Cifar10Data:
                               num_parallel_workers=workers)
         dataset = dataset.map(operations=image_ops, input_columns="image", num_parallel_workers=workers)
         return dataset.batch(batch_size, drop_remainder=drop_remainder, num_parallel_workers=workers)
-

@@ -11,7 +11,7 @@ import importlib.util
 import math
 import numbers
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Iterable, Iterator, Optional, Tuple
 
 import mindspore.dataset as ds
 import numpy as np
@@ -19,6 +19,7 @@ from mindspore.dataset import vision
 
 from trainkit.checks import check_int
 from trainkit.data.cifar10 import check_shards
+from trainkit.data.predict_inputs import Sample, table_samples
 from trainkit.data.values import check_values
 from trainkit.errors import ConfigError, DataError
 
@@ -165,6 +166,24 @@ class DigitsData:
         num_shards, shard_id = check_shards(num_shards, shard_id)
         images, labels = self._split_arrays("test")
         return self._pipeline(images, labels, False, self.eval_batch_size, num_shards, shard_id)
+
+    def predict_samples(self, inputs: Iterable[str]) -> Iterator[Sample]:
+        """For ``python -m trainkit.predict``: the rows of tables (``.csv``, ``.npy``, ``.npz``) of digits as
+        ``load_digits`` gives them (64 pixel values 0..16 a row, or 8 x 8), with the evaluation transforms:
+        normalised with the training split's statistics, resized to `image_size`, CHW. One
+        ``(FILE:ROW, image, None)`` a row, or ``(FILE, None, why)`` for a file that cannot be read."""
+        if self.mean is None:
+            self.prepare()
+        ops: list = [vision.Resize((self.image_size, self.image_size))] if self.image_size != 8 else []
+        ops.append(vision.HWC2CHW())
+
+        def prepare(row: np.ndarray) -> np.ndarray:
+            image = ((row / PIXEL_MAX - self.mean) / self.std).astype(np.float32)[..., None]
+            for op in ops:
+                image = op(image)
+            return np.asarray(image, dtype=np.float32)
+
+        return table_samples(inputs, prepare, (8, 8), "a digit (8 x 8 pixel values 0..16, as load_digits gives)")
 
     def _split_arrays(self, which: str) -> tuple:
         if self._train is None:

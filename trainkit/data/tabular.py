@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Optional
+from typing import Iterable, Iterator, Optional
 
 import mindspore.dataset as ds
 import numpy as np
 
 from trainkit.checks import check_bool, check_int
 from trainkit.data.cifar10 import check_shards
+from trainkit.data.predict_inputs import Sample, table_samples
 from trainkit.data.values import check_values, num_classes_of
 from trainkit.errors import ConfigError, DataError
 
@@ -162,3 +163,18 @@ class SklearnTabularData:
         if self._train is None:
             self.prepare()
         return self._train if train else self._val
+
+    def predict_samples(self, inputs: Iterable[str]) -> Iterator[Sample]:
+        """For ``python -m trainkit.predict``: the rows of tables (``.csv``, ``.npy``, ``.npz``) of raw features
+        (``in_features`` a row, in the loader's order), standardised with the training split's statistics. One
+        ``(FILE:ROW, features, None)`` a row, or ``(FILE, None, why)`` for a file that cannot be read."""
+        if self._train is None:
+            self.prepare()
+
+        def prepare(row: np.ndarray) -> np.ndarray:
+            if self.standardize:
+                row = (row - self.feature_mean) / self.feature_std
+            return np.asarray(row, dtype=np.float32)
+
+        return table_samples(inputs, prepare, (self.in_features,), f"a row of {self.loader}'s {self.in_features} "
+                                                                  "features")

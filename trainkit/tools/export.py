@@ -55,7 +55,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         description="Write an inference checkpoint of the network alone (no optimizer, EMA or wrapper state) "
                     "from a trainkit training checkpoint.")
     parser.add_argument("checkpoint", help="a training checkpoint, e.g. outputs/<recipe>/<run>/checkpoints/best.ckpt")
-    parser.add_argument("output", help="the inference checkpoint to write")
+    parser.add_argument("output", help="the inference checkpoint to write (.ckpt); an OUT.mindir or OUT.onnx output "
+                                       "writes a model for serving instead (python -m trainkit.export CKPT "
+                                       "model.onnx --help lists its options)")
     parser.add_argument("--weights-of", "--weights", choices=WEIGHTS, default="live", dest="weights",
                         help="live: the trained weights (default); ema: the EMA shadow weights")
     parser.add_argument("--to", choices=("mindspore", "torch"), default="mindspore",

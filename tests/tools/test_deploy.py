@@ -1,0 +1,70 @@
+"""python -m trainkit.export RUN model.mindir|model.onnx: the files' outputs agree with the network's logits."""
+import mindspore as ms
+import numpy as np
+import pytest
+from mindspore import nn
+
+from tests.common.trained_digits import network_logits, val_digits
+from trainkit.export import main
+
+onnxruntime = pytest.importorskip("onnxruntime")
+
+
+def test_mindir_and_onnx_agree_with_the_networks_logits(digits_run, tmp_path, capsys):
+    """The run trained with the default conv_impl (unfold or channel_major on CPU); the files hold the native one.
+
+    Mutations caught: the ONNX input shape taken as (batch_size, 8, 8) instead of the data's (1, 8, 8) (onnxruntime
+    refuses the eval images); --weights-of ema exporting the live weights."""
+    _, images = val_digits(12)
+    assert main([str(digits_run), str(tmp_path / "model.mindir")]) == 0
+    assert main([str(digits_run), str(tmp_path / "model.onnx"), "--batch-size", "4"]) == 0
+    assert main([str(digits_run), str(tmp_path / "ema.onnx"), "--batch-size", "4", "--weights-of", "ema"]) == 0
+    said = capsys.readouterr().out.splitlines()
+    assert "input Nx1x8x8, conv_impl native (trained with auto)" in said[0], said
+    assert "input 4x1x8x8, conv_impl native" in said[1], said
+    live, ema = network_logits(digits_run, images), network_logits(digits_run, images, "ema")
+    tolerance = 1e-4 * max(1.0, np.abs(live).max())
+
+    graph = nn.GraphCell(ms.load(str(tmp_path / "model.mindir")))
+    np.testing.assert_allclose(graph(ms.Tensor(images)).asnumpy(), live, atol=tolerance, rtol=0)
+    np.testing.assert_allclose(graph(ms.Tensor(images[:5])).asnumpy(), live[:5], atol=tolerance, rtol=0)  # any batch
+    for name, expected in (("model.onnx", live), ("ema.onnx", ema)):
+        session = onnxruntime.InferenceSession(str(tmp_path / name), providers=["CPUExecutionProvider"])
+        (feed,) = session.get_inputs()
+        assert feed.shape == [4, 1, 8, 8]
+        got = np.concatenate([session.run(None, {feed.name: images[i:i + 4]})[0] for i in range(0, 12, 4)])
+        np.testing.assert_allclose(got, expected, atol=tolerance, rtol=0)
+    assert np.abs(ema - live).max() > 10 * tolerance  # the two are told apart
+
+
+def test_a_file_that_disagrees_is_not_left_behind(digits_run, tmp_path, capsys, monkeypatch):
+    """Trainkit's own evaluation moved by 0.5: the check fails, one line says by how much, nothing is left.
+
+    Mutation caught: the comparison left out (the file is renamed into place unchecked)."""
+    import trainkit.tools.deploy as deploy
+
+    real = deploy.outputs
+    monkeypatch.setattr(deploy, "outputs", lambda network, batch: real(network, batch) + 0.5)
+    for name in ("model.mindir", "model.onnx"):
+        assert main([str(digits_run), str(tmp_path / name)]) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"trainkit: error: {tmp_path / name}: the exported model's "
+                                                       "outputs differ from trainkit's evaluation by 0.5 ("), err
+        assert "nothing was written" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_output_is_one_line_before_any_work(digits_run, tmp_path, capsys):
+    """Mutation caught: refuse_existing dropped from check_output (an existing file would be replaced)."""
+    (tmp_path / "taken.onnx").write_text("mine")
+    (tmp_path / "a_file").write_text("")
+    cases = [([str(tmp_path / "taken.onnx")], "taken.onnx already exists: nothing was written"),
+             ([str(tmp_path / "a_file" / "m.mindir")], f"{tmp_path}/a_file is a file, not a folder"),
+             ([str(tmp_path / "m.onnx"), "--batch-size", "0"], "--batch-size must be at least 1"),
+             ([str(tmp_path / "m.onnx"), "data.image_sise=16"], "data.image_sise is not a key of")]
+    for argv, message in cases:
+        assert main([str(digits_run), *argv]) == 2, message
+        err = capsys.readouterr().err
+        assert err.startswith("trainkit: error: ") and err.count("\n") == 1 and message in err, err
+    assert (tmp_path / "taken.onnx").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "taken.onnx"]

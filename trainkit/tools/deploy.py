@@ -1,0 +1,191 @@
+"""``python -m trainkit.export CKPT|RUN_DIR model.mindir|model.onnx``: a file serving runtimes load, checked before
+it is written as done.
+
+The network is built for inference (evaluation mode, the run's ``amp.level``, float32 outputs) with
+``model.conv_impl=native`` where the model has the key: trainkit's own convolutions (``unfold``,
+``channel_major``: custom kernels) compute the same numbers but do not export, MindSpore's ``nn.Conv2d`` does. The
+input shape is the data's: that of the first batch of its evaluation set. ``mindspore.export`` writes the file
+under a temporary name beside the output; then
+
+- a MindIR is loaded back with ``mindspore.load`` + ``nn.GraphCell``, an ONNX file run by onnxruntime, on the
+  first :data:`CHECK_SAMPLES` inputs of the data's ``--split`` set;
+- their outputs must agree with trainkit's own evaluation of those inputs (the network exactly as the run
+  built it, its ``conv_impl`` included): the largest difference at most ``tolerance x max(1, largest |output|)``.
+
+Only then is the file renamed into place. Otherwise nothing is left behind, and one line says by how much.
+
+A MindIR takes any batch size (its first dimension is dynamic); MindSpore exports ONNX with static shapes only,
+so an ONNX file takes batches of ``--batch-size`` (default 1).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence, Union
+
+import mindspore as ms
+import numpy as np
+from mindspore import nn
+
+from trainkit.errors import ConfigError, DataError
+from trainkit.rundir.trust import add_trust_argument
+from trainkit.rundir.weights import WEIGHTS, refuse_existing
+from trainkit.tools.inference import InferenceCell, data_batch, load_trained, outputs
+
+FORMATS = {".mindir": "MINDIR", ".onnx": "ONNX"}
+DEFAULT_TOLERANCE = 1e-4
+CHECK_SAMPLES = 16
+
+
+class ExportMismatch(RuntimeError):
+    """The exported file's outputs differ from trainkit's evaluation by more than the tolerance; nothing was kept."""
+
+
+@dataclass
+class Exported:
+    """What :func:`export_model` wrote and how well it agrees with trainkit's evaluation."""
+
+    path: Path
+    file_format: str
+    input_shape: tuple
+    samples: int
+    max_difference: float
+    allowed: float
+    conv_impl: Optional[str]
+
+
+def check_output(output: Path, force: bool) -> str:
+    """The format `output`'s suffix names; ConfigError for another suffix or a parent that is a file, and
+    CheckpointError for an existing `output` without `force`, before any work."""
+    file_format = FORMATS.get(output.suffix.lower())
+    if file_format is None:
+        raise ConfigError(f"{output}: a deployable model is written as .mindir or .onnx (or .ckpt for an inference "
+                          "checkpoint, .safetensors/.pth with --to torch)")
+    for parent in output.parents:
+        if parent.exists() and not parent.is_dir():
+            raise ConfigError(f"{output}: {parent} is a file, not a folder: choose an output in a folder")
+    refuse_existing(output, force)
+    return file_format
+
+
+def export_model(target: Union[str, Path], output: Union[str, Path], overrides: Sequence[str] = (),
+                 weights: str = "live", which: str = "best", trust: Sequence[str] = (), batch_size: int = 1,
+                 tolerance: float = DEFAULT_TOLERANCE, split: str = "val", force: bool = False) -> Exported:
+    """Export the network of `target` (a checkpoint, or a run directory's best or newest) to `output`.
+
+    Raises:
+        ConfigError, DataError, CheckpointError: bad input, before anything compiles (one line each).
+        ExportMismatch: the exported file disagrees with trainkit's evaluation; `output` is not written.
+    """
+    output = Path(output).expanduser()
+    file_format = check_output(output, force)
+    if batch_size < 1:
+        raise ConfigError(f"--batch-size must be at least 1; got {batch_size}")
+    trained = load_trained(Path(target).expanduser(), overrides, weights, which, trust, work_dir=output.parent)
+    conv_impl = trained.cfg.model.get("conv_impl")
+    network = trained.rebuilt(conv_impl="native") if conv_impl not in (None, "native") else trained.network
+    batch = data_batch(trained.data, split, CHECK_SAMPLES)
+    reference = outputs(trained.network, batch)
+    shape = ((None,) if file_format == "MINDIR" else (batch_size,)) + tuple(batch.shape[1:])
+    output.parent.mkdir(parents=True, exist_ok=True)
+    temporary = output.with_name(f".{output.stem}.{os.getpid()}.tmp{output.suffix.lower()}")
+    try:
+        _export(network, shape, batch.dtype, temporary, file_format)
+        got = _run_mindir(temporary, batch) if file_format == "MINDIR" else _run_onnx(temporary, batch, batch_size)
+        difference = float(np.max(np.abs(got.astype(np.float64) - reference))) if got.shape == reference.shape \
+            else float("inf")
+        allowed = tolerance * max(1.0, float(np.max(np.abs(reference))))
+        if not difference <= allowed:
+            raise ExportMismatch(
+                f"{output}: the exported model's outputs differ from trainkit's evaluation by {difference:.3g} "
+                f"(allowed: {allowed:.3g} = {tolerance:g} x max(1, largest |output|)) on {len(batch)} inputs of the "
+                f"{split} set{_shapes(got, reference)}: nothing was written")
+        os.replace(temporary, output)
+    finally:
+        if temporary.exists():
+            temporary.unlink()
+    return Exported(output, file_format, shape, len(batch), difference, allowed, conv_impl)
+
+
+def _shapes(got: np.ndarray, reference: np.ndarray) -> str:
+    return "" if got.shape == reference.shape else f" (shapes {got.shape} and {reference.shape})"
+
+
+def _export(network: InferenceCell, shape: tuple, dtype: np.dtype, path: Path, file_format: str) -> None:
+    dtype_ms = ms.Tensor(np.zeros((), dtype)).dtype
+    example = (ms.Tensor(shape=list(shape), dtype=dtype_ms) if None in shape
+               else ms.Tensor(np.zeros(shape, dtype)))
+    try:
+        ms.export(network, example, file_name=str(path), file_format=file_format)
+    except (RuntimeError, ValueError, TypeError) as error:  # an operator the format has no counterpart for
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ConfigError(f"{path.name}: MindSpore cannot export this network as {file_format} ({reason})") from error
+    if not path.is_file():
+        raise DataError(f"mindspore.export wrote no {path}")
+
+
+def _run_mindir(path: Path, batch: np.ndarray) -> np.ndarray:
+    """The MindIR loaded back as MindSpore serves it: ``mindspore.load`` + ``nn.GraphCell``."""
+    graph = nn.GraphCell(ms.load(str(path)))
+    return graph(ms.Tensor(batch)).asnumpy()
+
+
+def _run_onnx(path: Path, batch: np.ndarray, batch_size: int) -> np.ndarray:
+    """The ONNX file run by onnxruntime, `batch_size` inputs at a time (the last chunk padded by repetition)."""
+    try:
+        import onnxruntime
+    except ImportError as error:
+        raise ConfigError("checking an ONNX export needs onnxruntime, which is not installed: pip install "
+                          "'trainkit[onnx]' (or pip install onnxruntime)") from error
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    results = []
+    for start in range(0, len(batch), batch_size):
+        chunk = batch[start:start + batch_size]
+        padded = np.concatenate([chunk, np.repeat(chunk[-1:], batch_size - len(chunk), axis=0)])
+        results.append(session.run(None, {name: padded})[0][:len(chunk)])
+    return np.concatenate(results)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Command line: ``python -m trainkit.export CKPT|RUN_DIR OUT.mindir|OUT.onnx [key=value...] [options]``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m trainkit.export",
+        description="Export a trained network as MindIR or ONNX (by the output's suffix), built for inference with "
+                    "model.conv_impl=native; the file is kept only if its outputs agree with trainkit's evaluation.")
+    parser.add_argument("target", help="a checkpoint file, or a run directory (its best or newest checkpoint)")
+    parser.add_argument("output", help="the file to write: OUT.mindir or OUT.onnx")
+    parser.add_argument("overrides", nargs="*", help="key=value changes to the saved config (or Hydra overrides "
+                                                     "for an exported/converted checkpoint)")
+    parser.add_argument("--weights-of", "--weights", choices=WEIGHTS, default="live", dest="weights",
+                        help="live: the trained weights (default); ema: the EMA shadow weights")
+    parser.add_argument("--checkpoint", choices=("best", "newest"), default="best",
+                        help="for a run directory: best.ckpt (default) or the newest epoch checkpoint")
+    parser.add_argument("--batch-size", type=int, default=1,
+                        help="the batch an ONNX file takes (static shapes; default 1); a MindIR takes any")
+    parser.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE,
+                        help=f"largest difference from trainkit's evaluation, times max(1, largest |output|) "
+                             f"(default {DEFAULT_TOLERANCE:g})")
+    parser.add_argument("--split", choices=("val", "test"), default="val",
+                        help="the data whose first inputs check the file: val (default) or test")
+    parser.add_argument("--force", action="store_true", help="replace OUTPUT if it exists")
+    add_trust_argument(parser)
+    args = parser.parse_intermixed_args(argv)
+    try:
+        done = export_model(args.target, args.output, args.overrides, args.weights, args.checkpoint, args.trust,
+                            args.batch_size, args.tolerance, args.split, args.force)
+    except (ConfigError, DataError) as error:
+        print(f"trainkit: error: {error}", file=sys.stderr)
+        return 2
+    except ExportMismatch as error:
+        print(f"trainkit: error: {error}", file=sys.stderr)
+        return 1
+    shape = "x".join("N" if size is None else str(size) for size in done.input_shape)
+    native = f", conv_impl native (trained with {done.conv_impl})" if done.conv_impl not in (None, "native") else ""
+    print(f"wrote {done.path}: {done.file_format}, input {shape}{native}, {args.weights} weights; checked on "
+          f"{done.samples} inputs of the {args.split} set: largest difference from trainkit's evaluation "
+          f"{done.max_difference:.3g} (allowed {done.allowed:.3g})")
+    return 0
