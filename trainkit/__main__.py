@@ -17,6 +17,11 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from trainkit import signals
+
+if __name__ == "__main__":  # before the imports below: a signal during one waits for its end (trainkit/signals.py)
+    signals.start()
+
 _WARNINGS_KEY = "logger.mindspore_warnings="
 
 
@@ -203,8 +208,11 @@ def main() -> None:
     if problem:
         print(f"trainkit: error: {problem}", file=sys.stderr)
         sys.exit(2)
+    signals.start()  # idempotent: python -m trainkit did it before its imports, a project's command (cli) too
     previous = {signum: signal.signal(signum, _stop) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
+        if signals.held() is not None:  # it came during the imports: stop as soon as the handler could
+            raise _Stopped(signals.held())
         _hydra_main()
     except _Stopped as stop:
         from trainkit.rundir import held_log
@@ -217,6 +225,7 @@ def main() -> None:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        signals.finish()
 
 
 if __name__ == "__main__":
