@@ -161,7 +161,8 @@ def test_log_refuses_trainkits_names_and_values_that_are_not_one_number(name, va
     (Decimal("1e400"), "got Decimal Decimal('1E+400')"),  # float() would make it inf without a word
     (Fraction(10 ** 400, 3), "got Fraction Fraction(1000000000"),
     ([10 ** 400], "got list [1000000000"),
-], ids=["1e400", "-1e400", "1e5000", "Decimal", "Fraction", "list"])
+    (np.longdouble("1e400"), "got longdouble 1e+400"),  # finite in 80 bits, inf in 64
+], ids=["1e400", "-1e400", "1e5000", "Decimal", "Fraction", "list", "longdouble"])
 def test_log_refuses_a_finite_number_beyond_float64_with_one_line(value, shown):
     """Mutation caught: without the OverflowError/isinf check, 10**400 raised AttributeError (a 38-line
     traceback in a run) and Decimal('1e400') was recorded as Infinity."""

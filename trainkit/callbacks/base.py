@@ -244,11 +244,22 @@ def _one_real(value: Any) -> Optional[float]:
         number = float(item)
     except OverflowError:  # an int or Fraction beyond float64
         raise _OutOfRange() from None
-    except (TypeError, ValueError, ArithmeticError):  # a ragged list, Decimal('sNaN'), an object NumPy cannot take
+    except Exception:  # noqa: BLE001 - a ragged list, Decimal('sNaN'), a __float__ of the user's that raises
         return None
-    if math.isinf(number) and (isinstance(item, Decimal) and item.is_finite() or isinstance(item, numbers.Rational)):
-        raise _OutOfRange()  # Decimal('1e400') converts to inf without a word
+    if math.isinf(number) and _finite(item):
+        raise _OutOfRange()  # Decimal('1e400'), np.longdouble('1e400') convert to inf without a word
     return number
+
+
+def _finite(item: Any) -> bool:
+    if isinstance(item, Decimal):
+        return item.is_finite()
+    if isinstance(item, numbers.Rational):
+        return True
+    try:
+        return bool(np.isfinite(item))
+    except TypeError:
+        return False
 
 
 def _short_repr(value: Any, limit: int = 60) -> str:
