@@ -193,6 +193,14 @@ def _shadowing_folder() -> Optional[str]:
 
 def main() -> None:
     """The command line: msrun also runs the training command as its cluster's scheduler, which only serves."""
+    signals.start()  # idempotent: python -m trainkit did it before its imports, a project's command (cli) too
+    try:
+        _main()
+    finally:  # every way out: an in-process command (tests, a notebook) leaves the signals as it found them
+        signals.finish()
+
+
+def _main() -> None:
     shadow = _shadowing_folder()
     if shadow:
         print(f"trainkit: error: the folder {shadow} hides the installed trainkit package (python -m puts the "
@@ -202,13 +210,13 @@ def main() -> None:
     if os.environ.get("MS_ROLE") == "MS_SCHED":
         from mindspore.communication import init
 
+        signals.finish()  # the scheduler keeps the default actions: the launcher ends it with SIGTERM
         init()  # returns when the workers are done
         return
     problem = _unusable_run_dir(sys.argv[1:])
     if problem:
         print(f"trainkit: error: {problem}", file=sys.stderr)
         sys.exit(2)
-    signals.start()  # idempotent: python -m trainkit did it before its imports, a project's command (cli) too
     previous = {signum: signal.signal(signum, _stop) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
         if signals.held() is not None:  # it came during the imports: stop as soon as the handler could
@@ -225,8 +233,6 @@ def main() -> None:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        signals.finish()
-
 
 if __name__ == "__main__":
     main()

@@ -14,21 +14,26 @@ created later, MindSpore's included, inherits the mask, and no C++ handler ever 
 takes them with ``sigtimedwait`` and hands each to the main thread's Python handler (``_thread.interrupt_main``,
 which runs that handler as if the signal had come), but only once the main thread is outside any import: a signal
 during one waits for its end. :func:`unroute` puts everything back (an in-process command, as in the tests).
+
+A child inherits the mask: a forked one (``os.fork``: multiprocessing's workers) unblocks the signals at once, and a
+command started with ``subprocess`` (msrun) is started inside :func:`unblocked`, else it would never see them.
 """
 from __future__ import annotations
 
 import _thread
+import contextlib
 import os
 import signal
 import sys
 import threading
-from typing import List, Optional
+from typing import Iterator, List, Optional
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _POLL_SECONDS = 0.05  # how often the forwarding thread looks again at a main thread that is importing
 _IMPORTING = ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
 
 _forwarder: Optional[threading.Thread] = None
+_fork_hook = False
 _stop = threading.Event()
 
 
@@ -40,6 +45,10 @@ def route() -> bool:
         return True
     if threading.current_thread() is not threading.main_thread() or sys.version_info < (3, 10):
         return False
+    global _fork_hook
+    if not _fork_hook:
+        os.register_at_fork(after_in_child=_unblock_in_child)
+        _fork_hook = True
     signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
     _stop.clear()
     _forwarder = threading.Thread(target=_forward, args=(threading.main_thread().ident,),
@@ -58,6 +67,28 @@ def unroute() -> None:
     _forwarder.join()
     _forwarder = None
     signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
+
+
+@contextlib.contextmanager
+def unblocked() -> Iterator[None]:
+    """The signals unblocked in the calling thread meanwhile: start child processes inside it (they inherit the
+    mask of the thread that starts them, through ``exec``); a signal in that moment reaches the Python handler."""
+    if _forwarder is None:
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+
+
+def _unblock_in_child() -> None:
+    """A forked child has no forwarding thread: it takes its signals itself."""
+    global _forwarder
+    if _forwarder is not None:
+        _forwarder = None
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
 
 
 def _forward(main_ident: int) -> None:
