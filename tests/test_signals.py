@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -66,7 +67,7 @@ def test_children_do_not_inherit_the_block(routed):
     reading, writing = os.pipe()
     child = os.fork()
     if child == 0:  # pragma: no cover - the child
-        os.write(writing, open("/proc/self/status", "rb").read())
+        os.write(writing, Path("/proc/self/status").read_bytes())
         os._exit(0)
     os.close(writing)
     with os.fdopen(reading, "rb") as stream:
