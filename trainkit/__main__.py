@@ -17,6 +17,11 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from trainkit import signals
+
+if __name__ == "__main__":  # before the imports below: a signal during one waits for its end (trainkit/signals.py)
+    signals.start()
+
 _WARNINGS_KEY = "logger.mindspore_warnings="
 
 
@@ -188,6 +193,14 @@ def _shadowing_folder() -> Optional[str]:
 
 def main() -> None:
     """The command line: msrun also runs the training command as its cluster's scheduler, which only serves."""
+    signals.start()  # idempotent: python -m trainkit did it before its imports, a project's command (cli) too
+    try:
+        _main()
+    finally:  # every way out: an in-process command (tests, a notebook) leaves the signals as it found them
+        signals.finish()
+
+
+def _main() -> None:
     shadow = _shadowing_folder()
     if shadow:
         print(f"trainkit: error: the folder {shadow} hides the installed trainkit package (python -m puts the "
@@ -197,6 +210,7 @@ def main() -> None:
     if os.environ.get("MS_ROLE") == "MS_SCHED":
         from mindspore.communication import init
 
+        signals.finish()  # the scheduler keeps the default actions: the launcher ends it with SIGTERM
         init()  # returns when the workers are done
         return
     problem = _unusable_run_dir(sys.argv[1:])
@@ -205,6 +219,8 @@ def main() -> None:
         sys.exit(2)
     previous = {signum: signal.signal(signum, _stop) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
+        if signals.held() is not None:  # it came during the imports: stop as soon as the handler could
+            raise _Stopped(signals.held())
         _hydra_main()
     except _Stopped as stop:
         from trainkit.rundir import held_log
@@ -217,7 +233,6 @@ def main() -> None:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-
 
 if __name__ == "__main__":
     main()

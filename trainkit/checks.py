@@ -3,9 +3,14 @@ otherwise fail deep inside MindSpore, after compilation started."""
 from __future__ import annotations
 
 import difflib
+import keyword
 import numbers
+import os
+import sys
 from enum import Enum
-from typing import Any, Callable, Iterable, Tuple
+from importlib.machinery import PathFinder
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional, Tuple
 
 import numpy as np
 
@@ -51,3 +56,28 @@ def did_you_mean(name: str, valid: Iterable[str], prefix: str = "") -> str:
 def choice(value: Any) -> str:
     """A config choice as its string: structured configs hold enum members (``ExecutionMode.graph``)."""
     return value.value if isinstance(value, Enum) else str(value)
+
+
+def package_name_problem(name: str, where: Optional[Path] = None) -> Optional[str]:
+    """Why `name` cannot name a package trainkit writes (None when it can), as the end of a sentence.
+
+    Not an ASCII identifier: Hydra's override lexer (``model=NAME``, ``_target_: NAME.model...``) takes ASCII
+    only. The name of a module Python already finds (the standard library's, an installed package's):
+    ``python -m NAME`` and ``import NAME`` would run that one, not the written package. `where` (the folder the
+    package goes into), the current folder and namespace folders (regular packages win over them) do not count.
+    """
+    if not (name.isascii() and name.isidentifier()):
+        return "is not an ASCII Python identifier (letters a-z and A-Z, digits and _, not starting with a digit)"
+    if keyword.iskeyword(name):
+        return "is a Python keyword"
+    if name in sys.stdlib_module_names or name in sys.builtin_module_names:
+        return f"is a module of Python's standard library: python -m {name} would run that one"
+    skip = {Path.cwd().resolve(), *([Path(where).resolve()] if where is not None else [])}
+    search = [entry for entry in sys.path if entry and Path(os.path.abspath(entry)).resolve() not in skip]
+    try:
+        spec = PathFinder.find_spec(name, search)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.origin not in (None, "namespace"):  # a namespace folder loses to a package
+        return f"is an installed module ({spec.origin}): python -m {name} would run that one"
+    return None

@@ -48,8 +48,10 @@ def main(config_path: str = "conf", config_name: Optional[str] = None, argv: Opt
         _refuse(problem)
     flags = [f"--config-dir={folder}", *([f"--config-name={config_name}"] if config_name else [])]
     overrides = [f"hydra.help.app_name={program}"]  # after the user's: Hydra's parser takes flags first
+    from trainkit import signals
     from trainkit.rundir import command
 
+    signals.start()  # before trainkit.__main__'s imports: a signal during them waits for their end
     previous_argv = sys.argv
     command.set_entry_point(["python", "-m", program], [*flags, *overrides])
     sys.argv = [sys.argv[0], *flags, *(sys.argv[1:] if argv is None else argv), *overrides]
@@ -60,6 +62,7 @@ def main(config_path: str = "conf", config_name: Optional[str] = None, argv: Opt
     finally:  # a process that goes on (tests, a notebook) is trainkit's again
         command.set_entry_point(["python", "-m", "trainkit"])
         sys.argv = previous_argv
+        signals.finish()
 
 
 def _unreadable_yaml(folder: Path) -> Optional[str]:

@@ -9,10 +9,11 @@ with NumPy: no download), a callback that logs, ``__main__.py`` calling ``traink
 from __future__ import annotations
 
 import argparse
-import keyword
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional
+
+from trainkit.checks import package_name_problem
 
 _FILES: Dict[str, str] = {
     "pyproject.toml": '''\
@@ -229,11 +230,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("folder", nargs="?", help="where to write it (default: ./NAME); must not exist or be empty")
     args = parser.parse_args(argv)
     name = args.name
-    if not name.isidentifier() or keyword.iskeyword(name) or name in ("trainkit", "mindspore", "tests", "test"):
-        print(f"trainkit: error: {name!r} cannot be the project's package name: use a Python identifier that is "
-              f"not a keyword nor trainkit, mindspore or tests (e.g. {_suggest(name)})", file=sys.stderr)
-        return 2
     folder = Path(args.folder or name).expanduser().absolute()
+    problem = _name_problem(name, folder)
+    if problem:
+        print(f"trainkit: error: {name!r} cannot be the project's package name: it {problem}; choose another "
+              f"(e.g. {_suggest(name, folder)})", file=sys.stderr)
+        return 2
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         what = "a file" if not folder.is_dir() else "a folder that is not empty"
         print(f"trainkit: error: {folder} is {what}: nothing was written; choose a new folder "
@@ -251,10 +253,23 @@ def main(argv: Optional[List[str]] = None) -> int:
     return 0
 
 
-def _suggest(name: str) -> str:
-    cleaned = "".join(c if c.isalnum() or c == "_" else "_" for c in name).strip("_") or "project"
-    fine = cleaned[0].isalpha() and cleaned.isidentifier() and not keyword.iskeyword(cleaned)
-    return cleaned if fine and cleaned not in ("trainkit", "mindspore", "tests", "test") else f"my_{cleaned}"
+_RESERVED = ("trainkit", "mindspore", "tests", "test")
+
+
+def _name_problem(name: str, folder: Path) -> Optional[str]:
+    """Why `name` cannot be the package written into `folder` (an ASCII identifier that no importable module
+    has: ``python -m numpy`` would run NumPy's), or None."""
+    if name in _RESERVED:
+        return f"is taken ({', '.join(_RESERVED)} are trainkit's, MindSpore's or the project's tests)"
+    return package_name_problem(name, where=folder)
+
+
+def _suggest(name: str, folder: Path) -> str:
+    cleaned = "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in name).strip("_") or "project"
+    for suggestion in (cleaned, f"my_{cleaned}", f"my_{cleaned}_project"):
+        if _name_problem(suggestion, folder) is None:
+            return suggestion
+    return "my_project"
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """A project's own command (trainkit.cli.main) and the scaffold that writes one (python -m trainkit.new)."""
+import importlib.util
 import json
 import os
 import subprocess
@@ -70,6 +71,39 @@ def test_the_scaffold_refuses_a_folder_in_use_and_names_that_are_not_packages(pr
         assert new_project([bad, str(tmp_path / "x")]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and f"(e.g. {suggestion})" in err and not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("bad, reason, suggestion", [
+    ("π", "is not an ASCII Python identifier", "project"),
+    ("ünïcode", "is not an ASCII Python identifier", "n_code"),
+    ("os", "is a module of Python's standard library: python -m os would run that one", "my_os"),
+    ("json", "is a module of Python's standard library", "my_json"),
+    ("numpy", "is an installed module (", "my_numpy"),
+    ("hydra", "is an installed module (", "my_hydra"),
+])
+def test_the_scaffold_refuses_a_name_hydra_cannot_lex_or_that_an_importable_module_has(bad, reason, suggestion,
+                                                                                         tmp_path, capsys):
+    """Mutations caught: `isidentifier()` alone (accepts π, which Hydra's lexer rejects in model=π_mlp), and no
+    look-up of the name on the import path (numpy was written, and python -m numpy then ran NumPy's)."""
+    importable = bad.isascii() and importlib.util.find_spec(bad) is not None  # independently: Python finds it
+    assert importable == (bad not in ("π", "ünïcode"))
+    assert new_project([bad, str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"trainkit: error: {bad!r} cannot be the project's package name: it "
+                                                   f"{reason}") and f"(e.g. {suggestion})" in err
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_name_only_the_target_folder_or_the_current_one_holds_is_not_a_clash(tmp_path, monkeypatch, capsys):
+    """A module of the name in the current folder is not on the path where the project runs (cd fresh_blobs &&
+    python -m fresh_blobs), and an empty folder (the target) is no package: neither is a clash. Mutation caught:
+    the current folder searched too (the module there refused the name)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "fresh_blobs.py").write_text("")
+    (tmp_path / "fresh_blobs").mkdir()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert new_project(["fresh_blobs"]) == 0, capsys.readouterr().err
+    assert (tmp_path / "fresh_blobs" / "fresh_blobs" / "__main__.py").is_file()
 
 
 def test_a_project_main_without_its_config_folder_says_where_it_looked(tmp_path):

@@ -66,6 +66,28 @@ def test_a_mapping_that_cannot_be_reversed_and_an_existing_output_stop_with_one_
     assert "already exists" in capsys.readouterr().err and (tmp_path / "out.safetensors").read_text() == "mine"
 
 
+@pytest.mark.parametrize("where", ["folder", "under_a_file"])
+def test_force_onto_a_folder_or_under_a_file_is_one_line_and_touches_nothing(where, tmp_path, capsys):
+    """Mutation caught: without the folder / parent-file check in refuse_existing, --force reached the write and
+    ended in IsADirectoryError / NotADirectoryError tracebacks."""
+    ms.save_checkpoint([{"name": "body.0.weight", "data": ms.Tensor(np.ones((2, 2), np.float32))}],
+                       str(tmp_path / "model.ckpt"))
+    if where == "folder":
+        output = tmp_path / "d.pth"
+        (output / "inside").mkdir(parents=True)
+        expected = f"{output} is a folder: nothing was written"
+    else:
+        (tmp_path / "plain").write_text("mine")
+        output = tmp_path / "plain" / "sub" / "out.pth"
+        expected = f"{output} cannot be written: {tmp_path / 'plain'} is a file, not a folder"
+    before = sorted((str(p), p.is_dir()) for p in tmp_path.rglob("*"))
+    assert export([str(tmp_path / "model.ckpt"), str(output), "--to", "torch", "--force"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert error == [f"trainkit: error: {expected}" + error[0][len(f"trainkit: error: {expected}"):]]
+    assert sorted((str(p), p.is_dir()) for p in tmp_path.rglob("*")) == before
+    assert (tmp_path / "plain").read_text() == "mine" if where != "folder" else (output / "inside").is_dir()
+
+
 def test_a_trained_model_exported_back_agrees_with_trainkit_in_compare(on_path, graph_mode, capsys):
     assert port("digits_net", on_path) == 0
     conf = on_path / "digits_net" / "conf"

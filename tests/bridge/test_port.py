@@ -23,7 +23,7 @@ CASES = {
     "sequence": ("SequenceClassifier", (10,), 50),
     "transformer": ("TransformerClassifier", (10,), 50),
     "torch_resnet18": ("resnet18", (3, 16, 16), None),
-    "signal": ("SignalNet", (2, 16), None),
+    "signal_net": ("SignalNet", (2, 16), None),  # not "signal": the standard library has that name
 }
 # Norm layers' PyTorch names, renamed as trainkit's MindSpore layers call them (the test's own table).
 NORM_RENAMES = {"weight": "gamma", "bias": "beta", "running_mean": "moving_mean", "running_var": "moving_variance"}
@@ -167,6 +167,39 @@ def test_anything_unsupported_is_listed_with_where_it_is_used_and_nothing_is_wri
     errors = captured.err.strip().splitlines()
     assert len(errors) == 1 and errors[0].startswith("trainkit: error: tests.bridge.test_port:Unported cannot be "
                                                      "ported: 4 unsupported")
+
+
+@pytest.mark.parametrize("folder, reason", [
+    ("os", "which is a module of Python's standard library: python -m os would run that one"),
+    ("numpy", "which is an installed module ("),
+    ("π_net", "which is not an ASCII Python identifier"),
+    ("my-net", "which is not an ASCII Python identifier"),
+])
+def test_an_out_folder_whose_name_an_importable_module_has_or_hydra_cannot_lex_is_refused(folder, reason, on_path,
+                                                                                          capsys):
+    """Mutation caught: the old `isidentifier()` check alone wrote a package named os (and π_net)."""
+    code = main([f"{MODELS}:DigitsNet", "--out", str(on_path / folder), "--input-shape", "1,8,8"])
+    error = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and not (on_path / folder).exists()
+    assert len(error) == 1 and f"the folder becomes the Python package {folder!r}, {reason}" in error[0]
+
+
+@pytest.mark.parametrize("arguments, shown", [
+    (["--input-shape", "100000,100000,100"], "(Unable to allocate 14.6 TiB"),  # 2e12 float64s
+    (["--input-shape", "1,8,8", "--batch-size", str(10 ** 13)], "(Unable to allocate 4.55 PiB"),
+    (["--input-shape", "9" * 23 + ",8"], "(Maximum allowed dimension exceeded)"),
+    (["--input-shape", "1,8,8", "--batch-size", "0"], "(no batch)"),
+    (["--input-shape", "1,8,8", "--batch-size", "-3"], "(no batch)"),
+])
+def test_a_batch_numpy_cannot_build_is_one_line_and_nothing_is_written(arguments, shown, on_path, capsys):
+    """Mutation caught: without the try around the batch, NumPy's MemoryError / ValueError was a traceback (and
+    --batch-size 0 wrote the package, then failed in MindSpore's pooling)."""
+    expected_bytes = 2 * 10 ** 12 * 8  # the first case, float64 as NumPy draws it: 14.55 TiB
+    assert f"{expected_bytes / 2 ** 40:.1f} TiB" == "14.6 TiB"
+    code = main([f"{MODELS}:DigitsNet", "--out", str(on_path / "ported"), *arguments])
+    error = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and not (on_path / "ported").exists()
+    assert len(error) == 1 and " is no batch this machine can build " in error[0] and shown in error[0]
 
 
 def test_an_input_shape_the_model_does_not_take_stops_before_anything_is_written(on_path, capsys):

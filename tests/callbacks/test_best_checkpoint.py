@@ -146,3 +146,25 @@ def test_a_best_json_that_does_not_describe_best_ckpt_is_not_trusted(tmp_path, c
     (tmp_path / "best.ckpt").write_bytes(bytes(content))
     (tmp_path / "best.json").write_text(stale)
     assert BestCheckpoint(evaluation, tmp_path, metric="eval/accuracy", mode="max").best is None
+
+
+@pytest.mark.parametrize("edit", [{"value": 0.99}, {"step": 20}, {"metric": "eval/loss"}])
+def test_a_best_json_edited_with_its_crc32_kept_is_not_trusted(edit, tmp_path, caplog):
+    """The CRC32 ties best.json to best.ckpt's bytes, not its value: an edited value (kept CRC32) would stop every
+    later evaluation from replacing best.ckpt, silently. Mutation caught: trusting best.json when its crc32
+    matches (no comparison with best.ckpt's own best_value/best_step/best_metric) kept 0.99, without a warning."""
+    net, wrapper, model = make_model()
+    evaluation = Evaluation(model, None)
+    best = BestCheckpoint(evaluation, tmp_path, metric="eval/accuracy", mode="max")
+    best.update({"epoch": 1, "step": 10, "eval/accuracy": 0.5}, wrapper)
+    info = json.loads((tmp_path / "best.json").read_text())
+    assert info["crc32"] == stored_crc(best.path)
+    with caplog.at_level(logging.WARNING, logger="trainkit"):
+        assert BestCheckpoint(evaluation, tmp_path, metric="eval/accuracy", mode="max").best == 0.5  # intact
+    assert "edited" not in caplog.text
+    (tmp_path / "best.json").write_text(json.dumps({**info, **edit}))  # the crc32 kept
+    with caplog.at_level(logging.WARNING, logger="trainkit"):
+        resumed = BestCheckpoint(evaluation, tmp_path, metric="eval/accuracy", mode="max")
+    assert resumed.best == pytest.approx(0.5)  # best.ckpt's own, float32
+    assert "best.json edited?" in caplog.text and "was saved for eval/accuracy 0.5 at step 10" in caplog.text
+    assert resumed.update({"epoch": 2, "step": 20, "eval/accuracy": 0.6}, wrapper)  # a better one replaces it

@@ -5,6 +5,8 @@ import math
 import os
 import subprocess
 import sys
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +18,7 @@ from tests.common.tensorboard_events import read_scalars, read_scalars_as_tensor
 from trainkit import Callback
 from trainkit.app import train
 from trainkit.app.config import compose_config
-from trainkit.callbacks.base import CallbackRun
+from trainkit.callbacks.base import CallbackRun, LogValueError
 from trainkit.errors import RunInterrupted
 
 EPOCHS, ACCUMULATION, LR = 2, 2, 0.01
@@ -141,6 +143,8 @@ class _Logs(Callback):
     ("mine", "high", TypeError, "the value must be one real number; got str 'high'"),
     ("mine", [1.0, 2.0], TypeError, "got list"),
     ("mine", True, TypeError, "got bool"),
+    ("mine", 1 + 2j, TypeError, "got complex"),
+    ("mine", Decimal("sNaN"), TypeError, "got Decimal Decimal('sNaN')"),
 ])
 def test_log_refuses_trainkits_names_and_values_that_are_not_one_number(name, value, error, message):
     callback = _Logs(name, value)
@@ -148,6 +152,50 @@ def test_log_refuses_trainkits_names_and_values_that_are_not_one_number(name, va
                               run_dir=None, rank=0, writer=True, steps_per_epoch=1, accumulation_steps=1))
     with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         callback._call(callback.on_epoch_end, callback._state(1))
+
+
+@pytest.mark.parametrize("value, shown", [
+    (10 ** 400, "got int 1000000000"),
+    (-10 ** 400, "got int -1000000000"),
+    (10 ** 5000, "got int <int of 16610 bits>"),  # Python refuses the repr of an int of over 4300 digits
+    (Decimal("1e400"), "got Decimal Decimal('1E+400')"),  # float() would make it inf without a word
+    (Fraction(10 ** 400, 3), "got Fraction Fraction(1000000000"),
+    ([10 ** 400], "got list [1000000000"),
+    (np.longdouble("1e400"), "got longdouble 1e+400"),  # finite in 80 bits, inf in 64
+], ids=["1e400", "-1e400", "1e5000", "Decimal", "Fraction", "list", "longdouble"])
+def test_log_refuses_a_finite_number_beyond_float64_with_one_line(value, shown):
+    """Mutation caught: without the OverflowError/isinf check, 10**400 raised AttributeError (a 38-line
+    traceback in a run) and Decimal('1e400') was recorded as Infinity."""
+    callback = _Logs("mine", value)
+    callback.bind(CallbackRun(run_log=None, network=None, wrapper=None, optimizer=None, learning_rates=[0.1],
+                              run_dir=None, rank=0, writer=True, steps_per_epoch=1, accumulation_steps=1))
+    with pytest.raises(LogValueError) as raised:
+        callback._call(callback.on_epoch_end, callback._state(1))
+    message = str(raised.value)
+    assert message.startswith("_Logs.log('mine', ...): the value must be one real number within float64's range")
+    assert shown in message and "\n" not in message and len(message) < 200
+
+
+class _Scalars:
+    def __init__(self):
+        self.recorded = []
+
+    def scalars(self, step, values, epoch):
+        self.recorded.append((step, dict(values)))
+
+
+@pytest.mark.parametrize("value, expected", [
+    (Decimal("1.5"), 1.5), (Fraction(1, 3), 1 / 3), (2 ** 70, 1180591620717411303424.0),
+    (Decimal("-Infinity"), -math.inf), (np.float16(0.25), 0.25),
+])
+def test_log_records_python_s_other_real_numbers_as_their_float(value, expected):
+    """Mutation caught: an object array's element has no .item(): Decimal and Fraction raised AttributeError."""
+    record = _Scalars()
+    callback = _Logs("mine", value)
+    callback.bind(CallbackRun(run_log=record, network=None, wrapper=None, optimizer=None, learning_rates=[0.1],
+                              run_dir=None, rank=0, writer=True, steps_per_epoch=1, accumulation_steps=1))
+    callback._call(callback.on_epoch_end, callback._state(1))
+    assert record.recorded == [(1, {"mine": expected})]
 
 
 def test_log_outside_a_hook_says_where_to_call_it():

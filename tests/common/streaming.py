@@ -7,10 +7,13 @@ FEATURES, ROWS = 5, 64
 
 
 class StreamingRows:
-    in_features, out_features, num_classes = FEATURES, 3, 3
+    in_features, out_features = FEATURES, 3
 
-    def __init__(self, batch_size: int = 8, bad_row: int = -1, bad: str = "feature", **wine_keys):
+    def __init__(self, batch_size: int = 8, bad_row: int = -1, bad: str = "feature", says_classes: bool = True,
+                 **wine_keys):
         self.batch_size, self.bad_row, self.bad = batch_size, bad_row, bad  # the wine group's other keys: unused
+        if says_classes:  # else the module has no num_classes at all: only the model's output width bounds labels
+            self.num_classes = 3
 
     def prepare(self) -> None:
         pass

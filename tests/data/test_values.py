@@ -186,6 +186,20 @@ def test_a_streaming_source_is_checked_batch_by_batch_in_the_first_epoch(tmp_pat
     assert "\n" not in str(error.value)
 
 
+def test_a_streaming_source_without_num_classes_is_checked_against_the_models_outputs(tmp_path):
+    """Label 7 for a 3-output model, the module giving no num_classes: one line naming the batch and the sample,
+    before the step that would crash (RuntimeError after compiling, exit 1). Mutation caught: not passing
+    check_fit's output width to the first-epoch check (num_classes stays None: the label went unchecked)."""
+    row, batch_size, outputs = 42, 8, 3  # the wine model's width is out_features=3
+    with pytest.raises(DataError) as error:
+        train(streaming(tmp_path, "+data.bad_row=42", "+data.bad=7", "+data.says_classes=false"))
+    batch, sample = row // batch_size + 1, row % batch_size
+    assert str(error.value) == (
+        f"StreamingRows.train_dataset(), batch {batch}: column 'target', sample {sample} is 7 (1 of {batch_size} out "
+        f"of range): class labels must be integers in [0, {outputs}) (the model has {outputs} outputs; the data "
+        "module gives no num_classes)")
+
+
 def test_a_clean_streaming_source_trains(tmp_path):
     result = train(streaming(tmp_path))
     assert result.metrics["optimizer_steps"] == 16

@@ -31,9 +31,9 @@ from trainkit.callbacks.training_checkpoint import StartAt, TrainingCheckpoint
 from trainkit.checks import choice
 from trainkit.errors import ConfigError
 from trainkit.metrics import SampleMeanLoss
-from trainkit.models.conv import UnfoldConv2d
 from trainkit.models.dropout import streams_from_zero
 from trainkit.rundir.checkpoint import TrainingCheckpoint as SavedCheckpoint
+from trainkit.rundir.kernel_path import fused_passes
 from trainkit.step.mixed_precision import Float32EvalCell, build_loss_network
 from trainkit.step.wrapper import TrainingWrapper
 
@@ -187,13 +187,9 @@ def build_wrapper(cfg: DictConfig, loss_network: nn.Cell, optimizer: nn.Optimize
         checked_scalars(wrapper.logged_scalars())
     except (TypeError, ValueError) as error:
         raise ConfigError(f"wrapper ({cfg.wrapper._target_}).logged_scalars(): {error}") from error
-    im2col = any(isinstance(cell, UnfoldConv2d) and not cell.identity_columns
-                 for _, cell in loss_network.cells_and_names())
-    fused_passes = [name for name, on in (("EMA update", wrapper.ema is not None),
-                                          ("gradient accumulation", wrapper.accumulation_steps > 1),
-                                          ("convolutions' im2col", im2col)) if on]
-    if fused_passes:
-        log.info("%s: %s", " and ".join(fused_passes), kernels.describe())
+    passes = fused_passes(wrapper)  # the same list the checkpoints' kernel_path is recorded for
+    if passes:
+        log.info("%s: %s", " and ".join(passes), kernels.describe())
     return wrapper
 
 

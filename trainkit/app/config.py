@@ -75,6 +75,11 @@ class ResumeData(Enum):
     fast = "fast"  # jump there: the same samples in the same order, random augmentations drawn anew
 
 
+class ResumeKernels(Enum):
+    same = "same"  # refuse a resume on the other kernel path (fused C++ / MindSpore's): it would not be bitwise
+    any = "any"  # allow it, with a warning
+
+
 class BestMode(Enum):
     auto = "auto"  # min for a loss or an error (loss, mae, mse, ...), max otherwise
     min = "min"
@@ -180,6 +185,7 @@ class TrainerConfig:
     checkpoint_every_n_steps: int = 0
     resume: Optional[str] = None
     resume_data: ResumeData = ResumeData.exact
+    resume_kernels: ResumeKernels = ResumeKernels.same
     max_nonfinite_steps: Optional[int] = 10
     early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
     profile: ProfileConfig = field(default_factory=ProfileConfig)

@@ -26,8 +26,9 @@ CLASSIFICATION_METRICS = (Accuracy, Precision, Recall, F1, TopKCategoricalAccura
 
 
 def check_fit(backbone: nn.Cell, loss_fn: nn.Cell, dataset: Any, loss_name: str, model_name: str,
-              metrics: Optional[Dict[str, Metric]] = None, num_classes: Optional[int] = None) -> None:
-    """Raise ConfigError when `dataset`'s batches, `backbone`, `loss_fn` and `metrics` do not fit together.
+              metrics: Optional[Dict[str, Metric]] = None, num_classes: Optional[int] = None) -> Optional[int]:
+    """Raise ConfigError when `dataset`'s batches, `backbone`, `loss_fn` and `metrics` do not fit together; return
+    the model's output width when the loss takes class labels (they must lie in ``[0, width)``), else None.
 
     Args:
         backbone: the model, before mixed precision.
@@ -71,6 +72,7 @@ def check_fit(backbone: nn.Cell, loss_fn: nn.Cell, dataset: Any, loss_name: str,
         for name, metric in (metrics or {}).items():
             if not isinstance(metric, Loss):
                 _check_metric(name, metric, output, label)
+        return int(output.shape[1]) if _takes_class_labels(loss_fn, output, label) else None
     finally:
         backbone.set_train(training)
         ms.set_context(mode=mode)
@@ -136,7 +138,7 @@ def _check_classes(output: Tensor, label: Tensor, loss_fn: nn.Cell, metrics: Dic
 def _check_label_values(output: Tensor, label: Tensor, loss_fn: nn.Cell, loss_name: str, columns: list) -> None:
     """Class labels of the first evaluation batch against the model's outputs: a label the logits have no entry for
     would fail after compiling, or (with a model sized from the data) mean a class that does not exist."""
-    if not (getattr(loss_fn, "sparse_labels", False) or _is_sparse_cross_entropy(loss_fn, output, label)):
+    if not _takes_class_labels(loss_fn, output, label):
         return
     classes = output.shape[1]
     values = label.asnumpy().reshape(-1)
@@ -159,6 +161,10 @@ def _check_metric(name: str, metric: Metric, output: Tensor, label: Tensor) -> N
                           f"{_first_line(error)}; choose metrics for this task (e.g. metrics=regression)") from error
     finally:
         metric.clear()
+
+
+def _takes_class_labels(loss_fn: nn.Cell, output: Tensor, label: Tensor) -> bool:
+    return bool(getattr(loss_fn, "sparse_labels", False)) or _is_sparse_cross_entropy(loss_fn, output, label)
 
 
 def _is_sparse_cross_entropy(loss_fn: nn.Cell, output: Tensor, label: Tensor) -> bool:

@@ -119,8 +119,11 @@ def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResul
     apply_finetuning(cfg.model, backbone, trainer.resume)
     loss_fn = build.build_loss_fn(cfg)
     metrics = build.build_metrics(cfg)
-    check_fit(backbone, loss_fn, eval_set, run.describe_choice(cfg, "loss", run_dir),
-              run.describe_choice(cfg, "model", run_dir), metrics, getattr(data, "num_classes", None))
+    outputs = check_fit(backbone, loss_fn, eval_set, run.describe_choice(cfg, "loss", run_dir),
+                        run.describe_choice(cfg, "model", run_dir), metrics, getattr(data, "num_classes", None))
+    if batch_check is not None and batch_check.num_classes is None and outputs is not None:
+        batch_check.num_classes = outputs  # a module without num_classes: labels in [0, the model's outputs)
+        batch_check.classes_from = f"the model has {outputs} outputs; the data module gives no num_classes"
     user_callbacks = build.build_user_callbacks(cfg)
     with run.inside(run_dir):  # MindSpore's O1 rewrite writes rewritten_network/ into the current directory
         loss_network = build.build_loss_network_for(cfg, backbone, loss_fn)

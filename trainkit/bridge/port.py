@@ -40,6 +40,7 @@ from trainkit.bridge.compare import (
 from trainkit.bridge.convert import convert_state_dict
 from trainkit.bridge.port_source import generate, problem_lines
 from trainkit.bridge.state_dict import StateDict
+from trainkit.checks import package_name_problem
 from trainkit.errors import CheckpointError, ConfigError, DataError
 from trainkit.rundir.weights import load_weights, write_checkpoint
 
@@ -76,9 +77,10 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
     import torch
 
     package = out.resolve().name
-    if not package.isidentifier():
-        raise ConfigError(f"--out {out}: the folder becomes the Python package {package!r}, which is not a valid "
-                          "name: use letters, digits and _")
+    problem = package_name_problem(package, where=out.resolve().parent)
+    if problem:
+        raise ConfigError(f"--out {out}: the folder becomes the Python package {package!r}, which {problem}: "
+                          "choose another folder name (ASCII letters, digits and _)")
     shipped = Path(configs.__file__).parent / "model" / f"{package}.yaml"
     if shipped.is_file():
         raise ConfigError(f"--out {out}: model={package} is one of trainkit's own model configs, which would hide "
@@ -99,8 +101,15 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
         raise ConfigError(f"{target} cannot be ported: {len(problem_lines(ported.problems))} unsupported layers, "
                           "functions or options (listed above); nothing was written")
     shape = [batch_size, *input_shape]
-    batch = (np.random.default_rng(seed).integers(0, input_ints, shape) if input_ints
-             else fixed_batch(shape, seed))
+    try:
+        if batch_size < 1:
+            raise ValueError("no batch")
+        batch = (np.random.default_rng(seed).integers(0, input_ints, shape) if input_ints
+                 else fixed_batch(shape, seed))
+    except (MemoryError, ValueError, OverflowError) as error:  # NumPy's: too large to allocate, or no size at all
+        raise ConfigError(f"--input-shape {','.join(map(str, input_shape))} with --batch-size {batch_size} is no batch "
+                          f"this machine can build ({_first_line(error)}): give one sample's shape and a --batch-size "
+                          "from 1 (default 2)") from None
     try:
         with torch.no_grad():
             model(torch.from_numpy(batch))

@@ -26,6 +26,7 @@ import logging
 import math
 import numbers
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence
 
@@ -148,17 +149,17 @@ class Callback(MindSporeCallback):
                 f"{where}: the name must be a non-empty string other than {', '.join(RECORD_FIELDS)} "
                 f"and outside trainkit's own {', '.join(p + '*' for p in RESERVED_PREFIXES)}"))
         try:
-            array = np.asarray(value.asnumpy() if hasattr(value, "asnumpy") else value)
-            number = array.size == 1 and not isinstance(value, bool) and isinstance(array.reshape(-1)[0].item(),
-                                                                                      numbers.Real)
-        except (TypeError, ValueError):  # a ragged list, an object NumPy cannot take
-            number = False
-        if not number:
+            number = _one_real(value)
+        except _OutOfRange:
             raise _logged(LogValueError(
-                f"{where}: the value must be one real number; got {type(value).__name__} {value!r}"))
+                f"{where}: the value must be one real number within float64's range (about ±1.8e308); got "
+                f"{type(value).__name__} {_short_repr(value)}")) from None
+        if number is None:
+            raise _logged(LogValueError(
+                f"{where}: the value must be one real number; got {type(value).__name__} {_short_repr(value)}"))
         if self._pending is None:
             raise RuntimeError(f"{where} was called outside a hook: call it in on_step_end, on_epoch_end, ...")
-        self._pending[name] = float(array.reshape(-1)[0])
+        self._pending[name] = number
 
     # ------------------------------------------------------------------ wiring (the app calls bind)
     def bind(self, run: CallbackRun) -> None:
@@ -222,6 +223,52 @@ class Callback(MindSporeCallback):
         run = self._run
         if pending and run is not None and run.run_log is not None and run.writer:
             run.run_log.scalars(state.step, pending, epoch=state.epoch)
+
+
+class _OutOfRange(ValueError):
+    """One real number, finite, but beyond float64's range (``10**400``, ``Decimal('1e400')``)."""
+
+
+def _one_real(value: Any) -> Optional[float]:
+    """`value` as a float when it is one real number (a Python, NumPy or MindSpore one, a ``Fraction``, a
+    ``Decimal``), else None. Raises :class:`_OutOfRange` for a finite one beyond float64 (``float()`` would
+    overflow or round it to an infinity, which it is not); never anything else: a bad value is one line."""
+    try:
+        array = np.asarray(value.asnumpy() if hasattr(value, "asnumpy") else value)
+        if array.size != 1 or isinstance(value, bool):
+            return None
+        item = array.reshape(-1)[0]  # an object array (10**400, Decimal, Fraction) holds the object itself
+        item = item.item() if isinstance(item, np.generic) else item
+        if isinstance(item, bool) or not isinstance(item, (numbers.Real, Decimal)):
+            return None
+        number = float(item)
+    except OverflowError:  # an int or Fraction beyond float64
+        raise _OutOfRange() from None
+    except Exception:  # noqa: BLE001 - a ragged list, Decimal('sNaN'), a __float__ of the user's that raises
+        return None
+    if math.isinf(number) and _finite(item):
+        raise _OutOfRange()  # Decimal('1e400'), np.longdouble('1e400') convert to inf without a word
+    return number
+
+
+def _finite(item: Any) -> bool:
+    if isinstance(item, Decimal):
+        return item.is_finite()
+    if isinstance(item, numbers.Rational):
+        return True
+    try:
+        return bool(np.isfinite(item))
+    except TypeError:
+        return False
+
+
+def _short_repr(value: Any, limit: int = 60) -> str:
+    """`value`'s repr cut to `limit` characters (an int of more than 4300 digits has none: Python refuses it)."""
+    try:
+        text = repr(value)
+    except ValueError:
+        return f"<{type(value).__name__} of {value.bit_length()} bits>"
+    return text if len(text) <= limit else f"{text[:limit - 3]}..."
 
 
 def _logged(error: TrainingError) -> TrainingError:

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, Optional, Union
 
+import numpy as np
 from mindspore import nn
 from mindspore.train import Callback
 
@@ -16,6 +17,9 @@ from trainkit.errors import DataError
 from trainkit.rundir.checkpoint import checkpoint_crc, load_checkpoint_file, save_checksummed
 
 logger = logging.getLogger("trainkit")
+
+#: What ``best.ckpt`` carries, appended, about itself: the metric, value (float32) and step it was saved for.
+BEST_ENTRIES = ("best_metric", "best_value", "best_step")
 
 
 class BestCheckpoint(Callback):
@@ -136,9 +140,33 @@ class BestCheckpoint(Callback):
             return
         if info.get("crc32") != checkpoint_crc(self.path):
             info = self._info_from_checkpoint(info_path)
+        else:
+            info = self._checked_against_checkpoint(info, info_path)
         if info.get("metric") == self.metric and info.get("mode") == self.mode and \
                 isinstance(info.get("value"), (int, float)):
             self.best, self.best_epoch = float(info["value"]), info.get("epoch")
+
+    def _checked_against_checkpoint(self, info: Dict[str, Any], info_path: Path) -> Dict[str, Any]:
+        """`info` when ``best.ckpt``'s own entries (metric, value as float32, step) agree with it; else those
+        entries, with a warning: the CRC32 ties best.json to the file, not its value, which an edit can change
+        (a higher value kept, and no later evaluation would ever replace best.ckpt, silently)."""
+        try:
+            own = load_checkpoint_file(self.path)
+        except DataError:
+            return self._info_from_checkpoint(info_path)  # says why it cannot be read
+        if "best_value" not in own:
+            return info  # written before checkpoints said their value: the CRC32 is all there is to check
+        value, step = float(own["best_value"].asnumpy()), int(own["best_step"].asnumpy())
+        claimed = info.get("value")
+        agree = (isinstance(claimed, (int, float)) and not isinstance(claimed, bool)
+                 and np.float32(claimed) == np.float32(value) and info.get("metric") == str(own.get("best_metric"))
+                 and info.get("step") == step)
+        if agree:
+            return info
+        logger.warning("%s says %s %s at step %s, but %s was saved for %s %.6g at step %d (best.json edited?): the "
+                       "best so far is %s's own", info_path, info.get("metric"), claimed, info.get("step"),
+                       self.path, own.get("best_metric"), value, step, self.path.name)
+        return {"metric": str(own.get("best_metric")), "mode": self.mode, "value": value, "epoch": None}
 
     def _info_from_checkpoint(self, info_path: Path) -> Dict[str, Any]:
         """What ``best.ckpt`` says it was saved for, when ``best.json`` does not describe it."""

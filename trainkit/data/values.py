@@ -137,6 +137,7 @@ class FirstEpochCheck:
         self.source, self.columns, self.num_classes, self.batches = source, list(columns), num_classes, batches
         self.seen = 0
         self.problem: Optional[DataError] = None
+        self.classes_from: Optional[str] = None  # where num_classes came from, when not the data module
 
     def __call__(self, *arrays):
         if self.seen < self.batches:
@@ -146,8 +147,8 @@ class FirstEpochCheck:
             try:
                 check_values(self.source, features, labels, num_classes=classes, batch=self.seen)
             except DataError as error:
-                self.problem = error
-                raise
+                self.problem = DataError(f"{error} ({self.classes_from})") if self.classes_from else error
+                raise self.problem from None
         return arrays if len(arrays) > 1 else arrays[0]
 
 

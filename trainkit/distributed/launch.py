@@ -27,6 +27,7 @@ from typing import Dict, List, Optional, Sequence
 import psutil
 from omegaconf import DictConfig
 
+from trainkit import signals
 from trainkit.checks import choice
 from trainkit.distributed.parallel import check_parallel, close_log_files, launched_by_msrun
 from trainkit.errors import ConfigError, RunDirectoryInUse
@@ -169,8 +170,9 @@ class _MsrunJob:
                 worker.send_signal(signum)
 
     def run(self) -> int:
-        process = subprocess.Popen(self.command, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   text=True, start_new_session=True)  # its own group: msrun, scheduler, tails
+        with signals.unblocked():  # msrun inherits the mask of the thread that starts it (trainkit/signals.py)
+            process = subprocess.Popen(self.command, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                       text=True, start_new_session=True)  # its own group: msrun, scheduler, tails
         reader = threading.Thread(target=self._read_msrun, args=(process,), daemon=True)
         reader.start()
         interrupted = False

@@ -33,6 +33,8 @@ from mindspore import nn
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit.errors import CheckpointError, ConfigError, DataError, TrainingError
+from trainkit.rundir.kernel_path import ENTRY as KERNEL_PATH
+from trainkit.rundir.kernel_path import check_same_kernels, kernel_path
 from trainkit.rundir.parameter_fit import fit_problems, listing
 from trainkit.rundir.trust import check_data_only, check_trusted, targets
 from trainkit.step.wrapper import RUNNING_TOTALS
@@ -97,6 +99,7 @@ class TrainingCheckpoint:
     skipped_steps: int
     group_size: int
     config: Optional[DictConfig]
+    kernel_path: Optional[str] = None  # "fused" or "mindspore" (trainkit.rundir.kernel_path), None: no fused pass
 
 
 def config_text(config: Optional[DictConfig]) -> Optional[str]:
@@ -119,6 +122,9 @@ def save_training_checkpoint(wrapper: nn.Cell, path: Path, position: Position, *
     }
     if config_text is not None:
         append["trainkit_config"] = config_text
+    kernels = kernel_path(wrapper)
+    if kernels is not None:
+        append[KERNEL_PATH] = kernels
     path = Path(path)
     try:
         save_checksummed(wrapper, path, append)  # written as <name>.tmp, then renamed
@@ -224,7 +230,7 @@ def read_training_checkpoint(path: Path) -> TrainingCheckpoint:
         raise CheckpointError(f"checkpoint {path} is not a trainkit training checkpoint (no {', '.join(missing)}): "
                         "resume needs a file written by a trainkit run (checkpoints/trainkit-<epoch>_<step>.ckpt)")
     extra = {key: parameters.pop(key) for key in ("micro_steps", "steps_per_epoch", "skipped_steps", "group_size",
-                                                   "trainkit_config") if key in parameters}
+                                                   "trainkit_config", KERNEL_PATH) if key in parameters}
     config_text = extra.get("trainkit_config")
     config = OmegaConf.create(_scalar(config_text)) if config_text is not None else None
     if config is not None:  # a ConfigError, not a CheckpointError: never read past as "a file without a config"
@@ -233,7 +239,8 @@ def read_training_checkpoint(path: Path) -> TrainingCheckpoint:
         path=path, parameters=parameters,
         position=Position(int(_scalar(extra["micro_steps"])), int(_scalar(extra["steps_per_epoch"]))),
         skipped_steps=int(_scalar(extra.get("skipped_steps", 0))),
-        group_size=int(_scalar(extra.get("group_size", 1))), config=config)
+        group_size=int(_scalar(extra.get("group_size", 1))), config=config,
+        kernel_path=str(_scalar(extra[KERNEL_PATH])) if KERNEL_PATH in extra else None)
 
 
 def read_resumable_checkpoint(path: Path) -> TrainingCheckpoint:
@@ -329,6 +336,7 @@ def check_resumable(checkpoint: TrainingCheckpoint, cfg: DictConfig, network: nn
         raise ConfigError(f"{where} has {checkpoint.position.steps_per_epoch} steps per epoch and this run "
                           f"{steps_per_epoch}: the training data differs (data.root, its files, data.batch_size)")
     _check_parameters(checkpoint, network)
+    check_same_kernels(checkpoint.kernel_path, network, cfg.trainer.get("resume_kernels", "same"), where)
 
 
 def restore(checkpoint: TrainingCheckpoint, network: nn.Cell) -> None:

@@ -32,8 +32,8 @@ WEIGHTS = ("live", "ema")
 PYTORCH_SUFFIXES = (".pth", ".pt", ".bin", ".safetensors")
 EMA_PREFIX = "ema."
 # What trainkit appends to a training checkpoint besides Parameters (checkpoint.save_training_checkpoint).
-_APPENDED = ("micro_steps", "steps_per_epoch", "skipped_steps", "group_size", "trainkit_config", "best_metric",
-             "best_value", "best_step")
+_APPENDED = ("micro_steps", "steps_per_epoch", "skipped_steps", "group_size", "trainkit_config", "kernel_path",
+             "best_metric", "best_value", "best_step")
 
 
 # Training state the TrainingWrapper adds under a prefix of its own or as a bare name.
@@ -71,8 +71,17 @@ def numpy_dtype(dtype) -> np.dtype:
 
 
 def refuse_existing(output: Union[str, Path], force: bool) -> None:
-    """Raise CheckpointError when `output` exists and `force` is False -- before any work is done."""
-    if Path(output).exists() and not force:
+    """Raise CheckpointError when `output` exists and `force` is False, or when no file can be written there
+    whatever `force` says (a folder of that name, a file where a parent folder should be) -- before any work
+    is done: the write would end in a traceback after it."""
+    path = Path(output)
+    if path.is_dir():
+        raise CheckpointError(f"{output} is a folder: nothing was written; give a file name (--force replaces a file "
+                              "only, never a folder)")
+    blocking = next((parent for parent in path.parents if parent.exists() and not parent.is_dir()), None)
+    if blocking is not None:
+        raise CheckpointError(f"{output} cannot be written: {blocking} is a file, not a folder; nothing was written")
+    if path.exists() and not force:
         raise CheckpointError(f"{output} already exists: nothing was written; choose another output or pass --force "
                               "to replace it")
 

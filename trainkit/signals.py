@@ -1,0 +1,164 @@
+"""SIGTERM and SIGINT reach trainkit's command as what they are, and never in the middle of an import.
+
+Two things went wrong without this module, both measured on ``python -m trainkit`` (see DEVELOPERS.md):
+
+- MindSpore's C++ ``SignalGuard`` answers a SIGINT with ``kill(getpid(), SIGTERM)`` once its runtime threads have
+  installed it (they keep reinstalling it), so Ctrl-C read as SIGTERM and ended with 143, not 130.
+- A Python handler that raises runs at the next bytecode, wherever that is: inside ``import mindspore`` the
+  exception broke the C extension's initialisation (``ImportError: initialization failed`` in a Hydra traceback,
+  or a "Fatal Python error" and exit 134 at exit), before the command's handler even existed SIGTERM killed the
+  process without a word.
+
+So :func:`route` blocks both signals in the calling (main) thread before anything starts a thread: every thread
+created later, MindSpore's included, inherits the mask, and no C++ handler ever sees them. One thread of trainkit's
+takes them with ``sigtimedwait`` and hands each to the main thread's Python handler (``_thread.interrupt_main``,
+which runs that handler as if the signal had come), but only once the main thread is outside any import: a signal
+during one waits for its end. :func:`unroute` puts everything back (an in-process command, as in the tests).
+
+A child inherits the mask: a forked one (``os.fork``: multiprocessing's workers) unblocks the signals at once, and a
+command started with ``subprocess`` (msrun) is started inside :func:`unblocked`, else it would never see them.
+"""
+from __future__ import annotations
+
+import _thread
+import contextlib
+import os
+import signal
+import sys
+import threading
+from typing import Iterator, List, Optional
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+_POLL_SECONDS = 0.05  # how often the forwarding thread looks again at a main thread that is importing
+_IMPORTING = ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
+
+_forwarder: Optional[threading.Thread] = None
+_fork_hook = False
+_stop = threading.Event()
+
+
+def route() -> bool:
+    """Block SIGTERM and SIGINT here and in every later thread, and forward them from a thread of their own;
+    returns whether routing is on (it needs the main thread and Python 3.10's ``interrupt_main(signum)``)."""
+    global _forwarder
+    if _forwarder is not None:
+        return True
+    if threading.current_thread() is not threading.main_thread() or sys.version_info < (3, 10):
+        return False
+    global _fork_hook
+    if not _fork_hook:
+        os.register_at_fork(after_in_child=_unblock_in_child)
+        _fork_hook = True
+    signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    _stop.clear()
+    _forwarder = threading.Thread(target=_forward, args=(threading.main_thread().ident,),
+                                  name="trainkit-signals", daemon=True)
+    _forwarder.start()
+    return True
+
+
+def unroute() -> None:
+    """Stop forwarding and unblock the signals in the calling thread (threads started meanwhile keep them
+    blocked: a signal then goes to a thread that does not, the main one)."""
+    global _forwarder
+    if _forwarder is None:
+        return
+    _stop.set()
+    _forwarder.join()
+    _forwarder = None
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
+
+
+@contextlib.contextmanager
+def unblocked() -> Iterator[None]:
+    """The signals unblocked in the calling thread meanwhile: start child processes inside it (they inherit the
+    mask of the thread that starts them, through ``exec``); a signal in that moment reaches the Python handler."""
+    if _forwarder is None:
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+
+
+def _unblock_in_child() -> None:
+    """A forked child has no forwarding thread: it takes its signals itself."""
+    global _forwarder
+    if _forwarder is not None:
+        _forwarder = None
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
+
+
+def _forward(main_ident: int) -> None:
+    pending: List[int] = []
+    while not _stop.is_set():
+        try:
+            info = signal.sigtimedwait(SIGNALS, _POLL_SECONDS)
+        except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for odd platforms
+            info = None
+        if info is not None:
+            pending.append(info.si_signo)
+        if len(pending) > 1 and _importing(main_ident):  # sent again while an import holds the first: at once
+            _end_now(pending[-1])
+        while pending and not _importing(main_ident):
+            _deliver(pending.pop(0))
+
+
+def _importing(main_ident: int) -> bool:
+    """Whether the main thread is inside an import (a frame of importlib's bootstrap on its stack)."""
+    frame = sys._current_frames().get(main_ident)
+    while frame is not None:
+        if frame.f_code.co_filename in _IMPORTING:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _deliver(signum: int) -> None:
+    handler = signal.getsignal(signum)
+    if handler == signal.SIG_IGN:
+        return
+    if callable(handler):
+        _thread.interrupt_main(signum)  # the main thread runs `handler` at its next bytecode
+        return
+    _end_now(signum)  # SIG_DFL (SignalStop's second signal sets it, then re-sends it)
+
+
+def _end_now(signum: int) -> None:
+    """End the process as `signum`'s default action would (from the forwarding thread, which alone unblocks it)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signum])
+    signal.pthread_kill(threading.get_ident(), signum)
+    os._exit(128 + signum)  # only reached if a C handler (MindSpore's) took it instead
+
+
+_held: List[int] = []
+_original: dict = {}
+
+
+def start() -> None:
+    """What a command does first, before its imports: :func:`route`, and handlers that only record a signal
+    (:func:`held`) until the command installs its own. :func:`finish` undoes both."""
+    if _original or threading.current_thread() is not threading.main_thread():
+        return
+    _held.clear()
+    _original.update({signum: signal.signal(signum, _hold) for signum in SIGNALS})
+    route()
+
+
+def held() -> Optional[int]:
+    """The first signal that came since :func:`start`, before the command's own handlers, or None."""
+    return _held[0] if _held else None
+
+
+def finish() -> None:
+    """Put back the handlers :func:`start` found, and stop routing."""
+    unroute()
+    for signum, handler in _original.items():
+        signal.signal(signum, handler)
+    _original.clear()
+
+
+def _hold(signum, frame) -> None:
+    _held.append(signum)
