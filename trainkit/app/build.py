@@ -33,8 +33,8 @@ from trainkit.errors import ConfigError
 from trainkit.metrics import SampleMeanLoss
 from trainkit.models.conv import UnfoldConv2d
 from trainkit.models.dropout import streams_from_zero
+from trainkit.rundir import class_names, data_state
 from trainkit.rundir.checkpoint import TrainingCheckpoint as SavedCheckpoint
-from trainkit.rundir.class_names import checkpoint_entries
 from trainkit.step.mixed_precision import Float32EvalCell, build_loss_network
 from trainkit.step.wrapper import TrainingWrapper
 
@@ -222,9 +222,9 @@ def build_callbacks(cfg: DictConfig, writer: bool, run_dir: Path, run_log: RunLo
                     wrapper: TrainingWrapper, eval_set: ds.Dataset, resumed: Optional[SavedCheckpoint],
                     steps_per_epoch: int, sink_size: int, samples_per_step: int, group_size: int,
                     user_callbacks: List[ms.train.Callback],
-                    class_names: Optional[List[str]] = None) -> RunCallbacks:
+                    metadata: Optional[Dict[str, str]] = None) -> RunCallbacks:
     """The callbacks of a run, in the order they must run: trainkit's, then the user's. Every checkpoint they
-    write holds `class_names` (the data's, when it names its classes)."""
+    write holds `metadata` (the data's class names and state: :func:`checkpoint_metadata`)."""
     trainer = cfg.trainer
     # With sink_size, Model.train counts each sink as an "epoch"; callbacks see those units.
     sinks_per_epoch = steps_per_epoch // sink_size if sink_size > 0 else 1
@@ -252,7 +252,7 @@ def build_callbacks(cfg: DictConfig, writer: bool, run_dir: Path, run_log: RunLo
                                           every_n_steps=trainer.checkpoint_every_n_steps if trainer.save_checkpoints
                                           else 0, keep=trainer.keep_checkpoints,
                                           skipped_steps=lambda: metrics_cb.skipped_steps, group_size=group_size,
-                                          config=cfg, metadata=checkpoint_entries(class_names))
+                                          config=cfg, metadata=metadata)
     nonfinite_limit = trainer.max_nonfinite_steps  # without loss scaling, skipped updates do not fix themselves
     if nonfinite_limit and getattr(wrapper, "skip_nonfinite", False) and not wrapper.loss_scaling:
         callbacks.append(NonFiniteStop(nonfinite_limit, save_checkpoint=checkpointer.save if checkpointer else None))
@@ -262,11 +262,17 @@ def build_callbacks(cfg: DictConfig, writer: bool, run_dir: Path, run_log: RunLo
             best = best_metric(cfg)
             callbacks.append(BestCheckpoint(evaluation, checkpoints, metric=eval_tag(best),
                                             mode=best_mode(best, trainer.best_mode), network=wrapper,
-                                            metadata=checkpoint_entries(class_names)))
+                                            metadata=metadata))
     if checkpointer is not None:  # after the evaluation and best.ckpt: an epoch's checkpoint holds their outcome
         callbacks.append(checkpointer)
     callbacks += stop_callbacks(cfg, evaluation, checkpointer, checkpoints, group_size, writer)  # signals, early stop
     return RunCallbacks(callbacks + list(user_callbacks), metrics_cb, evaluation)
+
+
+def checkpoint_metadata(data: Any) -> Dict[str, str]:
+    """What every checkpoint of a run appends of its data module: its class names and state (after prepare)."""
+    return {**class_names.checkpoint_entries(class_names.class_names_of(data)),
+            **data_state.checkpoint_entries(data_state.data_state_of(data))}
 
 
 class _ForcedStream:

@@ -227,7 +227,8 @@ def read_training_checkpoint(path: Path) -> TrainingCheckpoint:
         raise CheckpointError(f"checkpoint {path} is not a trainkit training checkpoint (no {', '.join(missing)}): "
                         "resume needs a file written by a trainkit run (checkpoints/trainkit-<epoch>_<step>.ckpt)")
     extra = {key: parameters.pop(key) for key in ("micro_steps", "steps_per_epoch", "skipped_steps", "group_size",
-                                                   "trainkit_config", "trainkit_class_names") if key in parameters}
+                                                   "trainkit_config", "trainkit_class_names", "trainkit_data_state")
+             if key in parameters}
     config_text = extra.get("trainkit_config")
     config = OmegaConf.create(_scalar(config_text)) if config_text is not None else None
     return TrainingCheckpoint(
