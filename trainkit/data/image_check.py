@@ -69,11 +69,13 @@ def check_image(path: Path) -> int:
 
 
 def check_channels(channels: Sequence[Tuple[Path, int]]) -> None:
-    """Refuse images of different channel counts (a grayscale scan among colour photos), naming one of each."""
-    first_of: Dict[int, Path] = {}
+    """Refuse images of different channel counts (a grayscale scan among colour photos), naming the first image of
+    the rarer count and one of the commoner."""
+    files: Dict[int, List[Path]] = {}
     for path, count in channels:
-        first_of.setdefault(count, path)
-    if len(first_of) > 1:
-        (count_a, path_a), (count_b, path_b) = sorted(first_of.items())[:2]
-        raise DataError(f"{path_b} has {count_b} channels but {path_a} has {count_a}: the images mix channel counts; "
-                        "convert them all to one mode (e.g. RGB)")
+        files.setdefault(count, []).append(path)
+    if len(files) > 1:
+        common, rare = sorted(files, key=lambda c: (-len(files[c]), c))[:2]
+        raise DataError(f"{files[rare][0]} has {rare} channel{'s' * (rare > 1)}, but {len(files[common])} other "
+                        f"images have {common} (e.g. {files[common][0]}): the images mix channel counts; convert "
+                        "them all to one mode (e.g. RGB)")
