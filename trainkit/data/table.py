@@ -138,10 +138,14 @@ class TableData:
         categorical = [c for c in features if c in (self.categorical or []) or
                        (self.categorical is None and not table.numeric[c])]
         for column in features:
-            if column not in categorical and not table.numeric[column]:
+            values = [v for v in table.columns[column] if v is not None]
+            numbers = sum(_float(v) is not None for v in values)
+            listed = self.categorical is not None and column in self.categorical
+            if not table.numeric[column] and not listed and (column not in categorical or 2 * numbers > len(values)):
+                # a column of numbers with a stray word: a typo, not categories
                 row = next(r for r, v in enumerate(table.columns[column]) if v is not None and _float(v) is None)
                 raise DataError(f"{self.path}: column {column!r} holds text ({table.columns[column][row]!r} in row "
-                                f"{row}) but is not listed in data.categorical: list it there, or fix the value")
+                                f"{row}) among numbers: fix the value, or list the column in data.categorical")
         task, classes, labels = self._target(table)
         train, val, test = _split(labels if task == "classification" else None, table.rows, self.test_fraction,
                                   self.val_fraction, self.split_seed)

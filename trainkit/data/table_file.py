@@ -87,8 +87,10 @@ def _read_parquet(path: Path) -> Table:
         import pyarrow.parquet as pq
         import pyarrow.types as pat
     except ImportError as error:
-        raise DataError(f"{path}: reading Parquet needs pyarrow, which is not installed: pip install "
-                        "'trainkit[table]' (or pip install pyarrow)") from error
+        reason = "is not installed" if isinstance(error, ModuleNotFoundError) or "None in sys.modules" in str(error) \
+            else f"cannot be imported ({' '.join(str(error).split())})"
+        raise DataError(f"{path}: reading Parquet needs pyarrow, which {reason}: pip install 'trainkit[table]' "
+                        "(or pip install 'pyarrow<21')") from error
     try:
         arrow = pq.read_table(path)
     except Exception as error:  # noqa: BLE001 -- pyarrow raises several types for a damaged file
