@@ -52,9 +52,12 @@ def instantiate_group(group: str, node: DictConfig, **kwargs):
 
 
 def group_error(group: str, node: DictConfig, error: BaseException) -> ConfigError:
-    """``data.batch_size must be ...`` when the message starts with an argument's name, else the group and target."""
+    """``data.batch_size must be ...`` when the message starts with an argument's name (or the whole key), else the
+    group and target."""
     message = " ".join(str(error).split())  # one line: Hydra's and Python's messages can span several
     name = message.split(" ", 1)[0]
+    if name.startswith(f"{group}."):  # the message names the full key already (data.augment.mixup_alpha ...)
+        return ConfigError(message)
     if name.isidentifier() and name in node and message.startswith(f"{name} must"):
         return ConfigError(f"{group}.{message}")
     return ConfigError(f"{group} ({node.get('_target_')}): {message}")

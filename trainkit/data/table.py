@@ -172,7 +172,8 @@ class TableData:
         missing = [r for r, v in enumerate(values) if v is None]
         if missing:
             raise DataError(f"{self.path}: column {self.target!r} (the target) has no value in row {missing[0]}: a "
-                            f"target is never filled; fix or remove the row ({len(missing)} rows in all)")
+                            f"target is never filled; fix or remove the row" + (f" ({len(missing)} rows in all)" if len(missing) > 1
+                                                                  else ""))
         numeric = table.numeric[self.target]
         task = self.task
         if task == "auto":
