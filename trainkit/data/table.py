@@ -171,9 +171,9 @@ class TableData:
         values = table.columns[self.target]
         missing = [r for r, v in enumerate(values) if v is None]
         if missing:
+            more = f" ({len(missing)} rows in all)" if len(missing) > 1 else ""
             raise DataError(f"{self.path}: column {self.target!r} (the target) has no value in row {missing[0]}: a "
-                            f"target is never filled; fix or remove the row" + (f" ({len(missing)} rows in all)" if len(missing) > 1
-                                                                  else ""))
+                            f"target is never filled; fix or remove the row{more}")
         numeric = table.numeric[self.target]
         task = self.task
         if task == "auto":
