@@ -146,3 +146,18 @@ def test_layout_errors_name_the_folder(tmp_path, monkeypatch):
     assert f"{tmp_path / 'split' / 'val' / 'cow'} is a class folder that" in refused(tmp_path / "split")
     printed = run_in_process(["python", "-m", "trainkit", "data=image_folder", f"hydra.run.dir={tmp_path / 'run'}"])
     assert "data.root must be the folder of class folders (data.root=DIR); got None" in printed.stderr
+
+
+def test_the_augmentations_draw_the_same_whatever_the_worker_count(tmp_path):
+    """data.num_parallel_workers is a key a resume may change (trainkit.rundir.checkpoint.DATA_KEYS_FREE), so the
+    random ops must not depend on it. Mutation caught: the random stage mapped with num_parallel_workers threads
+    (MindSpore gives each thread its own stream: 1 and 2 workers differ, red)."""
+    import mindspore.dataset as ds
+
+    root = write_folder(tmp_path / "images", COUNTS)
+    images = {}
+    for workers in (1, 2):
+        ds.config.set_seed(5)
+        data = ImageFolderData(root, image_size=8, batch_size=4, augment="strong", num_parallel_workers=workers)
+        images[workers] = [b["image"] for b in batches(data.train_dataset())]
+    assert all(np.array_equal(a, b) for a, b in zip(images[1], images[2]))

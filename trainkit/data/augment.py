@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any, Dict, List, Mapping, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import mindspore as ms
 from mindspore.dataset import transforms, vision
@@ -148,21 +148,30 @@ def _whole(value: Any) -> bool:
 def image_ops(augment: Augment, image_size: int, train: bool) -> list:
     """The per-image ops after ``Decode`` (uint8 HWC in, float32 CHW out): the training ones when `train`, else
     the evaluation's (resize the shorter side, centre crop, normalise), which prediction uses too."""
+    return [op for stage in image_stages(augment, image_size, train) for op in stage]
+
+
+def image_stages(augment: Augment, image_size: int, train: bool) -> Tuple[list, list, list]:
+    """:func:`image_ops` in three stages: the deterministic ops before the random ones, the random ones (empty
+    for evaluation or without augmentation), the deterministic ones after. A pipeline runs the random stage in
+    one thread: MindSpore gives each thread of a map its own random stream, so the draws would otherwise depend
+    on ``num_parallel_workers``, a key a resume may change."""
     size = (image_size, image_size)
-    ops: list = []
+    before: list = []
+    random: list = []
     if train and augment.random_resized_crop:
-        ops.append(vision.RandomResizedCrop(size, scale=tuple(augment.scale), ratio=tuple(augment.ratio)))
+        random.append(vision.RandomResizedCrop(size, scale=tuple(augment.scale), ratio=tuple(augment.ratio)))
     else:
-        ops += [vision.Resize(image_size), vision.CenterCrop(size)]
+        before += [vision.Resize(image_size), vision.CenterCrop(size)]
     if train and augment.hflip > 0:
-        ops.append(vision.RandomHorizontalFlip(prob=float(augment.hflip)))
+        random.append(vision.RandomHorizontalFlip(prob=float(augment.hflip)))
     if train and augment.auto_augment == "randaugment":
-        ops.append(vision.RandAugment(num_ops=int(augment.randaugment_ops),
-                                      magnitude=int(augment.randaugment_magnitude)))
+        random.append(vision.RandAugment(num_ops=int(augment.randaugment_ops),
+                                         magnitude=int(augment.randaugment_magnitude)))
     elif train and augment.auto_augment == "autoaugment":
-        ops.append(vision.AutoAugment(policy=POLICIES[augment.autoaugment_policy]))
-    ops += [vision.Normalize([255.0 * m for m in augment.mean], [255.0 * s for s in augment.std]), vision.HWC2CHW()]
-    return ops
+        random.append(vision.AutoAugment(policy=POLICIES[augment.autoaugment_policy]))
+    after = [vision.Normalize([255.0 * m for m in augment.mean], [255.0 * s for s in augment.std]), vision.HWC2CHW()]
+    return before, random, after
 
 
 def label_ops(augment: Augment, num_classes: int, train: bool) -> list:

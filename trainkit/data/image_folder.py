@@ -35,7 +35,7 @@ import numpy as np
 from mindspore.dataset import transforms, vision
 
 from trainkit.checks import check_int
-from trainkit.data.augment import batch_ops, describe, image_ops, label_ops, parse_augment
+from trainkit.data.augment import batch_ops, describe, image_ops, image_stages, label_ops, parse_augment
 from trainkit.data.cifar10 import check_shards
 from trainkit.data.image_check import EXTENSIONS, check_channels, check_image, image_files
 from trainkit.errors import ConfigError, DataError
@@ -71,7 +71,7 @@ class ImageFolderData:
         val_fraction: share of each class carved for validation when there is no val/ folder, in (0, 1).
         test_fraction: share of each class carved for the test set when there is no test/ folder, in (0, 1).
         split_seed: seed of the carving (independent of the training seed).
-        num_parallel_workers: threads per pipeline stage.
+        num_parallel_workers: threads per pipeline stage (at most the machine's CPUs).
 
     After `prepare()`: ``class_names``, ``num_classes``, and ``image_channels`` (3: images are decoded to RGB).
     """
@@ -187,7 +187,7 @@ class ImageFolderData:
             raise ConfigError(f"batch_size={self.batch_size} is larger than the {per_shard} training images per shard "
                               f"({len(split)} images, num_shards={num_shards}): lower data.batch_size")
         dataset = self._pipeline(split, True, num_shards, shard_id)
-        dataset = dataset.batch(self.batch_size, drop_remainder=True, num_parallel_workers=self.num_parallel_workers)
+        dataset = dataset.batch(self.batch_size, drop_remainder=True)
         mixers = batch_ops(self.augment)
         if mixers:
             dataset = dataset.map(operations=mixers, input_columns=["image", "label"], num_parallel_workers=1)
@@ -208,7 +208,7 @@ class ImageFolderData:
     def _ordered(self, which: str, num_shards: int, shard_id: int) -> ds.Dataset:
         num_shards, shard_id = check_shards(num_shards, shard_id)
         dataset = self._pipeline(self._split(which), False, num_shards, shard_id)
-        return dataset.batch(self.eval_batch_size, drop_remainder=False, num_parallel_workers=self.num_parallel_workers)
+        return dataset.batch(self.eval_batch_size, drop_remainder=False)
 
     def _split(self, which: str) -> _Split:
         if self._splits is None:
@@ -218,12 +218,16 @@ class ImageFolderData:
 
     def _pipeline(self, split: _Split, train: bool, num_shards: int, shard_id: int) -> ds.Dataset:
         sampler = _sampler(split.rows, train, num_shards, shard_id)
+        workers = min(self.num_parallel_workers, os.cpu_count() or 1)  # MindSpore refuses more threads than CPUs
         dataset = ds.ImageFolderDataset(str(split.folder), sampler=sampler, extensions=list(_EXTENSIONS_BOTH_CASES),
                                         class_indexing=split.class_indexing, decode=False,
-                                        num_parallel_workers=self.num_parallel_workers)
-        workers = self.num_parallel_workers
-        dataset = dataset.map(operations=[vision.Decode(), *image_ops(self.augment, self.image_size, train)],
-                              input_columns="image", num_parallel_workers=workers)
+                                        num_parallel_workers=workers)
+        before, random, after = image_stages(self.augment, self.image_size, train)
+        dataset = dataset.map(operations=[vision.Decode(), *before], input_columns="image",
+                              num_parallel_workers=workers)
+        if random:  # one thread: the draws do not depend on num_parallel_workers (see image_stages)
+            dataset = dataset.map(operations=random, input_columns="image", num_parallel_workers=1)
+        dataset = dataset.map(operations=after, input_columns="image", num_parallel_workers=workers)
         return dataset.map(operations=label_ops(self.augment, self.num_classes, train), input_columns="label",
                            num_parallel_workers=workers)
 
