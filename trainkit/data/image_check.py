@@ -7,6 +7,8 @@ upper case, as ``ImageFolderDataset`` is told to read).
 """
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
@@ -66,6 +68,13 @@ def check_image(path: Path) -> int:
         raise DataError(f"{path} holds a {found} image under a {suffix} name: rename it "
                         f"(.{found.lower().replace('jpeg', 'jpg')})")
     return _CHANNELS.get(mode, 3)
+
+
+def check_images(paths: Sequence[Path], threads: int) -> List[Tuple[Path, int]]:
+    """:func:`check_image` of every path, in `threads` threads (Pillow decodes without the GIL: about 3 ms per
+    256x320 JPEG on one core); the first bad file in `paths` order is the one named."""
+    with ThreadPoolExecutor(max_workers=max(1, min(threads, os.cpu_count() or 1))) as pool:
+        return list(zip(paths, pool.map(check_image, paths)))
 
 
 def check_channels(channels: Sequence[Tuple[Path, int]]) -> None:

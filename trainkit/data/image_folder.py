@@ -37,7 +37,7 @@ from mindspore.dataset import transforms, vision
 from trainkit.checks import check_int
 from trainkit.data.augment import batch_ops, describe, image_ops, image_stages, label_ops, parse_augment
 from trainkit.data.cifar10 import check_shards
-from trainkit.data.image_check import EXTENSIONS, check_channels, check_image, image_files
+from trainkit.data.image_check import EXTENSIONS, check_channels, check_image, check_images, image_files
 from trainkit.errors import ConfigError, DataError
 
 log = logging.getLogger("trainkit")
@@ -124,7 +124,6 @@ class ImageFolderData:
         self.num_classes = len(classes)
         indexing = {name: i for i, name in enumerate(classes)}
         files = {}
-        channels: List[Tuple[Path, int]] = []
         for split, folder in [("train", train_folder)] + [(s, f) for s, f in folders.items() if s != "train"]:
             present = _class_folders(folder)
             extra = sorted(set(present) - set(classes))
@@ -136,9 +135,8 @@ class ImageFolderData:
                 if not files[split][name]:
                     raise DataError(f"{folder / name} is an empty class folder: it holds no image "
                                     f"({', '.join(EXTENSIONS)})")
-                for path in files[split][name]:
-                    channels.append((path, check_image(path)))
-        check_channels(channels)
+        check_channels(check_images([path for split in files.values() for paths in split.values() for path in paths],
+                                    self.num_parallel_workers))
         labels = {split: np.concatenate([np.full(len(files[split][name]), indexing[name], np.int32)
                                          for name in sorted(files[split])]) for split in files}
         splits = {split: _Split(folders.get(split, train_folder), {n: indexing[n] for n in files[split]}, None,
