@@ -38,8 +38,10 @@ def test_a_jpeg_and_png_folder_trains_through_the_app(graph_mode, tmp_path):
 def test_one_folder_is_carved_per_class_by_fraction_and_seed(tmp_path):
     """Per class: round(fraction * count) test images, then as many validation ones, at least one each, chosen by
     split_seed; the rest train. Checked against the labels the pipeline reads."""
-    data = ImageFolderData(write_folder(tmp_path / "images", COUNTS), image_size=8, batch_size=2,
-                           val_fraction=0.2, test_fraction=0.3, num_parallel_workers=1)
+    write_folder(tmp_path / "images", COUNTS)
+    (tmp_path / "images" / "dog" / ".DS_Store").write_bytes(b"Finder's")  # hidden, not an image: ignored
+    data = ImageFolderData(tmp_path / "images", image_size=8, batch_size=2, val_fraction=0.2, test_fraction=0.3,
+                           num_parallel_workers=1)
     data.prepare()
     sizes = {split: np.bincount(data.split_labels(split), minlength=3) for split in ("train", "val", "test")}
     expected_test = [round(0.3 * n) for n in (10, 8, 6)]  # cat, dog, emu: 3, 2, 2
@@ -111,11 +113,12 @@ def a_gif(path):
     (lambda p: write_image(p, np.random.default_rng(1), mode="L"), "dog/grey.png",
      "{path} has 1 channel, but 6 other images have 3 (e.g. "),
     (lambda p: p.mkdir(), "fox", "{path} is an empty class folder"),
+    (not_an_image, "dog/._img000.jpg", "{path} is not an image the decoder reads"),  # macOS's AppleDouble file
 ], ids=["truncated_jpeg", "truncated_png", "not_an_image", "gif_extension", "gif_content", "mixed_channels",
-        "empty_class"])
+        "empty_class", "hidden_image_name"])
 def test_a_bad_file_is_refused_in_one_line_naming_it_before_compiling(tmp_path, monkeypatch, make, name, message):
-    """Mutation caught: check_image without image.load() (only the header read): the truncated PNG passes the
-    check (red)."""
+    """Mutations caught: check_image without image.load() (only the header read): the truncated PNG passes the
+    check (red); image_files leaving out every hidden file: ImageFolderDataset still reads ._img000.jpg (red)."""
     root = write_folder(tmp_path / "images", {"cat": 3, "dog": 3})
     path = root / name
     make(path)

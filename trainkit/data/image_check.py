@@ -18,14 +18,18 @@ from trainkit.errors import DataError
 FORMATS: Dict[str, str] = {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG", ".bmp": "BMP", ".tif": "TIFF",
                            ".tiff": "TIFF"}
 EXTENSIONS = tuple(FORMATS)
+_UPPER = tuple(e.upper() for e in EXTENSIONS)
 # Pillow's mode -> the channels it holds ("P": a palette of colours, "1": one bit per pixel)
 _CHANNELS = {"1": 1, "L": 1, "I": 1, "I;16": 1, "F": 1, "P": 3, "LA": 2, "PA": 4, "RGB": 3, "YCbCr": 3, "LAB": 3,
              "HSV": 3, "RGBA": 4, "RGBX": 4, "CMYK": 4}
 
 
 def image_files(folder: Path) -> List[Path]:
-    """The files of a class folder, sorted by name (as ``ImageFolderDataset`` reads them); hidden files left out."""
-    return sorted((p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")), key=lambda p: p.name)
+    """The files of a class folder to check, sorted by name (as ``ImageFolderDataset`` reads them): every file but
+    a hidden one without an image extension (``.DS_Store``). A hidden file named as an image (macOS's
+    ``._photo.jpg``) is kept: ``ImageFolderDataset`` would read it."""
+    return sorted((p for p in folder.iterdir() if p.is_file() and
+                   (not p.name.startswith(".") or p.suffix in EXTENSIONS or p.suffix in _UPPER)), key=lambda p: p.name)
 
 
 def _image_module():
