@@ -341,19 +341,26 @@ class Cifar10Data:
         return ds.GeneratorDataset(source, column_names=["image", "label"], sampler=sampler,
                                    num_parallel_workers=1, python_multiprocessing=False)
 
-    def _image_ops(self, train: bool) -> list:
-        ops: list = []
+    def _image_ops(self, train: bool) -> Tuple[list, list]:
+        """(the random ops, the deterministic ones after them): the random ones run in one thread (MindSpore gives
+        each thread of a map its own random stream, so the crops and flips would otherwise depend on
+        num_parallel_workers, a key a resume may change)."""
+        random: list = []
         if train and self.augment:
-            ops += [vision.RandomCrop((32, 32), (4, 4, 4, 4)), vision.RandomHorizontalFlip(prob=0.5)]
+            random += [vision.RandomCrop((32, 32), (4, 4, 4, 4)), vision.RandomHorizontalFlip(prob=0.5)]
+        ops: list = []
         if self.image_size != 32:
             ops.append(vision.Resize((self.image_size, self.image_size)))  # bilinear, on uint8 like the reference
         ops += [vision.Rescale(1.0 / 255.0, 0.0), vision.Normalize(list(MEAN), list(STD)), vision.HWC2CHW()]
-        return ops
+        return random, ops
 
-    def _pipeline(self, dataset: ds.Dataset, image_ops: list, batch_size: int, drop_remainder: bool) -> ds.Dataset:
+    def _pipeline(self, dataset: ds.Dataset, image_ops: Tuple[list, list], batch_size: int,
+                  drop_remainder: bool) -> ds.Dataset:
         workers = self.num_parallel_workers
         dataset = dataset.map(operations=transforms.TypeCast(ms.int32), input_columns="label",
                               num_parallel_workers=workers)
-        dataset = dataset.map(operations=image_ops, input_columns="image", num_parallel_workers=workers)
+        random, ops = image_ops
+        if random:
+            dataset = dataset.map(operations=random, input_columns="image", num_parallel_workers=1)
+        dataset = dataset.map(operations=ops, input_columns="image", num_parallel_workers=workers)
         return dataset.batch(batch_size, drop_remainder=drop_remainder, num_parallel_workers=workers)
-
