@@ -393,3 +393,12 @@ def test_random_crops_and_flips_do_not_depend_on_the_worker_count(tmp_path):
         images[workers] = [b["image"] for b in data.train_dataset().create_dict_iterator(output_numpy=True,
                                                                                          num_epochs=1)]
     assert all(np.array_equal(a, b) for a, b in zip(images[1], images[2]))
+
+
+def test_more_workers_than_cpus_run_on_the_cpus_there_are(tmp_path):
+    """MindSpore raises a ValueError (a traceback) for more threads than CPUs. Mutation caught: _pipeline using
+    num_parallel_workers as given (red)."""
+    write_cifar10(str(tmp_path), train_per_file=10, test_records=8, seed=5)
+    data = Cifar10Data(str(tmp_path), image_size=32, batch_size=8, num_parallel_workers=(os.cpu_count() or 1) + 3)
+    assert sum(len(b["label"]) for b in data.train_dataset().create_dict_iterator(output_numpy=True, num_epochs=1)) \
+        == 40

@@ -67,6 +67,12 @@ def check_shards(num_shards: Any, shard_id: Any) -> Tuple[int, int]:
     return num_shards, shard_id
 
 
+def pipeline_workers(requested: int) -> int:
+    """`requested` threads per pipeline stage, at most the machine's CPUs: MindSpore raises a ValueError past them,
+    and ``data.num_parallel_workers`` is a key a resume may change, on another machine too."""
+    return max(1, min(int(requested), os.cpu_count() or 1))
+
+
 # ------------------------------------------------------------------------------------------------ record source
 class _RecordSource:
     """Random-access CIFAR-10 records read with NumPy, for files whose record count is not the official 10,000.
@@ -335,7 +341,7 @@ class Cifar10Data:
         self._ensure_prepared()
         if self._native_readable(names, usage):
             return ds.Cifar10Dataset(self.folder, usage=usage, sampler=sampler,
-                                     num_parallel_workers=self.num_parallel_workers)
+                                     num_parallel_workers=pipeline_workers(self.num_parallel_workers))
         logger.info("Reading %s with NumPy: the files are not the official %d records each", usage, OFFICIAL_RECORDS)
         source = _RecordSource([os.path.join(self.folder, name) for name in names])
         return ds.GeneratorDataset(source, column_names=["image", "label"], sampler=sampler,
@@ -356,7 +362,7 @@ class Cifar10Data:
 
     def _pipeline(self, dataset: ds.Dataset, image_ops: Tuple[list, list], batch_size: int,
                   drop_remainder: bool) -> ds.Dataset:
-        workers = self.num_parallel_workers
+        workers = pipeline_workers(self.num_parallel_workers)
         dataset = dataset.map(operations=transforms.TypeCast(ms.int32), input_columns="label",
                               num_parallel_workers=workers)
         random, ops = image_ops

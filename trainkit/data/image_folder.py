@@ -36,7 +36,7 @@ from mindspore.dataset import transforms, vision
 
 from trainkit.checks import check_int
 from trainkit.data.augment import batch_ops, describe, image_ops, image_stages, label_ops, parse_augment
-from trainkit.data.cifar10 import check_shards
+from trainkit.data.cifar10 import check_shards, pipeline_workers
 from trainkit.data.image_check import EXTENSIONS, check_channels, check_image, check_images, image_files
 from trainkit.errors import ConfigError, DataError
 
@@ -216,7 +216,7 @@ class ImageFolderData:
 
     def _pipeline(self, split: _Split, train: bool, num_shards: int, shard_id: int) -> ds.Dataset:
         sampler = _sampler(split.rows, train, num_shards, shard_id)
-        workers = min(self.num_parallel_workers, os.cpu_count() or 1)  # MindSpore refuses more threads than CPUs
+        workers = pipeline_workers(self.num_parallel_workers)  # at most the CPUs: MindSpore raises past them
         dataset = ds.ImageFolderDataset(str(split.folder), sampler=sampler, extensions=list(_EXTENSIONS_BOTH_CASES),
                                         class_indexing=split.class_indexing, decode=False,
                                         num_parallel_workers=workers)
