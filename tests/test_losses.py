@@ -57,3 +57,16 @@ def test_label_smoothing_spreads_epsilon_over_the_classes(graph_mode):
 def test_label_smoothing_out_of_range_names_the_argument():
     with pytest.raises(ConfigError, match=r"label_smoothing must be a number in \[0, 1\); got 1.0"):
         CrossEntropy(label_smoothing=1.0)
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_cross_entropy_takes_mixed_soft_targets(mode, smoothing):
+    """MixUp/CutMix targets (float rows summing to 1): -sum(t * log_softmax) with t smoothed as PyTorch does,
+    (1 - e) t + e / classes. Mutation caught: construct() ignoring the label's rank (the sparse kernel refuses
+    float labels: red without smoothing)."""
+    soft = np.abs(RNG.rand(6, 4)).astype(np.float32)
+    soft /= soft.sum(axis=1, keepdims=True)
+    smoothed = (1 - smoothing) * soft + smoothing / 4
+    expected = -(smoothed * log_softmax(LOGITS)).sum(axis=1).mean()
+    loss = CrossEntropy(label_smoothing=smoothing)
+    assert float(loss(ms.Tensor(LOGITS), ms.Tensor(soft)).asnumpy()) == pytest.approx(expected, rel=1e-5)

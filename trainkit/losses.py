@@ -18,6 +18,10 @@ class CrossEntropy(nn.Cell):
     used, so recipes train exactly as before); ``label_smoothing=e > 0`` is ``nn.CrossEntropyLoss(label_smoothing=e)``
     (targets ``(1 - e)`` on the class and ``e / classes`` spread over all, as PyTorch's). Chosen in ``__init__``.
 
+    Labels ``(batch, classes)`` of floats are class probabilities (the mixed targets of MixUp/CutMix,
+    ``data.augment``): ``nn.CrossEntropyLoss(label_smoothing=e)`` takes them, smoothing them as PyTorch does
+    (``(1 - e) p + e / classes``). The label's rank is known when the graph compiles, so the choice costs nothing.
+
     Args:
         label_smoothing: in [0, 1).
 
@@ -35,6 +39,9 @@ class CrossEntropy(nn.Cell):
             self.loss = nn.CrossEntropyLoss(reduction="mean", label_smoothing=self.label_smoothing)
         else:
             self.loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+        self.soft_loss = nn.CrossEntropyLoss(reduction="mean", label_smoothing=self.label_smoothing)
 
     def construct(self, logits, labels):
+        if labels.ndim == 2:  # class probabilities (mixed targets): a compile-time choice
+            return self.soft_loss(logits, labels)
         return self.loss(logits, labels)

@@ -379,3 +379,26 @@ def test_official_size_training_files_give_the_same_validation_through_cifar10da
     np.testing.assert_array_equal(labels, written["train_labels"][expected])
     np.testing.assert_allclose(native[1][0], normalised_chw(written["train_images"][expected[2500:5000]]),
                                rtol=0, atol=1e-5)
+
+
+def test_random_crops_and_flips_do_not_depend_on_the_worker_count(tmp_path):
+    """data.num_parallel_workers may change on a resume (DATA_KEYS_FREE): the random ops run in one thread, so 1
+    and 2 workers draw the same crops and flips. Mutation caught: the random ops mapped with num_parallel_workers
+    threads (MindSpore gives each its own stream: red)."""
+    write_cifar10(str(tmp_path), train_per_file=10, test_records=8, seed=5)
+    images = {}
+    for workers in (1, 2):
+        ds.config.set_seed(5)
+        data = Cifar10Data(str(tmp_path), image_size=32, batch_size=8, num_parallel_workers=workers)
+        images[workers] = [b["image"] for b in data.train_dataset().create_dict_iterator(output_numpy=True,
+                                                                                         num_epochs=1)]
+    assert all(np.array_equal(a, b) for a, b in zip(images[1], images[2]))
+
+
+def test_more_workers_than_cpus_run_on_the_cpus_there_are(tmp_path):
+    """MindSpore raises a ValueError (a traceback) for more threads than CPUs. Mutation caught: _pipeline using
+    num_parallel_workers as given (red)."""
+    write_cifar10(str(tmp_path), train_per_file=10, test_records=8, seed=5)
+    data = Cifar10Data(str(tmp_path), image_size=32, batch_size=8, num_parallel_workers=(os.cpu_count() or 1) + 3)
+    assert sum(len(b["label"]) for b in data.train_dataset().create_dict_iterator(output_numpy=True, num_epochs=1)) \
+        == 40

@@ -32,6 +32,7 @@ from trainkit.checks import choice
 from trainkit.errors import ConfigError
 from trainkit.metrics import SampleMeanLoss
 from trainkit.models.dropout import streams_from_zero
+from trainkit.rundir import class_names, data_state
 from trainkit.rundir.checkpoint import TrainingCheckpoint as SavedCheckpoint
 from trainkit.rundir.kernel_path import fused_passes
 from trainkit.step.mixed_precision import Float32EvalCell, build_loss_network
@@ -51,9 +52,12 @@ def instantiate_group(group: str, node: DictConfig, **kwargs):
 
 
 def group_error(group: str, node: DictConfig, error: BaseException) -> ConfigError:
-    """``data.batch_size must be ...`` when the message starts with an argument's name, else the group and target."""
+    """``data.batch_size must be ...`` when the message starts with an argument's name (or the whole key), else the
+    group and target."""
     message = " ".join(str(error).split())  # one line: Hydra's and Python's messages can span several
     name = message.split(" ", 1)[0]
+    if name.startswith(f"{group}."):  # the message names the full key already (data.augment.mixup_alpha ...)
+        return ConfigError(message)
     if name.isidentifier() and name in node and message.startswith(f"{name} must"):
         return ConfigError(f"{group}.{message}")
     return ConfigError(f"{group} ({node.get('_target_')}): {message}")
@@ -216,8 +220,10 @@ class RunCallbacks:
 def build_callbacks(cfg: DictConfig, writer: bool, run_dir: Path, run_log: RunLog, model: Model,
                     wrapper: TrainingWrapper, eval_set: ds.Dataset, resumed: Optional[SavedCheckpoint],
                     steps_per_epoch: int, sink_size: int, samples_per_step: int, group_size: int,
-                    user_callbacks: List[ms.train.Callback]) -> RunCallbacks:
-    """The callbacks of a run, in the order they must run: trainkit's, then the user's."""
+                    user_callbacks: List[ms.train.Callback],
+                    metadata: Optional[Dict[str, str]] = None) -> RunCallbacks:
+    """The callbacks of a run, in the order they must run: trainkit's, then the user's. Every checkpoint they
+    write holds `metadata` (the data's class names and state: :func:`checkpoint_metadata`)."""
     trainer = cfg.trainer
     # With sink_size, Model.train counts each sink as an "epoch"; callbacks see those units.
     sinks_per_epoch = steps_per_epoch // sink_size if sink_size > 0 else 1
@@ -245,7 +251,7 @@ def build_callbacks(cfg: DictConfig, writer: bool, run_dir: Path, run_log: RunLo
                                           every_n_steps=trainer.checkpoint_every_n_steps if trainer.save_checkpoints
                                           else 0, keep=trainer.keep_checkpoints,
                                           skipped_steps=lambda: metrics_cb.skipped_steps, group_size=group_size,
-                                          config=cfg)
+                                          config=cfg, metadata=metadata)
     nonfinite_limit = trainer.max_nonfinite_steps  # without loss scaling, skipped updates do not fix themselves
     if nonfinite_limit and getattr(wrapper, "skip_nonfinite", False) and not wrapper.loss_scaling:
         callbacks.append(NonFiniteStop(nonfinite_limit, save_checkpoint=checkpointer.save if checkpointer else None))
@@ -254,11 +260,18 @@ def build_callbacks(cfg: DictConfig, writer: bool, run_dir: Path, run_log: RunLo
         if writer and trainer.save_checkpoints:
             best = best_metric(cfg)
             callbacks.append(BestCheckpoint(evaluation, checkpoints, metric=eval_tag(best),
-                                            mode=best_mode(best, trainer.best_mode), network=wrapper))
+                                            mode=best_mode(best, trainer.best_mode), network=wrapper,
+                                            metadata=metadata))
     if checkpointer is not None:  # after the evaluation and best.ckpt: an epoch's checkpoint holds their outcome
         callbacks.append(checkpointer)
     callbacks += stop_callbacks(cfg, evaluation, checkpointer, checkpoints, group_size, writer)  # signals, early stop
     return RunCallbacks(callbacks + list(user_callbacks), metrics_cb, evaluation)
+
+
+def checkpoint_metadata(data: Any) -> Dict[str, str]:
+    """What every checkpoint of a run appends of its data module: its class names and state (after prepare)."""
+    return {**class_names.checkpoint_entries(class_names.class_names_of(data)),
+            **data_state.checkpoint_entries(data_state.data_state_of(data))}
 
 
 class _ForcedStream:

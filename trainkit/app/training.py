@@ -46,6 +46,8 @@ from trainkit.distributed.parallel import (
 )
 from trainkit.errors import ConfigError
 from trainkit.rundir import held_log
+from trainkit.rundir.class_names import class_names_of, save_class_names
+from trainkit.rundir.data_state import data_state_of, save_data_state
 from trainkit.rundir.lock import RunDirectoryLock, held_by_launcher
 from trainkit.rundir.random_state import unrestorable_random_layers
 from trainkit.step.mixed_precision import applied_amp_level
@@ -99,6 +101,8 @@ def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResul
     # 2. Build the parts, each checked as it is built.
     data = build.instantiate_group("data", cfg.data)
     prepare_data(data, parallel)  # rank 0 first: only one process per machine downloads
+    class_names = class_names_of(data)  # stored in the run and its checkpoints: predictions name the classes
+    state = data_state_of(data)  # what the data learnt of the training split (a table's statistics): the same
     train_set = data.train_dataset(num_shards=group_size, shard_id=rank)
     batch_check = None
     if not getattr(data, "values_checked", False):  # a module that streams: its first epoch, batch by batch
@@ -152,6 +156,10 @@ def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResul
         elif not resumed and run.continues_run_dir(trainer.resume, run_dir):
             run.set_aside_earlier_attempt(run_dir / "checkpoints")
         run.save_config(cfg, run_dir)
+        if class_names is not None:
+            save_class_names(run_dir, class_names)
+        if state is not None:
+            save_data_state(run_dir, state)
     if done:
         train_set.set_init_step(done)  # Model.train then continues the data mid-epoch where the checkpoint left it
         if choice(trainer.resume_data) == "exact":
@@ -169,7 +177,8 @@ def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResul
         log.warning("the records an earlier attempt made %s were moved to %s: this run records them again",
                     f"after step {done}" if resumed else "in this directory", run_log.superseded)
     hooks = build.build_callbacks(cfg, writer, run_dir, run_log, model, wrapper, eval_set, resumed,
-                                  steps_per_epoch, sink_size, samples_per_step, group_size, user_callbacks)
+                                  steps_per_epoch, sink_size, samples_per_step, group_size, user_callbacks,
+                                  build.checkpoint_metadata(data))
     hooks.callbacks.extend(profiler)
     bind_callbacks(user_callbacks, CallbackRun(
         run_log=run_log if writer else None, network=backbone, wrapper=wrapper, optimizer=optimizer,

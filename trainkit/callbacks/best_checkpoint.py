@@ -47,6 +47,8 @@ class BestCheckpoint(Callback):
         metric: one of ``evaluation.metric_names``, e.g. ``"eval/accuracy"``, ``"eval_ema/loss"``.
         mode: ``"max"`` (higher is better) or ``"min"``.
         network: the Cell to save; default the train network of the run.
+        metadata: more entries the file gets (the data's class names,
+            :func:`trainkit.rundir.class_names.checkpoint_entries`).
 
     Raises:
         ValueError: `metric` is not recorded by `evaluation` (the message lists the valid names), or
@@ -58,7 +60,8 @@ class BestCheckpoint(Callback):
     info_name = "best.json"
 
     def __init__(self, evaluation: Evaluation, directory: Union[str, Path], metric: str = "eval/accuracy",
-                 mode: str = "max", network: Optional[nn.Cell] = None):
+                 mode: str = "max", network: Optional[nn.Cell] = None,
+                 metadata: Optional[Dict[str, str]] = None):
         super().__init__()
         check_watched("BestCheckpoint", evaluation, metric, mode)
         self.evaluation = evaluation
@@ -66,6 +69,7 @@ class BestCheckpoint(Callback):
         self.metric = metric
         self.mode = mode
         self.network = network
+        self.metadata = dict(metadata or {})
         self.best: Optional[float] = None
         self.best_epoch: Optional[int] = None
         self.saves = 0
@@ -115,7 +119,7 @@ class BestCheckpoint(Callback):
             return False
         self.directory.mkdir(parents=True, exist_ok=True)
         temporary = self.directory / self.temporary_name
-        save_checksummed(network, temporary, {"best_metric": self.metric, "best_value": value,
+        save_checksummed(network, temporary, {**self.metadata, "best_metric": self.metric, "best_value": value,
                                               "best_step": int(result.get("step") or 0)})
         os.replace(temporary, self.path)
         info = {"metric": self.metric, "mode": self.mode, "value": value, "epoch": result.get("epoch"),

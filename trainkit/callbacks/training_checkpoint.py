@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Dict, Optional
 
 from mindspore import nn
 from mindspore.train import Callback
@@ -31,11 +31,14 @@ class TrainingCheckpoint(Callback):
         skipped_steps: returns the run's skipped-step count so far (restored on resume).
         group_size: processes in the data-parallel job (a resume must use as many).
         config: the run's config, stored in each checkpoint so a resume can check it is the same run.
+        metadata: more entries each checkpoint gets (the data's class names,
+            :func:`trainkit.rundir.class_names.checkpoint_entries`).
     """
 
     def __init__(self, network: nn.Cell, directory: Path, steps_per_epoch: int, *, at_epoch_end: bool = True,
                  every_n_steps: int = 0, keep: int = 3, skipped_steps: Callable[[], int] = lambda: 0,
-                 group_size: int = 1, config: Optional[DictConfig] = None):
+                 group_size: int = 1, config: Optional[DictConfig] = None,
+                 metadata: Optional[Dict[str, str]] = None):
         super().__init__()
         if keep < 1:
             raise ValueError(f"keep must be >= 1; got {keep}")
@@ -48,6 +51,7 @@ class TrainingCheckpoint(Callback):
         self.skipped_steps = skipped_steps
         self.group_size = group_size
         self.config = config
+        self.metadata = dict(metadata or {})
         self._config_text: Optional[str] = None  # the config as YAML, made at the first save: 15 ms each time
         self.last_saved: Optional[Path] = None
         self._last_saved_step: Optional[int] = None
@@ -83,7 +87,7 @@ class TrainingCheckpoint(Callback):
         position = Position(self._step, self.steps_per_epoch)
         path = save_training_checkpoint(self.network, self.directory / position.file_name(), position,
                                         skipped_steps=self.skipped_steps(), group_size=self.group_size,
-                                        config_text=self._config_text)
+                                        config_text=self._config_text, metadata=self.metadata)
         self.last_saved, self._last_saved_step = path, self._step
         self._remove_old(keep_also=path)
         return path

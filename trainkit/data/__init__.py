@@ -1,6 +1,23 @@
-"""Datasets as data modules: `prepare()` checks (or downloads) the files, then `train_dataset()` / `eval_dataset()`."""
+"""Datasets as data modules: `prepare()` checks (or downloads) the files, then `train_dataset()` / `eval_dataset()`.
+
+What the app and the tools may read of a data module besides its datasets:
+
+- ``class_names: Optional[List[str]]`` -- index i names class i (None or absent: no names, or a regression). The
+  app stores them in the run directory and in every checkpoint it writes (:mod:`trainkit.rundir.class_names`).
+- ``predict_samples(inputs: Sequence[str]) -> Iterator[Tuple[str, Optional[np.ndarray], Optional[str]]]`` (the
+  image-folder and table modules) -- for each input (an image file, a folder standing for its images, or a table
+  whose rows are the inputs): its id (the file's path; a row's number, ``path:row`` with several tables), the
+  sample prepared as the evaluation set's are (never with the training augmentations; a table with the training
+  split's statistics, which ``load_state_dict`` gives a fresh module) or None, and a one-line error for an input
+  that cannot be read (None otherwise). One bad input does not stop the others.
+- ``state_dict() -> Optional[dict]`` and ``load_state_dict(state)`` -- what the data learnt of the training split
+  (a table's categories and statistics), JSON-able; stored like the class names
+  (:mod:`trainkit.rundir.data_state`).
+"""
 from trainkit.data.cifar10 import Cifar10Data
 from trainkit.data.digits import DigitsData
+from trainkit.data.image_folder import ImageFolderData
+from trainkit.data.table import TableData
 from trainkit.data.values import check_values, num_classes_of
 
-__all__ = ["Cifar10Data", "DigitsData", "check_values", "num_classes_of"]
+__all__ = ["Cifar10Data", "DigitsData", "ImageFolderData", "TableData", "check_values", "num_classes_of"]

@@ -68,6 +68,12 @@ def check_shards(num_shards: Any, shard_id: Any) -> Tuple[int, int]:
     return num_shards, shard_id
 
 
+def pipeline_workers(requested: int) -> int:
+    """`requested` threads per pipeline stage, at most the machine's CPUs: MindSpore raises a ValueError past them,
+    and ``data.num_parallel_workers`` is a key a resume may change, on another machine too."""
+    return max(1, min(int(requested), os.cpu_count() or 1))
+
+
 # ------------------------------------------------------------------------------------------------ record source
 class _RecordSource:
     """Random-access CIFAR-10 records read with NumPy, for files whose record count is not the official 10,000.
@@ -291,7 +297,7 @@ class Cifar10Data:
         """For ``python -m trainkit.predict``: image files (resized to 32 x 32 first, as CIFAR-10's images are) and
         folders of them, or tables (``.npy``, ``.npz``, ``.csv``) of 32 x 32 x 3 (HWC) pixel values 0..255, with
         the evaluation transforms. One ``(input, image, None)`` each, or ``(input, None, why)``."""
-        ops = self._image_ops(train=False)
+        _, ops = self._image_ops(train=False)  # (random ops: none for evaluation, deterministic ops)
 
         def prepare(image: np.ndarray) -> np.ndarray:
             image = np.asarray(image, dtype=np.uint8)
@@ -355,24 +361,32 @@ class Cifar10Data:
         self._ensure_prepared()
         if self._native_readable(names, usage):
             return ds.Cifar10Dataset(self.folder, usage=usage, sampler=sampler,
-                                     num_parallel_workers=self.num_parallel_workers)
+                                     num_parallel_workers=pipeline_workers(self.num_parallel_workers))
         logger.info("Reading %s with NumPy: the files are not the official %d records each", usage, OFFICIAL_RECORDS)
         source = _RecordSource([os.path.join(self.folder, name) for name in names])
         return ds.GeneratorDataset(source, column_names=["image", "label"], sampler=sampler,
                                    num_parallel_workers=1, python_multiprocessing=False)
 
-    def _image_ops(self, train: bool) -> list:
-        ops: list = []
+    def _image_ops(self, train: bool) -> Tuple[list, list]:
+        """(the random ops, the deterministic ones after them): the random ones run in one thread (MindSpore gives
+        each thread of a map its own random stream, so the crops and flips would otherwise depend on
+        num_parallel_workers, a key a resume may change)."""
+        random: list = []
         if train and self.augment:
-            ops += [vision.RandomCrop((32, 32), (4, 4, 4, 4)), vision.RandomHorizontalFlip(prob=0.5)]
+            random += [vision.RandomCrop((32, 32), (4, 4, 4, 4)), vision.RandomHorizontalFlip(prob=0.5)]
+        ops: list = []
         if self.image_size != 32:
             ops.append(vision.Resize((self.image_size, self.image_size)))  # bilinear, on uint8 like the reference
         ops += [vision.Rescale(1.0 / 255.0, 0.0), vision.Normalize(list(MEAN), list(STD)), vision.HWC2CHW()]
-        return ops
+        return random, ops
 
-    def _pipeline(self, dataset: ds.Dataset, image_ops: list, batch_size: int, drop_remainder: bool) -> ds.Dataset:
-        workers = self.num_parallel_workers
+    def _pipeline(self, dataset: ds.Dataset, image_ops: Tuple[list, list], batch_size: int,
+                  drop_remainder: bool) -> ds.Dataset:
+        workers = pipeline_workers(self.num_parallel_workers)
         dataset = dataset.map(operations=transforms.TypeCast(ms.int32), input_columns="label",
                               num_parallel_workers=workers)
-        dataset = dataset.map(operations=image_ops, input_columns="image", num_parallel_workers=workers)
+        random, ops = image_ops
+        if random:
+            dataset = dataset.map(operations=random, input_columns="image", num_parallel_workers=1)
+        dataset = dataset.map(operations=ops, input_columns="image", num_parallel_workers=workers)
         return dataset.batch(batch_size, drop_remainder=drop_remainder, num_parallel_workers=workers)

@@ -18,7 +18,7 @@ import numpy as np
 from mindspore.dataset import vision
 
 from trainkit.checks import check_int
-from trainkit.data.cifar10 import check_shards
+from trainkit.data.cifar10 import check_shards, pipeline_workers
 from trainkit.data.predict_inputs import Sample, table_samples
 from trainkit.data.values import check_values
 from trainkit.errors import ConfigError, DataError
@@ -197,5 +197,6 @@ class DigitsData:
         dataset = ds.NumpySlicesDataset({"image": images, "label": labels}, shuffle=train, **shards)
         ops: list = [vision.Resize((self.image_size, self.image_size))] if self.image_size != 8 else []
         ops.append(vision.HWC2CHW())
-        dataset = dataset.map(operations=ops, input_columns="image", num_parallel_workers=self.num_parallel_workers)
+        dataset = dataset.map(operations=ops, input_columns="image",
+                              num_parallel_workers=pipeline_workers(self.num_parallel_workers))
         return dataset.batch(batch_size, drop_remainder=train)

@@ -108,11 +108,13 @@ def config_text(config: Optional[DictConfig]) -> Optional[str]:
 
 
 def save_training_checkpoint(wrapper: nn.Cell, path: Path, position: Position, *, skipped_steps: int,
-                             group_size: int, config_text: Optional[str]) -> Path:
+                             group_size: int, config_text: Optional[str],
+                             metadata: Optional[Dict[str, str]] = None) -> Path:
     """Write `wrapper` and the run's position to `path`, durably (renamed into place, then fsync'ed).
 
     `config_text` is :func:`config_text` of the run's config (made once per run: it costs more than the save of
-    a small model), or None.
+    a small model), or None. `metadata`: more entries to append (the class names:
+    :func:`trainkit.rundir.class_names.checkpoint_entries`).
     """
     append = {
         "micro_steps": int(position.micro_steps),
@@ -125,6 +127,7 @@ def save_training_checkpoint(wrapper: nn.Cell, path: Path, position: Position, *
     kernels = kernel_path(wrapper)
     if kernels is not None:
         append[KERNEL_PATH] = kernels
+    append.update(metadata or {})
     path = Path(path)
     try:
         save_checksummed(wrapper, path, append)  # written as <name>.tmp, then renamed
@@ -230,7 +233,8 @@ def read_training_checkpoint(path: Path) -> TrainingCheckpoint:
         raise CheckpointError(f"checkpoint {path} is not a trainkit training checkpoint (no {', '.join(missing)}): "
                         "resume needs a file written by a trainkit run (checkpoints/trainkit-<epoch>_<step>.ckpt)")
     extra = {key: parameters.pop(key) for key in ("micro_steps", "steps_per_epoch", "skipped_steps", "group_size",
-                                                   "trainkit_config", KERNEL_PATH) if key in parameters}
+                                                   "trainkit_config", KERNEL_PATH, "trainkit_class_names",
+                                                   "trainkit_data_state") if key in parameters}
     config_text = extra.get("trainkit_config")
     config = OmegaConf.create(_scalar(config_text)) if config_text is not None else None
     if config is not None:  # a ConfigError, not a CheckpointError: never read past as "a file without a config"

@@ -1,0 +1,112 @@
+"""data.augment: the presets and keys parse with one-line errors, and MixUp/CutMix mix batches and targets as
+their arithmetic says, checked with NumPy.
+
+MindSpore's MixUpBatch and CutMixBatch draw their lambdas, partners and boxes inside C++; the tests read each
+sample's partner and weight from the mixed one-hot target (every sample of the batch has a class of its own), then
+check the mixed images against NumPy arithmetic on the original batch for that draw, and that a fixed seed gives
+the same batch twice (what an exact resume replays).
+"""
+import mindspore.dataset as ds
+import numpy as np
+import pytest
+
+from trainkit.data.augment import PRESETS, batch_ops, label_ops, parse_augment
+from trainkit.errors import ConfigError
+
+BATCH, CLASSES, SIDE = 8, 8, 6
+
+
+def mixed_batches(augment, seed=7, batches=1):
+    """Batches of BATCH images (sample i has class i) through the label and batch ops of `augment`."""
+    rng = np.random.default_rng(0)
+    images = rng.random((BATCH * batches, 3, SIDE, SIDE)).astype(np.float32)
+    labels = np.tile(np.arange(BATCH, dtype=np.int32), batches)
+    ds.config.set_seed(seed)
+    dataset = ds.NumpySlicesDataset({"image": images, "label": labels}, shuffle=False)
+    dataset = dataset.map(label_ops(augment, CLASSES, train=True), "label").batch(BATCH)
+    dataset = dataset.map(batch_ops(augment), ["image", "label"])
+    out = list(dataset.create_tuple_iterator(output_numpy=True, num_epochs=1))
+    return images.reshape(batches, BATCH, 3, SIDE, SIDE), [(b[0], b[1]) for b in out]
+
+
+def partners(target):
+    """Per sample: (its own weight, the other class's index or itself)."""
+    own = target[np.arange(BATCH), np.arange(BATCH)]
+    others = target.copy()
+    others[np.arange(BATCH), np.arange(BATCH)] = 0
+    return own, np.where(others.max(axis=1) > 0, others.argmax(axis=1), np.arange(BATCH))
+
+
+def test_mixup_mixes_the_batch_with_one_lambda_and_a_permutation():
+    """Mutation caught: CutMixBatch in MixUpBatch's place (no single lambda, images not a blend: red)."""
+    (originals,), [(mixed, target)] = mixed_batches(parse_augment({"mixup_alpha": 0.4}))
+    assert target.dtype == np.float32 and target.shape == (BATCH, CLASSES)
+    np.testing.assert_allclose(target.sum(axis=1), 1.0, rtol=1e-6)
+    own, partner = partners(target)
+    lam = own[partner != np.arange(BATCH)]
+    assert len(lam) and np.allclose(lam, lam[0], atol=1e-6) and 0 < lam[0] < 1  # one lambda for the batch
+    assert sorted(partner) == list(range(BATCH)) or len(set(partner)) == BATCH  # a permutation of the batch
+    expected = lam[0] * originals + (1 - lam[0]) * originals[partner]  # NumPy: the mixed batch
+    expected[partner == np.arange(BATCH)] = originals[partner == np.arange(BATCH)]
+    np.testing.assert_allclose(mixed, expected, rtol=1e-5, atol=1e-6)
+    expected_target = lam[0] * np.eye(CLASSES)[np.arange(BATCH)] + (1 - lam[0]) * np.eye(CLASSES)[partner]
+    expected_target[partner == np.arange(BATCH)] = np.eye(CLASSES)[np.flatnonzero(partner == np.arange(BATCH))]
+    np.testing.assert_allclose(target, expected_target, rtol=1e-5, atol=1e-6)
+    again = mixed_batches(parse_augment({"mixup_alpha": 0.4}))[1][0]
+    np.testing.assert_array_equal(again[0], mixed)  # a fixed seed: the same draw (replayed on resume)
+    np.testing.assert_array_equal(again[1], target)
+
+
+def test_cutmix_pastes_a_box_and_weights_the_target_by_its_area():
+    """Mutation caught: CutMixBatch told the batch is NHWC (the box cut across channels and rows: red)."""
+    (originals,), [(mixed, target)] = mixed_batches(parse_augment({"cutmix_alpha": 1.0}))
+    own, partner = partners(target)
+    assert (partner != np.arange(BATCH)).any()
+    for i in range(BATCH):
+        changed = (mixed[i] != originals[i]).any(axis=0)  # [H, W]: the pixels that came from the partner
+        rows, cols = np.flatnonzero(changed.any(axis=1)), np.flatnonzero(changed.any(axis=0))
+        box = np.zeros_like(changed)
+        if len(rows):
+            box[rows.min():rows.max() + 1, cols.min():cols.max() + 1] = True
+        j = partner[i]
+        # NumPy: the image is its partner inside a rectangle, itself outside (a pixel equal in both may not show)
+        expected = np.where(box[None], originals[j], originals[i])
+        np.testing.assert_array_equal(mixed[i], expected)
+        if j != i:
+            area = box.sum() / (SIDE * SIDE)
+            assert own[i] == pytest.approx(1 - area, abs=1e-6), (i, own[i], area)
+            assert target[i, j] == pytest.approx(area, abs=1e-6)
+
+
+def test_mix_prob_leaves_some_batches_unmixed():
+    """mix_prob=0.5 over 40 batches: both mixed and untouched ones (one-hot targets, the original images)."""
+    originals, out = mixed_batches(parse_augment({"mixup_alpha": 1.0, "mix_prob": 0.5}), batches=40)
+    untouched = [np.array_equal(t, np.eye(CLASSES)[:BATCH]) and np.array_equal(m, o)
+                 for (m, t), o in zip(out, originals)]
+    assert 5 < sum(untouched) < 35, sum(untouched)
+
+
+def test_presets_and_keys():
+    strong = parse_augment("strong")
+    assert strong.random_resized_crop and strong.hflip == 0.5 and strong.auto_augment == "randaugment"
+    assert strong.mixup_alpha == 0.8 and strong.cutmix_alpha == 1.0 and strong.mixes
+    custom = parse_augment({"preset": "light", "hflip": 0.25, "mean": [0.5, 0.5, 0.5]})
+    assert custom.random_resized_crop and custom.hflip == 0.25 and custom.mean == [0.5, 0.5, 0.5]
+    assert not parse_augment(None).mixes and set(PRESETS) >= {"none", "light", "randaugment", "autoaugment"}
+    assert batch_ops(parse_augment("light")) == []
+
+
+@pytest.mark.parametrize("value, message", [
+    ("heavy", "data.augment.preset must be one of none, light, randaugment, autoaugment, strong; got 'heavy'"),
+    ({"mixup": 0.2}, "data.augment.mixup is not a key of data.augment: did you mean data.augment.mixup_alpha?"),
+    ({"hflip": 2}, "data.augment.hflip must be a probability in [0, 1]; got 2"),
+    ({"cutmix_alpha": -1}, "data.augment.cutmix_alpha must be a number >= 0"),
+    ({"scale": [0.5, 0.1]}, "data.augment.scale must be [min, max] with 0 < min <= max <= 1"),
+    ({"auto_augment": "trivial"}, "data.augment.auto_augment must be null, randaugment or autoaugment"),
+    ({"std": [0.2, 0, 0.2]}, "data.augment.std must be three numbers > 0"),
+    (3, "data.augment must be a preset"),
+])
+def test_bad_values_name_the_key(value, message):
+    with pytest.raises(ConfigError) as error:
+        parse_augment(value)
+    assert message in str(error.value) and "\n" not in str(error.value)
