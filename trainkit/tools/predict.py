@@ -29,15 +29,10 @@ import numpy as np
 from trainkit.callbacks.progress import format_duration
 from trainkit.data.predict_inputs import Sample, table_samples
 from trainkit.errors import ConfigError, DataError
+from trainkit.rundir.class_names import load_class_names  # the names a run stores (image folders, tables)
 from trainkit.rundir.trust import add_trust_argument
 from trainkit.rundir.weights import WEIGHTS, refuse_existing
 from trainkit.tools.inference import Trained, data_batch, load_trained, outputs, split_arguments
-
-try:  # the class names a run stores (image folders, tables); absent before that lands: class indices
-    from trainkit.rundir.class_names import load_class_names
-except ImportError:  # pragma: no cover - depends on the branch merged
-    def load_class_names(run_dir_or_checkpoint: Any) -> Optional[List[str]]:
-        return None
 
 DEFAULT_TOP_K = 3
 
