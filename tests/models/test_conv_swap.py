@@ -138,3 +138,14 @@ def test_a_bad_conv_impl_names_the_key_and_the_choices():
     with pytest.raises(ConfigError, match=r"^model.conv_impl=fast is not valid: use one of auto, native, unfold, "
                                           r"channel_major$"):
         _built("fast")
+
+
+def test_model_conv_impl_is_a_key_of_any_model_config():
+    """A model whose class takes no conv_impl still accepts the key (the app reads it).
+
+    Mutation caught: conv_impl left out of targets.CONSUMED["model"] makes it an unknown key of ConvNet."""
+    from trainkit.app.targets import check_node
+
+    check_node("model", OmegaConf.create({"_target_": "tests.models.test_conv_swap.ConvNet", "conv_impl": "unfold"}))
+    with pytest.raises(ConfigError, match="unknown key model.conv_impll"):
+        check_node("model", OmegaConf.create({"_target_": "tests.models.test_conv_swap.ConvNet", "conv_impll": "x"}))
