@@ -29,6 +29,7 @@ MODULES = {
     "memory": ("7",),
     "kernel_passes": ("10",),
     "end_to_end": ("11",),
+    "ported_zoo": ("12",),
 }
 
 

@@ -23,7 +23,7 @@ from trainkit import kernels
 from trainkit.app.config import best_metric, best_mode
 from trainkit.app.finetune import model_arguments
 from trainkit.app.stopping import stop_callbacks
-from trainkit.app.targets import floats_where_expected, required_arguments
+from trainkit.app.targets import accepted_arguments, floats_where_expected, required_arguments
 from trainkit.callbacks import BestCheckpoint, Evaluation, NonFiniteStop, Progress, RunLog, TrainMetrics
 from trainkit.callbacks.evaluation import eval_tag
 from trainkit.callbacks.train_metrics import checked_scalars
@@ -31,6 +31,8 @@ from trainkit.callbacks.training_checkpoint import StartAt, TrainingCheckpoint
 from trainkit.checks import choice
 from trainkit.errors import ConfigError
 from trainkit.metrics import SampleMeanLoss
+from trainkit.models.conv import CONV_IMPLS
+from trainkit.models.conv_swap import swap_convolutions
 from trainkit.models.dropout import streams_from_zero
 from trainkit.rundir import class_names, data_state
 from trainkit.rundir.checkpoint import TrainingCheckpoint as SavedCheckpoint
@@ -68,9 +70,23 @@ def build_model(cfg: DictConfig, data: Any) -> nn.Cell:
     """The backbone, with its keys left null filled from the data (fine-tuning keys are applied after building).
 
     trainkit's Dropout layers get their random streams numbered from 0 in build order, so a resumed run's are the
-    same."""
+    same. ``model.conv_impl`` (default ``auto``) goes to a model that takes it (trainkit's own); then every plain
+    ``nn.Conv2d`` left in the network is swapped for that implementation (``trainkit.models.conv_swap``)."""
+    node = model_arguments(cfg.model)
+    conv_impl = str(node.get("conv_impl", "auto"))
+    if conv_impl not in CONV_IMPLS:
+        raise ConfigError(f"model.conv_impl={conv_impl} is not valid: use one of {', '.join(CONV_IMPLS)}")
+    if "conv_impl" in node and "conv_impl" not in accepted_arguments(get_object(node._target_))[0]:
+        node = OmegaConf.create({k: v for k, v in OmegaConf.to_container(node).items() if k != "conv_impl"})
     with streams_from_zero():
-        return instantiate_group("model", model_arguments(cfg.model), **model_args_from_data(cfg.model, data))
+        network = instantiate_group("model", node, **model_args_from_data(node, data))
+    try:
+        swapped = swap_convolutions(network, conv_impl)
+    except ValueError as error:  # channel_major where the kernels do not build
+        raise ConfigError(f"model.{error}") from error
+    if swapped:
+        log.info("model.conv_impl=%s: %d nn.Conv2d run as trainkit's im2col convolution (NCHW)", conv_impl, swapped)
+    return network
 
 
 # Data attributes that fill a model key of another name (the data-module protocol before keys matched).

@@ -33,7 +33,9 @@ SUPPLIED = {
 }
 # trainkit's keys in those groups that are not the target's arguments.
 CONSUMED = {
-    "model": FINETUNE_KEYS,  # model.pretrained, model.freeze, ...: trainkit.app.finetune applies them after building
+    # model.pretrained, model.freeze, ...: trainkit.app.finetune applies them after building; model.conv_impl:
+    # trainkit.app.build swaps every nn.Conv2d of any network (and passes it to a model that takes it)
+    "model": FINETUNE_KEYS + ("conv_impl",),
     "optimizer": ("lr",),
     "wrapper": ("loss_scale", "loss_scale_value", "scale_factor", "scale_window"),
 }
