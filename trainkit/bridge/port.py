@@ -41,6 +41,7 @@ from trainkit.bridge.convert import convert_state_dict
 from trainkit.bridge.port_source import generate, problem_lines
 from trainkit.bridge.state_dict import StateDict
 from trainkit.errors import CheckpointError, ConfigError, DataError
+from trainkit.models.dropout import Dropout
 from trainkit.rundir.weights import load_weights, write_checkpoint
 
 MODEL_FILE = "model.py"
@@ -120,7 +121,8 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
     network = getattr(module, ported.top)()
     conversion = convert_state_dict(StateDict(weights or Path(f"{target} (its own weights)"), state,
                                               {name: str(value.dtype) for name, value in state.items()}),
-                                    network, description=f"{package}.model.{ported.top}")
+                                    network, allow_missing=dropout_counters(network),
+                                    description=f"{package}.model.{ported.top}")
     if not conversion.complete or conversion.only_in_source:
         print("\n".join(conversion.report()))
         raise CheckpointError(f"the ported {ported.top} does not take {target}'s weights (see above): a port bug, "
@@ -156,6 +158,13 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
     print(f"agree: {paired} layers paired with PyTorch on a batch of shape {'x'.join(map(str, shape))}, every one "
           f"within {tolerance:g} relative")
     return 0
+
+
+def dropout_counters(network: ms.nn.Cell) -> List[str]:
+    """The names of the call counters of `network`'s trainkit Dropout layers: not in PyTorch's weights, they
+    start at 0."""
+    return [parameter.name for cell in network.cells_and_names() if isinstance(cell[1], Dropout)
+            for parameter in cell[1].get_parameters(expand=False)]
 
 
 def _first_line(error: BaseException) -> str:

@@ -10,22 +10,29 @@ Every child keeps its PyTorch attribute name, so every parameter keeps its ``sta
 """
 from __future__ import annotations
 
-import keyword
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Sequence, Tuple
 
-from trainkit.bridge.port_layers import (
-    CONTAINERS,
-    FUNCTIONS,
-    HELPER_IMPORTS,
-    HELPERS,
-    METHODS,
-    Call,
-    Unsupported,
-    layer_call,
-    render_call,
-    target_name,
-)
+from trainkit.bridge import port_layers, port_transformers
+from trainkit.bridge.port_layers import CONTAINERS, Call, Unsupported, render_call, target_name
+from trainkit.bridge.port_names import Namer
+
+# port_transformers' entries take precedence over port_layers' where both name one (attention, dropout)
+FUNCTIONS = {**port_layers.FUNCTIONS, **port_transformers.FUNCTIONS}
+METHODS = {**port_layers.METHODS, **port_transformers.METHODS}
+HELPERS = {**port_layers.HELPERS, **port_transformers.HELPERS}
+HELPER_IMPORTS = {**port_layers.HELPER_IMPORTS, **port_transformers.HELPER_IMPORTS}
+
+
+def layer_call(module: Any) -> Call:
+    """The MindSpore constructor call of a torch.nn layer (port_transformers' tables first, then port_layers')."""
+    name = type(module).__name__
+    if name in port_transformers.LAYERS and type(module).__module__.startswith("torch.nn"):
+        try:
+            return port_transformers.LAYERS[name](module)
+        except Unsupported as error:
+            raise Unsupported(f"torch.nn.{name} with {error}") from error
+    return port_layers.layer_call(module)
 
 LINE = 116
 
@@ -69,7 +76,9 @@ def _tracer():
         def is_leaf_module(self, module, qualified_name):  # noqa: D102 - fx's hook
             return True
 
-    return ChildrenAsLeaves()
+    tracer = ChildrenAsLeaves()
+    tracer.record_stack_traces = True  # each node's source line: the variables' names (port_names)
+    return tracer
 
 
 class _Generator:
@@ -79,6 +88,7 @@ class _Generator:
         self.names: Dict[str, int] = {}
         self.helpers: List[str] = []
         self.problems: List[Problem] = []
+        self.imports: set = set()
 
     # ---------------------------------------------------------------- the tree
     def spec(self, module: Any, path: str) -> Any:
@@ -87,17 +97,25 @@ class _Generator:
         if kind.__name__ in CONTAINERS and kind.__module__.startswith("torch.nn"):
             items = [self.spec(child, f"{path}.{name}" if path else name) for name, child in module.named_children()]
             return Call(CONTAINERS[kind.__name__], args=[items])
-        if kind.__module__.startswith("torch.nn") or kind.__module__.startswith("torch."):
+        if not kind.__module__.startswith("torch") and port_transformers.same_as_layer_norm(module):
+            kind = None  # timm's LayerNorm: nn.LayerNorm's computation, written as it
+        if kind is None or kind.__module__.startswith("torch.nn") or kind.__module__.startswith("torch."):
             try:
-                call = layer_call(module)
+                call = port_layers._layer_norm(module) if kind is None else layer_call(module)
             except Unsupported as error:
                 self.problems.append(Problem(str(error), path or "(the model)"))
                 return Call("None")
             for helper in self._helpers_of(call):
-                if helper not in self.helpers:
-                    self.helpers.append(helper)
+                self.need(helper)
             return call
         return self.traced(module, path)
+
+    def need(self, helper: str) -> None:
+        """Write `helper` into the module, after the helpers it uses."""
+        for first in port_transformers.HELPER_NEEDS.get(helper, ()):
+            self.need(first)
+        if helper not in self.helpers:
+            self.helpers.append(helper)
 
     def _helpers_of(self, call: Any) -> List[str]:
         found = []
@@ -115,11 +133,7 @@ class _Generator:
         children = {name: self.spec(child, f"{path}.{name}" if path else name)
                     for name, child in module.named_children()}
         construct = self.construct(module, path)
-        attributes = [(name, tuple(value.shape)) for name, value in module.named_parameters(recurse=False)] + \
-            [(name, tuple(value.shape)) for name, value in module.named_buffers(recurse=False)]
-        if attributes:
-            self.problems.append(Problem(f"{type(module).__qualname__}'s own parameters or buffers "
-                                         f"({', '.join(name for name, _ in attributes)})", path or "(the model)"))
+        children.update(self.own_tensors(module, path))
         key = (type(module), tuple(construct), tuple((name, _signature(value)) for name, value in children.items()))
         variant = self.variants.get(key)
         if variant is None:
@@ -133,6 +147,25 @@ class _Generator:
         variant.instances.append(children)
         return Call(variant.name, {"__instance__": (variant, len(variant.instances) - 1)})
 
+    def own_tensors(self, module: Any, path: str) -> Dict[str, Call]:
+        """A module's own parameters (class tokens, position embeddings) and saved buffers (relative position
+        indices) as MindSpore Parameters of the same names and shapes; their values come with the weights."""
+        tensors: Dict[str, Call] = {}
+        persistent = set(module.state_dict(keep_vars=True)) if list(module.named_buffers(recurse=False)) else set()
+        for name, value in module.named_parameters(recurse=False):
+            tensors[name] = Call("Parameter", {"name": name}, [Call("initializer", args=[
+                "zeros", tuple(value.shape), Code(_dtype(value.dtype))])])
+        for name, value in module.named_buffers(recurse=False):
+            if name not in persistent:
+                self.problems.append(Problem(f"{type(module).__qualname__}'s buffer {name} (not saved in its "
+                                             "state_dict)", path or "(the model)"))
+                continue
+            tensors[name] = Call("Parameter", {"name": name, "requires_grad": False}, [Call("initializer", args=[
+                "zeros", tuple(value.shape), Code(_dtype(value.dtype))])])
+        if tensors:
+            self.imports.update({"initializer", "ms", "Parameter"})
+        return tensors
+
     # ---------------------------------------------------------------- construct
     def construct(self, module: Any, path: str) -> List[str]:
         where = f"{type(module).__qualname__}.forward" + (f" (at {path})" if path else "")
@@ -145,13 +178,23 @@ class _Generator:
         names: Dict[Any, str] = {}
         inputs: List[str] = []
         lines: List[str] = []
+        namer = Namer(list(graph.nodes), tuple(HELPERS))
+
+        def code(value: Any) -> str:
+            return _code(value, names)
+
         for node in graph.nodes:
-            name = _variable(node.name)
+            if node.op == "get_attr":  # a parameter or buffer of the module's own, used where it is read
+                names[node] = _attribute(node.target)
+                continue
+            if node.op == "call_function" and target_name(node.target) == "builtins.getattr" \
+                    and node.args[1] == "device":
+                names[node] = "None"  # MindSpore places tensors itself: device= arguments are dropped
+                continue
+            if node.op == "call_function" and target_name(node.target) in port_transformers.SKIPPED:
+                continue
+            name = namer.name(node)
             names[node] = name
-
-            def code(value: Any) -> str:
-                return _code(value, names)
-
             if node.op == "placeholder":
                 default = f"={node.args[0]!r}" if node.args else ""
                 inputs.append(f"{name}{default}")
@@ -176,8 +219,8 @@ class _Generator:
                     if node.target not in METHODS:
                         raise Unsupported(f"Tensor.{node.target}")
                     expression = render_call(METHODS[node.target], args, kwargs, f"Tensor.{node.target}")
-                else:  # get_attr: a parameter or buffer used directly, reported with the module's own
-                    expression = f"self.{node.target}"
+                else:
+                    raise Unsupported(f"fx operation {node.op}")
             except Unsupported as error:
                 self.problems.append(Problem(str(error), where))
                 continue
@@ -238,6 +281,8 @@ class _Generator:
                 return line
             pad = " " * (indent + 4)
             return "[\n" + ",\n".join(pad + part for part in parts) + "]"
+        if isinstance(value, Code):
+            return str(value)
         return repr(value)
 
     def class_source(self, variant: Variant) -> str:
@@ -304,10 +349,6 @@ def _parameter_name(path: Tuple, taken: set) -> str:
     return candidate
 
 
-def _variable(name: str) -> str:
-    return f"{name}_" if keyword.iskeyword(name) or name == "self" else name
-
-
 def _attribute(target: str) -> str:
     """``self.layers[0]`` for fx's ``layers.0``."""
     code = "self"
@@ -334,9 +375,25 @@ def _code(value: Any, names: Dict[Any, str]) -> str:
         return ":".join(parts[:2]) + (f":{parts[2]}" if parts[2] else "")
     if value is Ellipsis:
         return "..."
+    if type(value).__name__ == "dtype" and type(value).__module__.startswith("torch"):
+        return _dtype(value)
+    if type(value).__name__ == "device" and type(value).__module__.startswith("torch"):
+        return "None"
     if type(value).__module__.startswith("torch"):
         raise Unsupported(f"a {type(value).__name__} constant")
     return repr(value)
+
+
+class Code(str):
+    """Written into the source as it is (``ms.int64``), not as a string literal."""
+
+
+def _dtype(dtype: Any) -> str:
+    """``ms.float32`` for ``torch.float32``."""
+    name = str(dtype).replace("torch.", "")
+    if name not in port_transformers.DTYPES:
+        raise Unsupported(f"dtype {dtype}")
+    return port_transformers.DTYPES[name]
 
 
 def _hashable(value: Any) -> bool:
@@ -357,7 +414,9 @@ def generate(model: Any, origin: str) -> Port:
                                               "port a module of your own that holds it", "(the model)"))
         return Port("", "", generator.problems)
     generator.finish()
-    imports = {name for helper in generator.helpers for name in HELPER_IMPORTS.get(helper, ())}
+    imports = {name for helper in generator.helpers for name in HELPER_IMPORTS.get(helper, ())} | generator.imports
+    if any("ms." in line for variant in generator.order for line in variant.construct):
+        imports.add("ms")
     header = [f'"""A MindSpore port of PyTorch\'s {origin}, written by python -m trainkit.port from its torch.fx '
               "trace.", "",
               "Parameter names are the PyTorch state_dict's (batch norm's and layer norm's weight/bias/running_mean/"
@@ -366,11 +425,16 @@ def generate(model: Any, origin: str) -> Port:
     if "math" in imports:
         header.append("import math")
         header.append("")
-    header.append("from mindspore import Parameter, nn, ops" if imports else "from mindspore import nn, ops")
+    if "ms" in imports:
+        header.append("import mindspore as ms")
+    header.append("from mindspore import Parameter, nn, ops" if imports - {"ms", "dropout"}
+                  else "from mindspore import nn, ops")
     if "initializer" in imports:
         header.append("from mindspore.common.initializer import Normal, Uniform, initializer")
+    if "dropout" in imports:
+        header += ["", "from trainkit.models.dropout import Dropout"]
     blocks = ["\n".join(header)]
-    blocks += [HELPERS[helper].strip("\n") for helper in generator.helpers]
+    blocks += [HELPERS[helper].strip("\n") for helper in generator.helpers if helper in HELPERS]
     blocks += [generator.class_source(variant) for variant in generator.order]
     return Port("\n\n\n".join(blocks) + "\n", top.kwargs["__instance__"][0].name, [],
                 [*generator.helpers, *(variant.name for variant in generator.order)])
