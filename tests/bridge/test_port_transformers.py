@@ -11,9 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tests.common import torch_transformer_models  # noqa: E402
-from tests.bridge.test_port import expected_names  # noqa: E402
+from tests.bridge.test_port import dropout_counters, expected_names  # noqa: E402
 from trainkit.bridge.port import main  # noqa: E402
-from trainkit.models.dropout import Dropout  # noqa: E402
 
 MODELS = "tests.common.torch_transformer_models"
 # name: (factory, one sample's shape, token vocabulary or None)
@@ -60,9 +59,7 @@ def test_a_ported_transformer_computes_what_pytorch_computes(name, on_path, caps
     assert "agree:" in capsys.readouterr().out
     model = getattr(torch_transformer_models, CASES[name][0])()
     network = ported_network(on_path, name, model)
-    counters = {p.name for _, cell in network.cells_and_names() if isinstance(cell, Dropout)
-                for p in cell.get_parameters(expand=False)}
-    assert {p.name for p in network.get_parameters()} - counters == expected_names(model)
+    assert {p.name for p in network.get_parameters()} - dropout_counters(network) == expected_names(model)
 
     batch = a_batch(name)
     with torch.no_grad():

@@ -94,9 +94,15 @@ class _Generator:
     def spec(self, module: Any, path: str) -> Any:
         """The Call building `module` (a layer, a container, or an instance of a generated class)."""
         kind = type(module)
-        if kind.__name__ in CONTAINERS and kind.__module__.startswith("torch.nn"):
+        container = _container(module)
+        if container:
             items = [self.spec(child, f"{path}.{name}" if path else name) for name, child in module.named_children()]
-            return Call(CONTAINERS[kind.__name__], args=[items])
+            names = [name for name, _ in module.named_children()]
+            if names == [str(index) for index in range(len(names))]:
+                return Call(CONTAINERS[container], args=[items])
+            self.imports.add("OrderedDict")  # torchvision's nn.Sequential(OrderedDict(encoder_layer_0=...))
+            return Call(CONTAINERS[container], args=[Call("OrderedDict", args=[
+                [Call("", args=[name, item]) for name, item in zip(names, items)]])])
         if not kind.__module__.startswith("torch") and port_transformers.same_as_layer_norm(module):
             kind = None  # timm's LayerNorm: nn.LayerNorm's computation, written as it
         if kind is None or kind.__module__.startswith("torch.nn") or kind.__module__.startswith("torch."):
@@ -183,15 +189,16 @@ class _Generator:
         def code(value: Any) -> str:
             return _code(value, names)
 
+        dead = _dead(graph)
         for node in graph.nodes:
+            if node in dead:
+                continue
             if node.op == "get_attr":  # a parameter or buffer of the module's own, used where it is read
                 names[node] = _attribute(node.target)
                 continue
             if node.op == "call_function" and target_name(node.target) == "builtins.getattr" \
                     and node.args[1] == "device":
                 names[node] = "None"  # MindSpore places tensors itself: device= arguments are dropped
-                continue
-            if node.op == "call_function" and target_name(node.target) in port_transformers.SKIPPED:
                 continue
             name = namer.name(node)
             names[node] = name
@@ -215,6 +222,8 @@ class _Generator:
                     if what not in FUNCTIONS:
                         raise Unsupported(what)
                     expression = render_call(FUNCTIONS[what], args, kwargs, what)
+                    if what in port_transformers.FUNCTION_HELPERS:
+                        self.need(port_transformers.FUNCTION_HELPERS[what])
                 elif node.op == "call_method":
                     if node.target not in METHODS:
                         raise Unsupported(f"Tensor.{node.target}")
@@ -301,6 +310,28 @@ class _Generator:
         lines.append("")
         lines += [f"    {line}" for line in variant.construct] or ["    def construct(self, x):", "        return x"]
         return "\n".join(lines)
+
+
+def _dead(graph: Any) -> set:
+    """The nodes no written line needs: shape checks (``torch._assert`` and what only it uses), unused values
+    (``x, _ = ...``). Submodule calls stay."""
+    dead: set = set()
+    for node in reversed(list(graph.nodes)):
+        if node.op == "call_function" and target_name(node.target) in port_transformers.SKIPPED:
+            dead.add(node)
+        elif node.op in ("call_function", "call_method", "get_attr") and all(user in dead for user in node.users):
+            dead.add(node)
+    return dead
+
+
+def _container(module: Any) -> str:
+    """``Sequential`` or ``ModuleList`` for those and for subclasses that keep their forward (torchvision's MLP)."""
+    import torch
+
+    for base in (torch.nn.Sequential, torch.nn.ModuleList):
+        if isinstance(module, base) and type(module).forward is base.forward:
+            return base.__name__
+    return ""
 
 
 def _wrap(items: List[str], width: int) -> List[str]:
@@ -424,6 +455,9 @@ def generate(model: Any, origin: str) -> Port:
               '"""']
     if "math" in imports:
         header.append("import math")
+    if "OrderedDict" in imports:
+        header.append("from collections import OrderedDict")
+    if "math" in imports or "OrderedDict" in imports:
         header.append("")
     if "ms" in imports:
         header.append("import mindspore as ms")

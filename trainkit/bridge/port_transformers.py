@@ -18,10 +18,13 @@ from trainkit.bridge.port_layers import Call, Unsupported, _layer_norm
 # ------------------------------------------------------------------- helpers written into the generated module
 HELPERS: Dict[str, str] = {
     "scaled_dot_product_attention": '''
-def scaled_dot_product_attention(query, key, value, attn_mask=None, scale=None):
-    """PyTorch's F.scaled_dot_product_attention without dropout: a boolean mask keeps where True, a float mask adds."""
+def scaled_dot_product_attention(query, key, value, attn_mask=None, is_causal=False, scale=None):
+    """PyTorch's F.scaled_dot_product_attention without dropout: a boolean mask keeps where True, a float mask adds;
+    is_causal keeps each position and the ones before it."""
     scale = query.shape[-1] ** -0.5 if scale is None else scale
     scores = ops.matmul(query, key.swapaxes(-2, -1)) * scale
+    if is_causal:
+        attn_mask = ops.tril(ops.ones((scores.shape[-2], scores.shape[-1]), ms.int32)).astype(ms.bool_)
     if attn_mask is not None:
         if attn_mask.dtype == ms.bool_:
             scores = ops.masked_fill(scores, ops.logical_not(attn_mask), float("-inf"))
@@ -287,11 +290,12 @@ def _aligned(x: str, labels: str, every: List[str]) -> str:
 
 def _sdpa(query, key, value, attn_mask="None", dropout_p="0.0", is_causal="False", scale="None",
           enable_gqa="False"):
-    if _literal(dropout_p) != 0 or _literal(is_causal) or _literal(enable_gqa):
-        raise Unsupported("scaled_dot_product_attention with dropout_p, is_causal or enable_gqa (write the mask)")
-    mask = "" if attn_mask == "None" else f", attn_mask={attn_mask}"
-    scale = "" if scale == "None" else f", scale={scale}"
-    return f"scaled_dot_product_attention({query}, {key}, {value}{mask}{scale})"
+    if _literal(dropout_p) != 0 or _literal(enable_gqa):
+        raise Unsupported("scaled_dot_product_attention with dropout_p or enable_gqa")
+    options = [f"{name}={code}" for name, code, default in [("attn_mask", attn_mask, "None"),
+                                                             ("is_causal", is_causal, "False"),
+                                                             ("scale", scale, "None")] if code != default]
+    return f"scaled_dot_product_attention({', '.join([query, key, value, *options])})"
 
 
 def _arange(*args, out="None", dtype="None", layout="None", device="None", requires_grad="False",
@@ -332,6 +336,8 @@ FUNCTIONS: Dict[str, Callable[..., str]] = {
     "operator.floordiv": _compare("//"), "operator.mod": _compare("%"), "operator.invert": lambda a: f"~{a}",
     "operator.and_": _compare("&"), "operator.or_": _compare("|"), "operator.pow": _compare("**"),
 }
+#: The helper each function's code calls.
+FUNCTION_HELPERS = {"torch.nn.functional.scaled_dot_product_attention": "scaled_dot_product_attention"}
 #: Calls that only check, written as nothing (a shape assertion holds for the shape the port was made for).
 SKIPPED = {"torch._assert", "torch._C._log_api_usage_once"}
 METHODS: Dict[str, Callable[..., str]] = {
