@@ -2,7 +2,7 @@
 learned position embedding held as ``nn.Parameter``, attention by ``chunk`` and ``einsum``; a BERT-style encoder
 over token ids with positions from ``torch.arange``, a padding mask built from the ids, ``split`` and
 ``F.scaled_dot_product_attention`` with that mask. Beside them, small members of torchvision's and timm's ViT
-families (and timm's Swin, relative position bias). Every weight random (:func:`randomised`)."""
+families. Every weight random (:func:`randomised`)."""
 from __future__ import annotations
 
 import torch
@@ -136,10 +136,3 @@ def torchvision_vit(num_classes: int = 10, seed: int = 0) -> nn.Module:
     return randomised(VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32,
                                         mlp_dim=64, num_classes=num_classes), seed)
 
-
-def timm_swin(num_classes: int = 10, seed: int = 0) -> nn.Module:
-    """timm's Swin family (windows, relative position bias), built small: 32x32 images, two stages."""
-    timm = _zoo()[1]
-    return randomised(timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, img_size=32,
-                                        patch_size=4, window_size=4, embed_dim=16, depths=(1, 1), num_heads=(1, 2),
-                                        num_classes=num_classes), seed)
