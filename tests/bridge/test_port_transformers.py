@@ -11,8 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tests.common import torch_transformer_models  # noqa: E402
 from tests.bridge.test_port import dropout_counters, expected_names  # noqa: E402
+from tests.common import torch_transformer_models  # noqa: E402
 from trainkit.app import train  # noqa: E402
 from trainkit.app.config import compose_config  # noqa: E402
 from trainkit.bridge.port import main  # noqa: E402

@@ -317,9 +317,9 @@ def _dead(graph: Any) -> set:
     (``x, _ = ...``). Submodule calls stay."""
     dead: set = set()
     for node in reversed(list(graph.nodes)):
-        if node.op == "call_function" and target_name(node.target) in port_transformers.SKIPPED:
-            dead.add(node)
-        elif node.op in ("call_function", "call_method", "get_attr") and all(user in dead for user in node.users):
+        skipped = node.op == "call_function" and target_name(node.target) in port_transformers.SKIPPED
+        unused = node.op in ("call_function", "call_method", "get_attr") and all(user in dead for user in node.users)
+        if skipped or unused:
             dead.add(node)
     return dead
 
