@@ -3,6 +3,7 @@ nn.Parameter, torch.arange, expand, masks from token ids, scaled_dot_product_att
 torchvision's and timm's: each ported with its own random weights computes what PyTorch computes in eval mode, on a
 batch port never saw."""
 import importlib
+import json
 import logging
 
 import mindspore as ms
@@ -15,6 +16,7 @@ from tests.bridge.test_port import dropout_counters, expected_names  # noqa: E40
 from tests.common import torch_transformer_models  # noqa: E402
 from trainkit.app import train  # noqa: E402
 from trainkit.app.config import compose_config  # noqa: E402
+from trainkit.bridge.compare import main as compare  # noqa: E402
 from trainkit.bridge.port import main  # noqa: E402
 
 MODELS = "tests.common.torch_transformer_models"
@@ -122,3 +124,29 @@ def test_a_ported_transformer_with_dropout_resumes_bitwise_and_repeats_with_its_
         differing = [name for name in first if not np.array_equal(other[name], first[name])]
         assert not differing, differing[:5]
     assert not [line for line in handler.lines if "not exact" in line]
+
+
+def test_compare_takes_token_ids_random_or_from_an_int_npy(on_path, capsys):
+    """The ported encoder against PyTorch's through python -m trainkit.compare: random ids (--input-ints) and an
+    int64 .npy batch with padding both agree, and the .npy's ids reach both sides as integers. Mutations caught:
+    the .npy cast to float32 as before (MindSpore's Gather kernel refuses float ids), --input-ints ignored (a
+    float batch)."""
+    assert port("bert", on_path) == 0
+    model = torch_transformer_models.BertEncoder()
+    torch.save(model.state_dict(), on_path / "bert.pth")
+    ids = a_batch("bert")
+    np.save(on_path / "ids.npy", ids)
+    capsys.readouterr()
+    common = [str(on_path / "bert" / "weights.ckpt"), f"hydra.searchpath=[file://{on_path / 'bert' / 'conf'}]",
+              "model=bert", "--torch-model", f"{MODELS}:BertEncoder", "--torch-weights", str(on_path / "bert.pth"),
+              "--json", str(on_path / "verdict.json")]
+    assert compare([*common, "--input-ints", "50", "--input-shape", "12"]) == 0, capsys.readouterr()
+    assert json.loads((on_path / "verdict.json").read_text())["batch_shape"] == [2, 12]
+    assert compare([*common, "--input", str(on_path / "ids.npy")]) == 0, capsys.readouterr()
+    verdict = json.loads((on_path / "verdict.json").read_text())
+    assert verdict["batch_shape"] == list(ids.shape) and verdict["first_divergence"] is None
+    assert "agree:" in capsys.readouterr().out
+
+    assert compare([*common, "--input-ints", "50"]) == 2
+    assert capsys.readouterr().err.strip() == ("trainkit: error: --input-ints needs --input-shape, one sample's "
+                                               "shape: e.g. --input-shape 12 for 12 tokens")
