@@ -5,6 +5,10 @@ batch port never saw."""
 import importlib
 import json
 import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import mindspore as ms
 import numpy as np
@@ -18,8 +22,10 @@ from trainkit.app import train  # noqa: E402
 from trainkit.app.config import compose_config  # noqa: E402
 from trainkit.bridge.compare import main as compare  # noqa: E402
 from trainkit.bridge.port import main  # noqa: E402
+from trainkit.new import main as new  # noqa: E402
 
 MODELS = "tests.common.torch_transformer_models"
+ROOT = Path(__file__).resolve().parents[2]
 # name: (factory, one sample's shape, token vocabulary or None)
 CASES = {
     "vit": ("ViT", (3, 16, 16), None),
@@ -150,3 +156,41 @@ def test_compare_takes_token_ids_random_or_from_an_int_npy(on_path, capsys):
     assert compare([*common, "--input-ints", "50"]) == 2
     assert capsys.readouterr().err.strip() == ("trainkit: error: --input-ints needs --input-shape, one sample's "
                                                "shape: e.g. --input-shape 12 for 12 tokens")
+
+
+class BlobClassifier(torch.nn.Module):
+    """8 features -> 3 classes, the shapes of a trainkit.new project's data."""
+
+    def __init__(self, num_features: int = 8, num_classes: int = 3, hidden: int = 16):
+        super().__init__()
+        self.hidden = torch.nn.Linear(num_features, hidden)
+        self.drop = torch.nn.Dropout(0.1)
+        self.out = torch.nn.Linear(hidden, num_classes)
+
+    def forward(self, features):
+        return self.out(self.drop(torch.relu(self.hidden(features))))
+
+
+def test_port_into_a_project_made_by_new_trains_with_the_project_s_command(on_path, capsys):
+    """python -m trainkit.new, then port --into it: python -m PROJECT model=NAME trains the ported model from the
+    converted weights (the run's log names the ported class and the weights loaded). Mutation caught: the model
+    config written beside the package rather than into the project's conf/ (Hydra: model=blobnet not found)."""
+    assert new(["shop", str(on_path / "shop")]) == 0
+    sys.modules[__name__].BlobClassifier = BlobClassifier
+    assert main([f"{__name__}:BlobClassifier", "--into", str(on_path / "shop"), "--out", "blobnet",
+                 "--input-shape", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "train it in the project: cd " in out
+    assert (on_path / "shop" / "shop" / "blobnet" / "model.py").is_file()
+    run_dir = on_path / "run"
+    done = subprocess.run([sys.executable, "-m", "shop", "model=blobnet", "model.pretrained=shop/blobnet/weights.ckpt",
+                           "trainer.epochs=1", "logger.progress=off", f"hydra.run.dir={run_dir}"],
+                          cwd=on_path / "shop", capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(on_path / "shop")])})
+    assert done.returncode == 0, done.stderr[-3000:]
+    log = (run_dir / "train.log").read_text()
+    assert "_target_: shop.blobnet.model.BlobClassifier" in (run_dir / ".hydra" / "config.yaml").read_text()
+    assert "BlobClassifier: 195 trainable parameters" in log  # 8 x 16 + 16 + 16 x 3 + 3
+    assert "model.pretrained: 5 parameters loaded" in log  # 4 of PyTorch's and the dropout's counter
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert any("test/accuracy" in record for record in records)
