@@ -3,9 +3,11 @@ nn.Parameter, torch.arange, expand, masks from token ids, scaled_dot_product_att
 torchvision's and timm's: each ported with its own random weights computes what PyTorch computes in eval mode, on a
 batch port never saw."""
 import importlib
+import inspect
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +20,7 @@ torch = pytest.importorskip("torch")
 
 from tests.bridge.test_port import dropout_counters, expected_names  # noqa: E402
 from tests.common import torch_transformer_models  # noqa: E402
+from tests.common.torch_port_models import randomised  # noqa: E402
 from trainkit.app import train  # noqa: E402
 from trainkit.app.config import compose_config  # noqa: E402
 from trainkit.bridge.compare import main as compare  # noqa: E402
@@ -193,3 +196,47 @@ def test_port_into_a_project_made_by_new_trains_with_the_project_s_command(on_pa
     assert "model.pretrained: 5 parameters loaded" in log  # 4 of PyTorch's and the dropout's counter
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert any("test/accuracy" in record for record in records)
+
+
+class SiluEncoder(torch.nn.Module):
+    """A Transformer encoder layer with a layer as its activation (neither "relu" nor "gelu")."""
+
+    def __init__(self, num_classes: int = 4):
+        super().__init__()
+        self.embed = torch.nn.Embedding(30, 16)
+        self.layer = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, activation=torch.nn.SiLU(),
+                                                      batch_first=True)
+        self.head = torch.nn.Linear(16, num_classes)
+        randomised(self, 0)
+
+    def forward(self, ids):
+        return self.head(self.layer(self.embed(ids))[:, 0])
+
+
+def test_generated_source_takes_pytorch_s_arguments_and_names_its_variables(on_path, capsys):
+    """The top class takes num_classes (and what else only its own layers use) with PyTorch's defaults; construct's
+    variables are the source's names (q, k, v, attn), never fx's (getitem_3, add_1); the encoder layer's activation
+    is PyTorch's layer (SiLU agrees) and an unknown name is refused, not turned into ReLU. Mutations caught: the
+    Namer's source-line names off (fx names come back), the helper's old switch (anything but gelu -> ReLU)."""
+    assert port("vit", on_path) == 0
+    source = (on_path / "vit" / "model.py").read_text()
+    compile(source, "model.py", "exec")
+    assert not re.findall(r"^\s*(?:getitem|getattr|add|mul|chunk|einsum|floordiv|transpose)(?:_\d+)?\s*=", source,
+                          re.MULTILINE)
+    assert "q = q_k_v[0]" in source and "attn = ops.softmax(attn, axis=-1)" in source
+    module = importlib.import_module("vit.model")
+    signature = inspect.signature(module.ViT)
+    assert signature.parameters["num_classes"].default == 10 and signature.parameters["in_channels"].default == 3
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    five = module.ViT(num_classes=5, in_channels=1)
+    five.set_train(False)
+    assert five(ms.Tensor(np.zeros((2, 1, 16, 16), np.float32))).shape == (2, 5)
+    assert "num_classes: 10" in (on_path / "vit" / "conf" / "model" / "vit.yaml").read_text()
+
+    sys.modules[__name__].SiluEncoder = SiluEncoder
+    assert main([f"{__name__}:SiluEncoder", "--out", str(on_path / "silu"), "--input-shape", "6",
+                 "--input-ints", "30"]) == 0, capsys.readouterr().out
+    silu = importlib.import_module("silu.model")
+    assert "activation=nn.SiLU()" in (on_path / "silu" / "model.py").read_text()
+    with pytest.raises(ValueError, match="activation='tanh' is not valid"):
+        silu.TransformerEncoderLayer(16, 2, 32, 0.0, "tanh", 1e-5, True, False)

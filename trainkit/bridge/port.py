@@ -42,6 +42,7 @@ from trainkit.bridge.compare import (
     write_table,
 )
 from trainkit.bridge.convert import convert_state_dict
+from trainkit.bridge.port_arguments import constructor_values
 from trainkit.bridge.port_source import generate, problem_lines
 from trainkit.bridge.state_dict import StateDict
 from trainkit.errors import CheckpointError, ConfigError, DataError
@@ -106,7 +107,8 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
     if weights is not None:
         load_torch_weights(model, weights, key)
     model.eval()
-    ported = generate(model, target)
+    ported = generate(model, target, lambda changed: import_model(target, {**arguments, **changed}, option="MODEL"),
+                      constructor_values(factory_of(target), arguments))
     if ported.problems:
         for line in problem_lines(ported.problems):
             print(line)
@@ -148,7 +150,8 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
                if project else f"python -m trainkit hydra.searchpath=[file://{out}/conf] model={package} "
                f"model.pretrained={out / WEIGHTS_FILE} data=...")
     config.write_text(f"# {target} ported by python -m trainkit.port; train it from PyTorch's weights with\n"
-                      f"#   {command}\n_target_: {module_name}.model.{ported.top}\n", encoding="utf-8")
+                      f"#   {command}\n_target_: {module_name}.model.{ported.top}\n"
+                      + "".join(f"{name}: {value!r}\n" for name, value in ported.arguments.items()), encoding="utf-8")
     try:
         rows = compare_layers(network, model, batch)
     except (RuntimeError, ValueError, TypeError) as error:
@@ -173,6 +176,12 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
     print(f"agree: {paired} layers paired with PyTorch on a batch of shape {'x'.join(map(str, shape))}, every one "
           f"within {tolerance:g} relative")
     return 0
+
+
+def factory_of(target: str) -> Any:
+    """The class or function ``MODULE:NAME`` names (imported already by import_model)."""
+    module, _, name = target.partition(":")
+    return getattr(sys.modules[module], name)
 
 
 def find_project(folder: Path) -> Tuple[str, Path]:

@@ -11,9 +11,9 @@ Every child keeps its PyTorch attribute name, so every parameter keeps its ``sta
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from trainkit.bridge import port_layers, port_transformers
+from trainkit.bridge import port_arguments, port_layers, port_transformers
 from trainkit.bridge.port_layers import CONTAINERS, Call, Unsupported, render_call, target_name
 from trainkit.bridge.port_names import Namer
 
@@ -55,6 +55,8 @@ class Variant:
     children: Dict[str, Any]  # attribute -> Call of the first instance (the template)
     instances: List[Dict[str, Any]] = field(default_factory=list)  # each instance's children
     parameters: List[Tuple[Tuple[Any, ...], str]] = field(default_factory=list)  # (slot path, argument name)
+    arguments: Dict[str, Any] = field(default_factory=dict)  # the top class's: PyTorch's name -> default
+    driven: Dict[Tuple[Any, ...], str] = field(default_factory=dict)  # slot path -> code from the arguments
 
 
 @dataclass
@@ -65,6 +67,7 @@ class Port:
     top: str
     problems: List[Problem]
     classes: List[str] = field(default_factory=list)
+    arguments: Dict[str, Any] = field(default_factory=dict)  # the top class's constructor arguments
 
 
 def _tracer():
@@ -295,10 +298,11 @@ class _Generator:
         return repr(value)
 
     def class_source(self, variant: Variant) -> str:
-        parameters = {path: name for path, name in variant.parameters}
-        signature = ", ".join(["self", *self.arguments(variant)])
+        parameters = {**{path: name for path, name in variant.parameters}, **variant.driven}
+        names = [*self.arguments(variant), *(f"{name}={value!r}" for name, value in variant.arguments.items())]
+        signature = ", ".join(["self", *names])
         if len(signature) > LINE - 20:
-            signature = ",\n                 ".join(_wrap(["self", *self.arguments(variant)], LINE - 20))
+            signature = ",\n                 ".join(_wrap(["self", *names], LINE - 20))
         lines = [f"class {variant.name}(nn.Cell):",
                  f'    """PyTorch\'s {variant.torch_class}'
                  + ('' if variant.name == variant.torch_class.rsplit('.', 1)[-1] else
@@ -435,16 +439,52 @@ def _hashable(value: Any) -> bool:
     return type(value).__name__ == "Node"
 
 
-def generate(model: Any, origin: str) -> Port:
-    """The MindSpore source mirroring `model` (a torch module in eval mode); `origin` is ``MODULE:CLASS``."""
+def _generated(model: Any) -> Tuple[_Generator, Any]:
     generator = _Generator()
     top = generator.spec(model, "")
+    if not generator.problems and isinstance(top, Call) and "__instance__" in top.kwargs:
+        generator.finish()
+    return generator, top
+
+
+def _take_arguments(generator: _Generator, top: Variant, values: Dict[str, Any],
+                    rebuild: Callable[[Dict[str, Any]], Any]) -> None:
+    """The top class's constructor arguments (:mod:`trainkit.bridge.port_arguments`): each argument of `values`
+    whose change moves only literals of the top class's layers."""
+    slots = dict(_slots(top.instances[0], ()))
+    below = [generator.class_source(variant) for variant in generator.order if variant is not top]
+    for name, value in values.items():
+        other = port_arguments.changed(value)
+        try:
+            again, again_top = _generated(rebuild({name: other}).eval())
+        except Exception:  # noqa: BLE001 - the model refuses the changed value: the argument stays a literal
+            continue
+        if again.problems or "__instance__" not in getattr(again_top, "kwargs", {}):
+            continue
+        variant = again_top.kwargs["__instance__"][0]
+        if [again.class_source(v) for v in again.order if v is not variant] != below \
+                or variant.construct != top.construct:
+            continue
+        found = port_arguments.follow(slots, dict(_slots(variant.instances[0], ())), name, value, other)
+        if found and not set(found) & set(top.driven):
+            top.driven.update(found)
+            top.arguments[name] = value
+
+
+def generate(model: Any, origin: str, rebuild: Optional[Callable[[Dict[str, Any]], Any]] = None,
+             values: Optional[Dict[str, Any]] = None) -> Port:
+    """The MindSpore source mirroring `model` (a torch module in eval mode); `origin` is ``MODULE:CLASS``;
+    `rebuild` builds the model again with some of its constructor's `values` changed (the top class's
+    arguments)."""
+    generator, top = _generated(model)
     if generator.problems or not isinstance(top, Call) or "__instance__" not in top.kwargs:
         if not generator.problems:
             generator.problems.append(Problem(f"the model is a single torch.nn layer ({type(model).__name__}): "
                                               "port a module of your own that holds it", "(the model)"))
         return Port("", "", generator.problems)
-    generator.finish()
+    top_variant = top.kwargs["__instance__"][0]
+    if rebuild is not None and values:
+        _take_arguments(generator, top_variant, values, rebuild)
     imports = {name for helper in generator.helpers for name in HELPER_IMPORTS.get(helper, ())} | generator.imports
     if any("ms." in line for variant in generator.order for line in variant.construct):
         imports.add("ms")
@@ -470,8 +510,8 @@ def generate(model: Any, origin: str) -> Port:
     blocks = ["\n".join(header)]
     blocks += [HELPERS[helper].strip("\n") for helper in generator.helpers if helper in HELPERS]
     blocks += [generator.class_source(variant) for variant in generator.order]
-    return Port("\n\n\n".join(blocks) + "\n", top.kwargs["__instance__"][0].name, [],
-                [*generator.helpers, *(variant.name for variant in generator.order)])
+    return Port("\n\n\n".join(blocks) + "\n", top_variant.name, [],
+                [*generator.helpers, *(variant.name for variant in generator.order)], dict(top_variant.arguments))
 
 
 def problem_lines(problems: Sequence[Problem]) -> List[str]:
