@@ -3,7 +3,7 @@
 A model built as ``ViT(num_classes=10)`` is ported as ``class ViT(nn.Cell): def __init__(self, num_classes=10)``
 with ``num_classes`` written where the value came from it, not as the number ``10``. Which literal comes from
 which argument is not guessed from equal numbers: the model is built again with the argument changed (``10`` ->
-``11``) and ported again; the literals that changed with it (``11``, or ``2 * 11`` for ``20``) take the
+``11``, else ``20``) and ported again; the literals that changed with it (``11``, or ``2 * 11`` for ``20``) take the
 argument's name. An argument is kept only when everything it changes can be written so: the layers of the top
 class (not its ``construct``, nor a class below it, whose constants would then disagree with it).
 """
@@ -29,9 +29,10 @@ def constructor_values(factory: Callable, given: Dict[str, Any]) -> Dict[str, An
     return values
 
 
-def changed(value: Any) -> Any:
-    """Another value of an argument to see what follows it."""
-    return value + 1 if isinstance(value, int) else value + 0.125
+def changed(value: Any) -> Tuple[Any, ...]:
+    """Other values of an argument to see what follows it, in turn until the model takes one (a width that
+    must divide by the number of heads refuses ``+ 1``, takes ``* 2``)."""
+    return (value + 1, value * 2) if isinstance(value, int) else (value + 0.125,)
 
 
 def expression(before: Any, after: Any, name: str, value: Any, other: Any) -> Optional[str]:

@@ -454,21 +454,22 @@ def _take_arguments(generator: _Generator, top: Variant, values: Dict[str, Any],
     slots = dict(_slots(top.instances[0], ()))
     below = [generator.class_source(variant) for variant in generator.order if variant is not top]
     for name, value in values.items():
-        other = port_arguments.changed(value)
-        try:
-            again, again_top = _generated(rebuild({name: other}).eval())
-        except Exception:  # noqa: BLE001 - the model refuses the changed value: the argument stays a literal
-            continue
-        if again.problems or "__instance__" not in getattr(again_top, "kwargs", {}):
-            continue
-        variant = again_top.kwargs["__instance__"][0]
-        if [again.class_source(v) for v in again.order if v is not variant] != below \
-                or variant.construct != top.construct:
-            continue
-        found = port_arguments.follow(slots, dict(_slots(variant.instances[0], ())), name, value, other)
-        if found and not set(found) & set(top.driven):
-            top.driven.update(found)
-            top.arguments[name] = value
+        for other in port_arguments.changed(value):
+            try:
+                again, again_top = _generated(rebuild({name: other}).eval())
+            except Exception:  # noqa: BLE001 - the model refuses the changed value: try the next
+                continue
+            if again.problems or "__instance__" not in getattr(again_top, "kwargs", {}):
+                break
+            variant = again_top.kwargs["__instance__"][0]
+            if [again.class_source(v) for v in again.order if v is not variant] != below \
+                    or variant.construct != top.construct:
+                break  # it moves more than the top class's layers: a literal
+            found = port_arguments.follow(slots, dict(_slots(variant.instances[0], ())), name, value, other)
+            if found and not set(found) & set(top.driven):
+                top.driven.update(found)
+                top.arguments[name] = value
+            break
 
 
 def generate(model: Any, origin: str, rebuild: Optional[Callable[[Dict[str, Any]], Any]] = None,
@@ -511,7 +512,8 @@ def generate(model: Any, origin: str, rebuild: Optional[Callable[[Dict[str, Any]
     blocks += [HELPERS[helper].strip("\n") for helper in generator.helpers if helper in HELPERS]
     blocks += [generator.class_source(variant) for variant in generator.order]
     return Port("\n\n\n".join(blocks) + "\n", top_variant.name, [],
-                [*generator.helpers, *(variant.name for variant in generator.order)], dict(top_variant.arguments))
+                [*(helper for helper in generator.helpers if helper in HELPERS),
+                 *(variant.name for variant in generator.order)], dict(top_variant.arguments))
 
 
 def problem_lines(problems: Sequence[Problem]) -> List[str]:
