@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from trainkit.bridge import port_arguments, port_layers, port_transformers
+from trainkit.bridge import port_arguments, port_code, port_layers, port_transformers
 from trainkit.bridge.port_layers import CONTAINERS, Call, Unsupported, render_call, target_name
 from trainkit.bridge.port_names import Namer
 
@@ -97,7 +97,7 @@ class _Generator:
     def spec(self, module: Any, path: str) -> Any:
         """The Call building `module` (a layer, a container, or an instance of a generated class)."""
         kind = type(module)
-        container = _container(module)
+        container = port_code.container(module)
         if container:
             items = [self.spec(child, f"{path}.{name}" if path else name) for name, child in module.named_children()]
             names = [name for name, _ in module.named_children()]
@@ -163,14 +163,14 @@ class _Generator:
         persistent = set(module.state_dict(keep_vars=True)) if list(module.named_buffers(recurse=False)) else set()
         for name, value in module.named_parameters(recurse=False):
             tensors[name] = Call("Parameter", {"name": name}, [Call("initializer", args=[
-                "zeros", tuple(value.shape), Code(_dtype(value.dtype))])])
+                "zeros", tuple(value.shape), port_code.Code(port_code.dtype(value.dtype))])])
         for name, value in module.named_buffers(recurse=False):
             if name not in persistent:
                 self.problems.append(Problem(f"{type(module).__qualname__}'s buffer {name} (not saved in its "
                                              "state_dict)", path or "(the model)"))
                 continue
             tensors[name] = Call("Parameter", {"name": name, "requires_grad": False}, [Call("initializer", args=[
-                "zeros", tuple(value.shape), Code(_dtype(value.dtype))])])
+                "zeros", tuple(value.shape), port_code.Code(port_code.dtype(value.dtype))])])
         if tensors:
             self.imports.update({"initializer", "ms", "Parameter"})
         return tensors
@@ -190,14 +190,14 @@ class _Generator:
         namer = Namer(list(graph.nodes), tuple(HELPERS))
 
         def code(value: Any) -> str:
-            return _code(value, names)
+            return port_code.code(value, names)
 
-        dead = _dead(graph)
+        dead = port_code.dead(graph)
         for node in graph.nodes:
             if node in dead:
                 continue
             if node.op == "get_attr":  # a parameter or buffer of the module's own, used where it is read
-                names[node] = _attribute(node.target)
+                names[node] = port_code.attribute(node.target)
                 continue
             if node.op == "call_function" and target_name(node.target) == "builtins.getattr" \
                     and node.args[1] == "device":
@@ -219,7 +219,8 @@ class _Generator:
             kwargs = {key: code(value) for key, value in node.kwargs.items()}
             try:
                 if node.op == "call_module":
-                    expression = f"{_attribute(node.target)}({', '.join([*args, *_keywords(kwargs)])})"
+                    arguments = ", ".join([*args, *port_code.keywords(kwargs)])
+                    expression = f"{port_code.attribute(node.target)}({arguments})"
                 elif node.op == "call_function":
                     what = target_name(node.target)
                     if what not in FUNCTIONS:
@@ -293,7 +294,7 @@ class _Generator:
                 return line
             pad = " " * (indent + 4)
             return "[\n" + ",\n".join(pad + part for part in parts) + "]"
-        if isinstance(value, Code):
+        if isinstance(value, port_code.Code):
             return str(value)
         return repr(value)
 
@@ -314,28 +315,6 @@ class _Generator:
         lines.append("")
         lines += [f"    {line}" for line in variant.construct] or ["    def construct(self, x):", "        return x"]
         return "\n".join(lines)
-
-
-def _dead(graph: Any) -> set:
-    """The nodes no written line needs: shape checks (``torch._assert`` and what only it uses), unused values
-    (``x, _ = ...``). Submodule calls stay."""
-    dead: set = set()
-    for node in reversed(list(graph.nodes)):
-        skipped = node.op == "call_function" and target_name(node.target) in port_transformers.SKIPPED
-        unused = node.op in ("call_function", "call_method", "get_attr") and all(user in dead for user in node.users)
-        if skipped or unused:
-            dead.add(node)
-    return dead
-
-
-def _container(module: Any) -> str:
-    """``Sequential`` or ``ModuleList`` for those and for subclasses that keep their forward (torchvision's MLP)."""
-    import torch
-
-    for base in (torch.nn.Sequential, torch.nn.ModuleList):
-        if isinstance(module, base) and type(module).forward is base.forward:
-            return base.__name__
-    return ""
 
 
 def _wrap(items: List[str], width: int) -> List[str]:
@@ -382,61 +361,6 @@ def _parameter_name(path: Tuple, taken: set) -> str:
         count += 1
         candidate = f"{name}{count}"
     return candidate
-
-
-def _attribute(target: str) -> str:
-    """``self.layers[0]`` for fx's ``layers.0``."""
-    code = "self"
-    for part in target.split("."):
-        code += f"[{part}]" if part.isdigit() else f".{part}"
-    return code
-
-
-def _keywords(kwargs: Dict[str, str]) -> List[str]:
-    return [f"{key}={value}" for key, value in kwargs.items()]
-
-
-def _code(value: Any, names: Dict[Any, str]) -> str:
-    """A traced argument as code: a node's variable, a literal, a slice, or a container of them."""
-    if value in names if _hashable(value) else False:
-        return names[value]
-    if isinstance(value, tuple):
-        items = [_code(item, names) for item in value]
-        return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
-    if isinstance(value, list):
-        return f"[{', '.join(_code(item, names) for item in value)}]"
-    if isinstance(value, slice):
-        parts = ["" if part is None else _code(part, names) for part in (value.start, value.stop, value.step)]
-        return ":".join(parts[:2]) + (f":{parts[2]}" if parts[2] else "")
-    if value is Ellipsis:
-        return "..."
-    if type(value).__name__ == "dtype" and type(value).__module__.startswith("torch"):
-        return _dtype(value)
-    if type(value).__name__ == "device" and type(value).__module__.startswith("torch"):
-        return "None"
-    if type(value).__module__.startswith("torch"):
-        raise Unsupported(f"a {type(value).__name__} constant")
-    return repr(value)
-
-
-class Code(str):
-    """Written into the source as it is (``ms.int64``), not as a string literal."""
-
-
-def _dtype(dtype: Any) -> str:
-    """``ms.float32`` for ``torch.float32``."""
-    name = str(dtype).replace("torch.", "")
-    if name not in port_transformers.DTYPES:
-        raise Unsupported(f"dtype {dtype}")
-    return port_transformers.DTYPES[name]
-
-
-def _hashable(value: Any) -> bool:
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return type(value).__name__ == "Node"
 
 
 def _generated(model: Any) -> Tuple[_Generator, Any]:
