@@ -146,7 +146,8 @@ def test_compare_takes_token_ids_random_or_from_an_int_npy(on_path, capsys):
     np.save(on_path / "ids.npy", ids)
     capsys.readouterr()
     common = [str(on_path / "bert" / "weights.ckpt"), f"hydra.searchpath=[file://{on_path / 'bert' / 'conf'}]",
-              "model=bert", "--torch-model", f"{MODELS}:BertEncoder", "--torch-weights", str(on_path / "bert.pth"),
+              "model=bert", "data=wine",  # wine: BertEncoder's 3 classes
+              "--torch-model", f"{MODELS}:BertEncoder", "--torch-weights", str(on_path / "bert.pth"),
               "--json", str(on_path / "verdict.json")]
     assert compare([*common, "--input-ints", "50", "--input-shape", "12"]) == 0, capsys.readouterr()
     assert json.loads((on_path / "verdict.json").read_text())["batch_shape"] == [2, 12]
