@@ -241,3 +241,15 @@ def test_generated_source_takes_pytorch_s_arguments_and_names_its_variables(on_p
     assert "activation=nn.SiLU()" in (on_path / "silu" / "model.py").read_text()
     with pytest.raises(ValueError, match="activation='tanh' is not valid"):
         silu.TransformerEncoderLayer(16, 2, 32, 0.0, "tanh", 1e-5, True, False)
+
+
+@pytest.mark.parametrize("name", ["regnet_y_400mf", pytest.param("densenet121", marks=pytest.mark.slow)])
+def test_torchvision_models_of_named_sequentials_port_to_valid_python_and_agree(name, on_path, capsys):
+    """RegNet's stages (nn.Sequential subclasses, children named block1-0) were written as `self.block1-0 = ...`, a
+    SyntaxError; DenseNet's port did not take its own weights. Mutation caught: Sequential subclasses traced as
+    classes of their own again (RegNet: SyntaxError)."""
+    out = on_path / name
+    assert main([f"{MODELS}:torchvision_cnn", "--arg", f"name={name}", "--out", str(out),
+                 "--input-shape", "3,32,32"]) == 0, capsys.readouterr().out
+    compile((out / "model.py").read_text(), "model.py", "exec")
+    assert "agree:" in capsys.readouterr().out

@@ -136,3 +136,10 @@ def torchvision_vit(num_classes: int = 10, seed: int = 0) -> nn.Module:
     return randomised(VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32,
                                         mlp_dim=64, num_classes=num_classes), seed)
 
+
+
+def torchvision_cnn(name: str = "regnet_y_400mf", num_classes: int = 10, seed: int = 0) -> nn.Module:
+    """A torchvision classification model by name (RegNet: nn.Sequential subclasses whose children are named
+    ``block1-0``; DenseNet: an OrderedDict of named layers), random throughout."""
+    torchvision = _zoo()[0]
+    return randomised(getattr(torchvision.models, name)(num_classes=num_classes), seed)

@@ -44,7 +44,8 @@ def assigned(code: str) -> List[str]:
     return [name.strip() for name in match.group(1).split(",")]
 
 
-def _identifier(name: str) -> str:
+def identifier(name: str) -> str:
+    """`name` made a valid Python name that is not one the generated module uses itself."""
     name = re.sub(r"\W", "_", name)
     if not name or name[0].isdigit():
         name = f"x_{name}"
@@ -67,7 +68,7 @@ class Namer:
 
     def name(self, node: Any) -> str:
         """`node`'s variable: the desired name, or it numbered while another live value holds it."""
-        desired = _identifier(self.desired(node))
+        desired = identifier(self.desired(node))
         candidate, count = desired, 1
         while not self._free(candidate, node):
             count += 1

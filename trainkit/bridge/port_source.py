@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from trainkit.bridge import port_arguments, port_code, port_layers, port_transformers
 from trainkit.bridge.port_layers import CONTAINERS, Call, Unsupported, render_call, target_name
-from trainkit.bridge.port_names import Namer
+from trainkit.bridge.port_names import Namer, identifier
 
 # port_transformers' entries take precedence over port_layers' where both name one (attention, dropout)
 FUNCTIONS = {**port_layers.FUNCTIONS, **port_transformers.FUNCTIONS}
@@ -355,7 +355,7 @@ def _slots(value: Any, path: Tuple) -> List[Tuple[Tuple, Any]]:
 
 
 def _parameter_name(path: Tuple, taken: set) -> str:
-    name = "_".join(str(part) for part in path)
+    name = identifier("_".join(str(part) for part in path))  # a child named 0 or block1-0: still a Python name
     candidate, count = name, 1
     while candidate in taken:
         count += 1
