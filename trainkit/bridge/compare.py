@@ -2,7 +2,8 @@
 
 The network is built from the overrides as a run builds it (or ``run=RUN_DIR``), given WEIGHTS (a MindSpore
 checkpoint -- converted, exported or a training checkpoint -- or PyTorch weights, converted in memory), and run
-in eval mode on one fixed batch (uniform in [-1, 1], ``--seed``; or ``--input x.npy``). Forward hooks
+in eval mode on one fixed batch (uniform in [-1, 1], ``--seed``; token ids in [0, N) with ``--input-ints N``; or
+``--input x.npy``, whose integers stay integers). Forward hooks
 (``Cell.register_forward_hook``, which needs PyNative mode) record every layer's output: a table row per layer
 with its shape, dtype, mean, std, min, max and count of non-finite values, also written as CSV/JSON.
 
@@ -317,7 +318,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                                            "is a PyTorch file)")
     parser.add_argument("--batch-size", type=int, default=2)
     parser.add_argument("--input-shape", help="one sample's shape (default: in_channels,image_size,image_size)")
-    parser.add_argument("--input", type=Path, help="a .npy batch to use instead of the random one")
+    parser.add_argument("--input", type=Path, help="a .npy batch to use instead of the random one (integers stay "
+                                                   "integers: token ids)")
+    parser.add_argument("--input-ints", type=int, metavar="N", help="the random batch is token ids in [0, N) "
+                                                                  "(give --input-shape, e.g. 12 for 12 tokens)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random batch")
     parser.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE,
                         help=f"largest relative difference per layer (default {DEFAULT_TOLERANCE})")
@@ -332,6 +336,29 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (ConfigError, DataError) as error:
         print(f"trainkit: error: {error}", file=sys.stderr)
         return 2
+
+
+def _batch(args: argparse.Namespace, cfg, data) -> np.ndarray:
+    """The batch both sides see: ``--input`` (integers kept as int64, token ids; anything else float32), token ids
+    with ``--input-ints``, else :func:`fixed_batch`."""
+    if args.input_ints is not None and args.input_ints <= 0:
+        raise ConfigError(f"--input-ints {args.input_ints} is not valid: give the vocabulary size, a positive number")
+    if args.input:
+        try:
+            batch = np.load(args.input)
+        except (OSError, ValueError) as error:
+            raise DataError(f"--input {args.input} cannot be read as a .npy array: {error}") from error
+        if not (np.issubdtype(batch.dtype, np.integer) or np.issubdtype(batch.dtype, np.floating)):
+            raise DataError(f"--input {args.input} holds {batch.dtype} values: give numbers (floats, or integer "
+                            "token ids)")
+        return batch.astype(np.int64) if np.issubdtype(batch.dtype, np.integer) else batch.astype(np.float32)
+    if args.input_ints is not None:
+        if not args.input_shape:
+            raise ConfigError("--input-ints needs --input-shape, one sample's shape: e.g. --input-shape 12 for 12 "
+                              "tokens")
+        shape = _input_shape(cfg, data, args.batch_size, args.input_shape)
+        return np.random.default_rng(args.seed).integers(0, args.input_ints, shape)
+    return fixed_batch(_input_shape(cfg, data, args.batch_size, args.input_shape), args.seed)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -363,13 +390,7 @@ def _run(args: argparse.Namespace) -> int:
             print("\n".join(conversion.report()))
             raise CheckpointError(f"{weights} does not convert into the network (see the report above)")
         load_weights(network, conversion.values, str(weights))
-    if args.input:
-        try:
-            batch = np.load(args.input).astype(np.float32)
-        except (OSError, ValueError) as error:
-            raise DataError(f"--input {args.input} cannot be read as a .npy array: {error}") from error
-    else:
-        batch = fixed_batch(_input_shape(cfg, data, args.batch_size, args.input_shape), args.seed)
+    batch = _batch(args, cfg, data)
     reference = model
     rows = compare_layers(network, model, batch, rules) if model is not None else \
         layer_table(network_outputs(network, batch))

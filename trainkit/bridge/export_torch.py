@@ -6,7 +6,8 @@ moving_variance`` become ``weight/bias/running_mean/running_var``, each batch no
 ``num_batches_tracked`` counter ``load_state_dict`` expects (0: MindSpore does not count; it matters only to a
 PyTorch batch norm with ``momentum=None``), and a mapping file's rules are applied in reverse -- and written as
 ``.safetensors`` (no PyTorch needed) or ``.pth``/``.pt``: a plain ``state_dict`` of tensors that
-``torch.load(path, weights_only=True)`` reads.
+``torch.load(path, weights_only=True)`` reads. The call counters of trainkit's Dropout layers (the position of
+their random streams) have no PyTorch counterpart and are left out.
 """
 from __future__ import annotations
 
@@ -81,8 +82,17 @@ def _reversed(index: int, rule: Rule):
     return re.compile(start + re.escape(rule.replace) + end), text.replace("\\", "\\\\")
 
 
+def dropout_counter(name: str, value: np.ndarray) -> bool:
+    """Whether `name` is the call counter of trainkit's Dropout (``<layer>.calls``, an int32 scalar): the position
+    of its random stream, which PyTorch's Dropout has no place for."""
+    return (name == "calls" or name.endswith(".calls")) and np.shape(value) == () and \
+        np.asarray(value).dtype == np.int32
+
+
 def torch_state(values: Dict[str, np.ndarray], rules: Sequence[Rule] = ()) -> Dict[str, np.ndarray]:
-    """The network's `values` as a PyTorch state dict (names back, batch norm's counters added)."""
+    """The network's `values` as a PyTorch state dict (names back, batch norm's counters added, trainkit
+    Dropout's call counters left out)."""
+    values = {name: value for name, value in values.items() if not dropout_counter(name, value)}
     names = torch_names(list(values), rules)
     state: Dict[str, np.ndarray] = {}
     for name, value in values.items():

@@ -11,6 +11,10 @@ batch. ``DIR`` gets::
     DIR/conf/model/DIR.yaml       _target_: DIR.model.<Class>: hydra.searchpath=[file://DIR/conf] model=DIR
     DIR/compare.csv               every layer's output next to PyTorch's
 
+With ``--into PROJECT`` (a project made by ``python -m trainkit.new NAME``), ``DIR`` is the name of a subpackage
+of the project's package, ``PROJECT/NAME/DIR``, and the model config goes into the project's own
+``PROJECT/NAME/conf/model/DIR.yaml`` (``_target_: NAME.DIR.model.<Class>``): ``python -m NAME model=DIR`` trains it.
+
 Anything the port does not cover stops it before anything is written (exit 2), listing every unsupported
 layer, function and method with each place it is used. Exit 1 when the comparison finds a layer beyond the
 tolerance (the files are kept, to inspect), 0 when every layer agrees.
@@ -21,7 +25,7 @@ import argparse
 import importlib.util
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import mindspore as ms
 import numpy as np
@@ -38,10 +42,12 @@ from trainkit.bridge.compare import (
     write_table,
 )
 from trainkit.bridge.convert import convert_state_dict
+from trainkit.bridge.port_arguments import constructor_values
 from trainkit.bridge.port_source import generate, problem_lines
 from trainkit.bridge.state_dict import StateDict
 from trainkit.checks import package_name_problem
 from trainkit.errors import CheckpointError, ConfigError, DataError
+from trainkit.models.dropout import Dropout
 from trainkit.rundir.weights import load_weights, write_checkpoint
 
 MODEL_FILE = "model.py"
@@ -72,12 +78,18 @@ def load_generated(path: Path, name: str) -> Any:
 
 def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[int], weights: Optional[Path] = None,
          key: Optional[str] = None, input_ints: Optional[int] = None, batch_size: int = 2, seed: int = 0,
-         tolerance: float = DEFAULT_TOLERANCE, force: bool = False) -> int:
-    """Port `target` (``MODULE:CLASS`` with `arguments`) into `out`; the exit status (see the module)."""
+         tolerance: float = DEFAULT_TOLERANCE, force: bool = False, into: Optional[Path] = None) -> int:
+    """Port `target` (``MODULE:CLASS`` with `arguments`) into `out`, or into the project `into` as its subpackage
+    `out`; the exit status (see the module)."""
     import torch
 
+    project = find_project(into) if into is not None else None
+    if project is not None:
+        out = project[1] / out.name
     package = out.resolve().name
-    problem = package_name_problem(package, where=out.resolve().parent)
+    module_name = f"{project[0]}.{package}" if project else package
+    problem = (package_name_problem(package, where=out.resolve().parent) if not project else
+               None if package.isascii() and package.isidentifier() else "is not an ASCII identifier")
     if problem:
         raise ConfigError(f"--out {out}: the folder becomes the Python package {package!r}, which {problem}: "
                           "choose another folder name (ASCII letters, digits and _)")
@@ -85,6 +97,10 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
     if shipped.is_file():
         raise ConfigError(f"--out {out}: model={package} is one of trainkit's own model configs, which would hide "
                           "the ported one: choose another folder name")
+    config = (project[1] if project else out) / "conf" / "model" / f"{package}.yaml"
+    if project and config.exists() and not force:
+        raise ConfigError(f"--into {into}: the project has a model config {package} already ({config}): choose "
+                          "another --out name, or --force to replace it")
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not force)):
         raise ConfigError(f"--out {out} exists and is not empty: choose another folder, or --force to replace the "
                           "files port writes there")
@@ -94,7 +110,8 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
     if weights is not None:
         load_torch_weights(model, weights, key)
     model.eval()
-    ported = generate(model, target)
+    ported = generate(model, target, lambda changed: import_model(target, {**arguments, **changed}, option="MODEL"),
+                      constructor_values(factory_of(target), arguments))
     if ported.problems:
         for line in problem_lines(ported.problems):
             print(line)
@@ -124,12 +141,13 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
     (out / "__init__.py").write_text(f'"""{target} ported to MindSpore by python -m trainkit.port."""\n',
                                      encoding="utf-8")
     (out / MODEL_FILE).write_text(ported.source, encoding="utf-8")
-    module = load_generated(out / MODEL_FILE, f"{package}.model")
+    module = load_generated(out / MODEL_FILE, f"{module_name}.model")
     ms.set_seed(0)
     network = getattr(module, ported.top)()
     conversion = convert_state_dict(StateDict(weights or Path(f"{target} (its own weights)"), state,
                                               {name: str(value.dtype) for name, value in state.items()}),
-                                    network, description=f"{package}.model.{ported.top}")
+                                    network, allow_missing=dropout_counters(network),
+                                    description=f"{module_name}.model.{ported.top}")
     if not conversion.complete or conversion.only_in_source:
         print("\n".join(conversion.report()))
         raise CheckpointError(f"the ported {ported.top} does not take {target}'s weights (see above): a port bug, "
@@ -137,12 +155,13 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
     load_weights(network, conversion.values, str(weights or target))
     write_checkpoint([{"name": name, "data": ms.Tensor(value)} for name, value in conversion.values.items()],
                      out / WEIGHTS_FILE)
-    config = out / "conf" / "model" / f"{package}.yaml"
     config.parent.mkdir(parents=True, exist_ok=True)
-    config.write_text(f"# {target} ported by python -m trainkit.port; train it with\n"
-                      f"#   python -m trainkit hydra.searchpath=[file://{out}/conf] model={package} "
-                      f"model.pretrained={out / WEIGHTS_FILE} data=...\n"
-                      f"_target_: {package}.model.{ported.top}\n", encoding="utf-8")
+    command = (f"python -m {project[0]} model={package} model.pretrained={project[0]}/{package}/{WEIGHTS_FILE}"
+               if project else f"python -m trainkit hydra.searchpath=[file://{out}/conf] model={package} "
+               f"model.pretrained={out / WEIGHTS_FILE} data=...")
+    config.write_text(f"# {target} ported by python -m trainkit.port; train it from PyTorch's weights with\n"
+                      f"#   {command}\n_target_: {module_name}.model.{ported.top}\n"
+                      + "".join(f"{name}: {value!r}\n" for name, value in ported.arguments.items()), encoding="utf-8")
     try:
         rows = compare_layers(network, model, batch)
     except (RuntimeError, ValueError, TypeError) as error:
@@ -157,7 +176,9 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
     print(f"converted {len(conversion.matched)} parameters to {out / WEIGHTS_FILE}"
           + (f" ({conversion.mapping.renamed_batch_norm} norm names renamed)" if conversion.mapping.renamed_batch_norm
              else ""))
-    print(f"model config: {config} (_target_: {package}.model.{ported.top})")
+    print(f"model config: {config} (_target_: {module_name}.model.{ported.top})")
+    if project:
+        print(f"train it in the project: cd {into} && {command}")
     if diverged is not None:
         print(f"first layer beyond the tolerance ({tolerance:g} relative): {diverged.name}: max abs diff "
               f"{diverged.max_abs_diff:.3g}, relative {diverged.max_rel_diff:.3g} (every layer in {out / TABLE_FILE})")
@@ -165,6 +186,32 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
     print(f"agree: {paired} layers paired with PyTorch on a batch of shape {'x'.join(map(str, shape))}, every one "
           f"within {tolerance:g} relative")
     return 0
+
+
+def factory_of(target: str) -> Any:
+    """The class or function ``MODULE:NAME`` names (imported already by import_model)."""
+    module, _, name = target.partition(":")
+    return getattr(sys.modules[module], name)
+
+
+def find_project(folder: Path) -> Tuple[str, Path]:
+    """(name, package folder) of the project at `folder`, made by ``python -m trainkit.new``: the one package
+    there with a ``__main__.py`` and a ``conf/`` folder."""
+    if not folder.is_dir():
+        raise ConfigError(f"--into {folder} is not a folder: give a project made by python -m trainkit.new NAME")
+    found = [path.parent for path in sorted(folder.glob("*/__main__.py")) if (path.parent / "conf").is_dir()
+             and path.parent.name.isidentifier()]
+    if len(found) != 1:
+        raise ConfigError(f"--into {folder} is not a project made by python -m trainkit.new: it needs one package "
+                          f"with __main__.py and conf/ (found {len(found)})")
+    return found[0].name, found[0]
+
+
+def dropout_counters(network: ms.nn.Cell) -> List[str]:
+    """The names of the call counters of `network`'s trainkit Dropout layers: not in PyTorch's weights, they
+    start at 0."""
+    return [parameter.name for cell in network.cells_and_names() if isinstance(cell[1], Dropout)
+            for parameter in cell[1].get_parameters(expand=False)]
 
 
 def _first_line(error: BaseException) -> str:
@@ -184,7 +231,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="an argument of the class (repeat), e.g. num_classes=10")
     parser.add_argument("--weights", type=Path, help="its weights (.pth/.safetensors); default: its own initial ones")
     parser.add_argument("--key", help="the entry of a wrapping PyTorch checkpoint that holds the state dict")
-    parser.add_argument("--out", type=Path, required=True, help="the folder to write: it becomes a Python package")
+    parser.add_argument("--out", type=Path, required=True, help="the folder to write: it becomes a Python package "
+                                                                "(with --into, the package's name in the project)")
+    parser.add_argument("--into", type=Path, metavar="PROJECT",
+                        help="a project made by python -m trainkit.new: the package goes into its package and the "
+                             "model config into its conf/model, so that python -m PROJECT model=OUT trains it")
     parser.add_argument("--input-shape", required=True, help="one sample's shape for the comparison, e.g. 3,32,32")
     parser.add_argument("--input-ints", type=int, metavar="N", help="the input is token ids in [0, N)")
     parser.add_argument("--batch-size", type=int, default=2)
@@ -200,7 +251,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     try:
         return port(args.model, parse_arguments(args.arg, "--arg"), args.out, parse_shape(args.input_shape),
-                    args.weights, args.key, args.input_ints, args.batch_size, args.seed, args.tolerance, args.force)
+                    args.weights, args.key, args.input_ints, args.batch_size, args.seed, args.tolerance, args.force,
+                    args.into)
     except (ConfigError, DataError) as error:
         print(f"trainkit: error: {error}", file=sys.stderr)
         return 2

@@ -10,22 +10,29 @@ Every child keeps its PyTorch attribute name, so every parameter keeps its ``sta
 """
 from __future__ import annotations
 
-import keyword
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from trainkit.bridge.port_layers import (
-    CONTAINERS,
-    FUNCTIONS,
-    HELPER_IMPORTS,
-    HELPERS,
-    METHODS,
-    Call,
-    Unsupported,
-    layer_call,
-    render_call,
-    target_name,
-)
+from trainkit.bridge import port_arguments, port_code, port_layers, port_transformers
+from trainkit.bridge.port_layers import CONTAINERS, Call, Unsupported, render_call, target_name
+from trainkit.bridge.port_names import Namer, identifier
+
+# port_transformers' entries take precedence over port_layers' where both name one (attention, dropout)
+FUNCTIONS = {**port_layers.FUNCTIONS, **port_transformers.FUNCTIONS}
+METHODS = {**port_layers.METHODS, **port_transformers.METHODS}
+HELPERS = {**port_layers.HELPERS, **port_transformers.HELPERS}
+HELPER_IMPORTS = {**port_layers.HELPER_IMPORTS, **port_transformers.HELPER_IMPORTS}
+
+
+def layer_call(module: Any) -> Call:
+    """The MindSpore constructor call of a torch.nn layer (port_transformers' tables first, then port_layers')."""
+    name = type(module).__name__
+    if name in port_transformers.LAYERS and type(module).__module__.startswith("torch.nn"):
+        try:
+            return port_transformers.LAYERS[name](module)
+        except Unsupported as error:
+            raise Unsupported(f"torch.nn.{name} with {error}") from error
+    return port_layers.layer_call(module)
 
 LINE = 116
 
@@ -48,6 +55,8 @@ class Variant:
     children: Dict[str, Any]  # attribute -> Call of the first instance (the template)
     instances: List[Dict[str, Any]] = field(default_factory=list)  # each instance's children
     parameters: List[Tuple[Tuple[Any, ...], str]] = field(default_factory=list)  # (slot path, argument name)
+    arguments: Dict[str, Any] = field(default_factory=dict)  # the top class's: PyTorch's name -> default
+    driven: Dict[Tuple[Any, ...], str] = field(default_factory=dict)  # slot path -> code from the arguments
 
 
 @dataclass
@@ -58,6 +67,7 @@ class Port:
     top: str
     problems: List[Problem]
     classes: List[str] = field(default_factory=list)
+    arguments: Dict[str, Any] = field(default_factory=dict)  # the top class's constructor arguments
 
 
 def _tracer():
@@ -69,7 +79,9 @@ def _tracer():
         def is_leaf_module(self, module, qualified_name):  # noqa: D102 - fx's hook
             return True
 
-    return ChildrenAsLeaves()
+    tracer = ChildrenAsLeaves()
+    tracer.record_stack_traces = True  # each node's source line: the variables' names (port_names)
+    return tracer
 
 
 class _Generator:
@@ -79,25 +91,40 @@ class _Generator:
         self.names: Dict[str, int] = {}
         self.helpers: List[str] = []
         self.problems: List[Problem] = []
+        self.imports: set = set()
 
     # ---------------------------------------------------------------- the tree
     def spec(self, module: Any, path: str) -> Any:
         """The Call building `module` (a layer, a container, or an instance of a generated class)."""
         kind = type(module)
-        if kind.__name__ in CONTAINERS and kind.__module__.startswith("torch.nn"):
+        container = port_code.container(module)
+        if container:
             items = [self.spec(child, f"{path}.{name}" if path else name) for name, child in module.named_children()]
-            return Call(CONTAINERS[kind.__name__], args=[items])
-        if kind.__module__.startswith("torch.nn") or kind.__module__.startswith("torch."):
+            names = [name for name, _ in module.named_children()]
+            if names == [str(index) for index in range(len(names))]:
+                return Call(CONTAINERS[container], args=[items])
+            self.imports.add("OrderedDict")  # torchvision's nn.Sequential(OrderedDict(encoder_layer_0=...))
+            return Call(CONTAINERS[container], args=[Call("OrderedDict", args=[
+                [Call("", args=[name, item]) for name, item in zip(names, items)]])])
+        if not kind.__module__.startswith("torch") and port_transformers.same_as_layer_norm(module):
+            kind = None  # timm's LayerNorm: nn.LayerNorm's computation, written as it
+        if kind is None or kind.__module__.startswith("torch.nn") or kind.__module__.startswith("torch."):
             try:
-                call = layer_call(module)
+                call = port_layers._layer_norm(module) if kind is None else layer_call(module)
             except Unsupported as error:
                 self.problems.append(Problem(str(error), path or "(the model)"))
                 return Call("None")
             for helper in self._helpers_of(call):
-                if helper not in self.helpers:
-                    self.helpers.append(helper)
+                self.need(helper)
             return call
         return self.traced(module, path)
+
+    def need(self, helper: str) -> None:
+        """Write `helper` into the module, after the helpers it uses."""
+        for first in port_transformers.HELPER_NEEDS.get(helper, ()):
+            self.need(first)
+        if helper not in self.helpers:
+            self.helpers.append(helper)
 
     def _helpers_of(self, call: Any) -> List[str]:
         found = []
@@ -115,11 +142,7 @@ class _Generator:
         children = {name: self.spec(child, f"{path}.{name}" if path else name)
                     for name, child in module.named_children()}
         construct = self.construct(module, path)
-        attributes = [(name, tuple(value.shape)) for name, value in module.named_parameters(recurse=False)] + \
-            [(name, tuple(value.shape)) for name, value in module.named_buffers(recurse=False)]
-        if attributes:
-            self.problems.append(Problem(f"{type(module).__qualname__}'s own parameters or buffers "
-                                         f"({', '.join(name for name, _ in attributes)})", path or "(the model)"))
+        children.update(self.own_tensors(module, path))
         key = (type(module), tuple(construct), tuple((name, _signature(value)) for name, value in children.items()))
         variant = self.variants.get(key)
         if variant is None:
@@ -133,6 +156,25 @@ class _Generator:
         variant.instances.append(children)
         return Call(variant.name, {"__instance__": (variant, len(variant.instances) - 1)})
 
+    def own_tensors(self, module: Any, path: str) -> Dict[str, Call]:
+        """A module's own parameters (class tokens, position embeddings) and saved buffers (relative position
+        indices) as MindSpore Parameters of the same names and shapes; their values come with the weights."""
+        tensors: Dict[str, Call] = {}
+        persistent = set(module.state_dict(keep_vars=True)) if list(module.named_buffers(recurse=False)) else set()
+        for name, value in module.named_parameters(recurse=False):
+            tensors[name] = Call("Parameter", {"name": name}, [Call("initializer", args=[
+                "zeros", tuple(value.shape), port_code.Code(port_code.dtype(value.dtype))])])
+        for name, value in module.named_buffers(recurse=False):
+            if name not in persistent:
+                self.problems.append(Problem(f"{type(module).__qualname__}'s buffer {name} (not saved in its "
+                                             "state_dict)", path or "(the model)"))
+                continue
+            tensors[name] = Call("Parameter", {"name": name, "requires_grad": False}, [Call("initializer", args=[
+                "zeros", tuple(value.shape), port_code.Code(port_code.dtype(value.dtype))])])
+        if tensors:
+            self.imports.update({"initializer", "ms", "Parameter"})
+        return tensors
+
     # ---------------------------------------------------------------- construct
     def construct(self, module: Any, path: str) -> List[str]:
         where = f"{type(module).__qualname__}.forward" + (f" (at {path})" if path else "")
@@ -145,13 +187,24 @@ class _Generator:
         names: Dict[Any, str] = {}
         inputs: List[str] = []
         lines: List[str] = []
+        namer = Namer(list(graph.nodes), tuple(HELPERS))
+
+        def code(value: Any) -> str:
+            return port_code.code(value, names)
+
+        dead = port_code.dead(graph)
         for node in graph.nodes:
-            name = _variable(node.name)
+            if node in dead:
+                continue
+            if node.op == "get_attr":  # a parameter or buffer of the module's own, used where it is read
+                names[node] = port_code.attribute(node.target)
+                continue
+            if node.op == "call_function" and target_name(node.target) == "builtins.getattr" \
+                    and node.args[1] == "device":
+                names[node] = "None"  # MindSpore places tensors itself: device= arguments are dropped
+                continue
+            name = namer.name(node)
             names[node] = name
-
-            def code(value: Any) -> str:
-                return _code(value, names)
-
             if node.op == "placeholder":
                 default = f"={node.args[0]!r}" if node.args else ""
                 inputs.append(f"{name}{default}")
@@ -166,18 +219,21 @@ class _Generator:
             kwargs = {key: code(value) for key, value in node.kwargs.items()}
             try:
                 if node.op == "call_module":
-                    expression = f"{_attribute(node.target)}({', '.join([*args, *_keywords(kwargs)])})"
+                    arguments = ", ".join([*args, *port_code.keywords(kwargs)])
+                    expression = f"{port_code.attribute(node.target)}({arguments})"
                 elif node.op == "call_function":
                     what = target_name(node.target)
                     if what not in FUNCTIONS:
                         raise Unsupported(what)
                     expression = render_call(FUNCTIONS[what], args, kwargs, what)
+                    if what in port_transformers.FUNCTION_HELPERS:
+                        self.need(port_transformers.FUNCTION_HELPERS[what])
                 elif node.op == "call_method":
                     if node.target not in METHODS:
                         raise Unsupported(f"Tensor.{node.target}")
                     expression = render_call(METHODS[node.target], args, kwargs, f"Tensor.{node.target}")
-                else:  # get_attr: a parameter or buffer used directly, reported with the module's own
-                    expression = f"self.{node.target}"
+                else:
+                    raise Unsupported(f"fx operation {node.op}")
             except Unsupported as error:
                 self.problems.append(Problem(str(error), where))
                 continue
@@ -238,13 +294,16 @@ class _Generator:
                 return line
             pad = " " * (indent + 4)
             return "[\n" + ",\n".join(pad + part for part in parts) + "]"
+        if isinstance(value, port_code.Code):
+            return str(value)
         return repr(value)
 
     def class_source(self, variant: Variant) -> str:
-        parameters = {path: name for path, name in variant.parameters}
-        signature = ", ".join(["self", *self.arguments(variant)])
+        parameters = {**{path: name for path, name in variant.parameters}, **variant.driven}
+        names = [*self.arguments(variant), *(f"{name}={value!r}" for name, value in variant.arguments.items())]
+        signature = ", ".join(["self", *names])
         if len(signature) > LINE - 20:
-            signature = ",\n                 ".join(_wrap(["self", *self.arguments(variant)], LINE - 20))
+            signature = ",\n                 ".join(_wrap(["self", *names], LINE - 20))
         lines = [f"class {variant.name}(nn.Cell):",
                  f'    """PyTorch\'s {variant.torch_class}'
                  + ('' if variant.name == variant.torch_class.rsplit('.', 1)[-1] else
@@ -296,7 +355,7 @@ def _slots(value: Any, path: Tuple) -> List[Tuple[Tuple, Any]]:
 
 
 def _parameter_name(path: Tuple, taken: set) -> str:
-    name = "_".join(str(part) for part in path)
+    name = identifier("_".join(str(part) for part in path))  # a child named 0 or block1-0: still a Python name
     candidate, count = name, 1
     while candidate in taken:
         count += 1
@@ -304,60 +363,56 @@ def _parameter_name(path: Tuple, taken: set) -> str:
     return candidate
 
 
-def _variable(name: str) -> str:
-    return f"{name}_" if keyword.iskeyword(name) or name == "self" else name
-
-
-def _attribute(target: str) -> str:
-    """``self.layers[0]`` for fx's ``layers.0``."""
-    code = "self"
-    for part in target.split("."):
-        code += f"[{part}]" if part.isdigit() else f".{part}"
-    return code
-
-
-def _keywords(kwargs: Dict[str, str]) -> List[str]:
-    return [f"{key}={value}" for key, value in kwargs.items()]
-
-
-def _code(value: Any, names: Dict[Any, str]) -> str:
-    """A traced argument as code: a node's variable, a literal, a slice, or a container of them."""
-    if value in names if _hashable(value) else False:
-        return names[value]
-    if isinstance(value, tuple):
-        items = [_code(item, names) for item in value]
-        return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
-    if isinstance(value, list):
-        return f"[{', '.join(_code(item, names) for item in value)}]"
-    if isinstance(value, slice):
-        parts = ["" if part is None else _code(part, names) for part in (value.start, value.stop, value.step)]
-        return ":".join(parts[:2]) + (f":{parts[2]}" if parts[2] else "")
-    if value is Ellipsis:
-        return "..."
-    if type(value).__module__.startswith("torch"):
-        raise Unsupported(f"a {type(value).__name__} constant")
-    return repr(value)
-
-
-def _hashable(value: Any) -> bool:
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return type(value).__name__ == "Node"
-
-
-def generate(model: Any, origin: str) -> Port:
-    """The MindSpore source mirroring `model` (a torch module in eval mode); `origin` is ``MODULE:CLASS``."""
+def _generated(model: Any) -> Tuple[_Generator, Any]:
     generator = _Generator()
     top = generator.spec(model, "")
+    if not generator.problems and isinstance(top, Call) and "__instance__" in top.kwargs:
+        generator.finish()
+    return generator, top
+
+
+def _take_arguments(generator: _Generator, top: Variant, values: Dict[str, Any],
+                    rebuild: Callable[[Dict[str, Any]], Any]) -> None:
+    """The top class's constructor arguments (:mod:`trainkit.bridge.port_arguments`): each argument of `values`
+    whose change moves only literals of the top class's layers."""
+    slots = dict(_slots(top.instances[0], ()))
+    below = [generator.class_source(variant) for variant in generator.order if variant is not top]
+    for name, value in values.items():
+        for other in port_arguments.changed(value):
+            try:
+                again, again_top = _generated(rebuild({name: other}).eval())
+            except Exception:  # noqa: BLE001 - the model refuses the changed value: try the next
+                continue
+            if again.problems or "__instance__" not in getattr(again_top, "kwargs", {}):
+                break
+            variant = again_top.kwargs["__instance__"][0]
+            if [again.class_source(v) for v in again.order if v is not variant] != below \
+                    or variant.construct != top.construct:
+                break  # it moves more than the top class's layers: a literal
+            found = port_arguments.follow(slots, dict(_slots(variant.instances[0], ())), name, value, other)
+            if found and not set(found) & set(top.driven):
+                top.driven.update(found)
+                top.arguments[name] = value
+            break
+
+
+def generate(model: Any, origin: str, rebuild: Optional[Callable[[Dict[str, Any]], Any]] = None,
+             values: Optional[Dict[str, Any]] = None) -> Port:
+    """The MindSpore source mirroring `model` (a torch module in eval mode); `origin` is ``MODULE:CLASS``;
+    `rebuild` builds the model again with some of its constructor's `values` changed (the top class's
+    arguments)."""
+    generator, top = _generated(model)
     if generator.problems or not isinstance(top, Call) or "__instance__" not in top.kwargs:
         if not generator.problems:
             generator.problems.append(Problem(f"the model is a single torch.nn layer ({type(model).__name__}): "
                                               "port a module of your own that holds it", "(the model)"))
         return Port("", "", generator.problems)
-    generator.finish()
-    imports = {name for helper in generator.helpers for name in HELPER_IMPORTS.get(helper, ())}
+    top_variant = top.kwargs["__instance__"][0]
+    if rebuild is not None and values:
+        _take_arguments(generator, top_variant, values, rebuild)
+    imports = {name for helper in generator.helpers for name in HELPER_IMPORTS.get(helper, ())} | generator.imports
+    if any("ms." in line for variant in generator.order for line in variant.construct):
+        imports.add("ms")
     header = [f'"""A MindSpore port of PyTorch\'s {origin}, written by python -m trainkit.port from its torch.fx '
               "trace.", "",
               "Parameter names are the PyTorch state_dict's (batch norm's and layer norm's weight/bias/running_mean/"
@@ -365,15 +420,24 @@ def generate(model: Any, origin: str) -> Port:
               '"""']
     if "math" in imports:
         header.append("import math")
+    if "OrderedDict" in imports:
+        header.append("from collections import OrderedDict")
+    if "math" in imports or "OrderedDict" in imports:
         header.append("")
-    header.append("from mindspore import Parameter, nn, ops" if imports else "from mindspore import nn, ops")
+    if "ms" in imports:
+        header.append("import mindspore as ms")
+    header.append("from mindspore import Parameter, nn, ops" if imports - {"ms", "dropout"}
+                  else "from mindspore import nn, ops")
     if "initializer" in imports:
         header.append("from mindspore.common.initializer import Normal, Uniform, initializer")
+    if "dropout" in imports:
+        header += ["", "from trainkit.models.dropout import Dropout"]
     blocks = ["\n".join(header)]
-    blocks += [HELPERS[helper].strip("\n") for helper in generator.helpers]
+    blocks += [HELPERS[helper].strip("\n") for helper in generator.helpers if helper in HELPERS]
     blocks += [generator.class_source(variant) for variant in generator.order]
-    return Port("\n\n\n".join(blocks) + "\n", top.kwargs["__instance__"][0].name, [],
-                [*generator.helpers, *(variant.name for variant in generator.order)])
+    return Port("\n\n\n".join(blocks) + "\n", top_variant.name, [],
+                [*(helper for helper in generator.helpers if helper in HELPERS),
+                 *(variant.name for variant in generator.order)], dict(top_variant.arguments))
 
 
 def problem_lines(problems: Sequence[Problem]) -> List[str]:
