@@ -15,7 +15,6 @@ from trainkit.app.config import compose_config
 from trainkit.distributed.agreement import decode, disagreement, encode, start_signature
 from trainkit.distributed.launch import free_port
 
-
 cifar10 = test_launch.cifar10  # the fixture
 
 
