@@ -106,3 +106,59 @@ def test_a_data_parallel_launcher_is_refused_before_msrun_starts_when_the_direct
     finally:
         holder.stdin.close()
         holder.wait(timeout=60)
+
+
+# The name file cannot defeat the lock (issue 30). Mutation tried: the directory's flock removed from acquire (the
+# first two tests then let a second holder in), O_NOFOLLOW removed (the symbolic link's target is overwritten).
+
+def test_deleting_the_lock_file_while_a_run_holds_it_lets_no_second_run_in(tmp_path):
+    holder = hold(tmp_path)
+    try:
+        (tmp_path / LOCK_NAME).unlink()
+        with pytest.raises(RunDirectoryInUse, match="is in use by another run"), RunDirectoryLock(tmp_path) as lock:
+            lock.acquire()
+    finally:
+        holder.stdin.close()
+        assert holder.wait(timeout=60) == 0
+
+
+def test_replacing_the_lock_file_lets_no_second_run_in_and_the_holder_ends_cleanly(tmp_path):
+    holder = hold(tmp_path)
+    try:
+        planted = tmp_path / "planted"
+        planted.write_text('{"pid": 1, "host": "elsewhere", "started": "then"}\n')
+        os.replace(planted, tmp_path / LOCK_NAME)
+        with pytest.raises(RunDirectoryInUse, match=r"in use by another run \(pid 1 on elsewhere"), \
+                RunDirectoryLock(tmp_path) as lock:
+            lock.acquire()
+    finally:
+        holder.stdin.close()
+        assert holder.wait(timeout=60) == 0
+    assert (tmp_path / LOCK_NAME).read_text().startswith('{"pid": 1,')  # not the holder's file: left alone
+
+
+@pytest.mark.parametrize("kind", ["symlink", "dangling symlink", "directory", "fifo"])
+def test_a_lock_file_that_is_not_a_regular_file_is_refused_and_nothing_is_written_through_it(tmp_path, kind):
+    run_dir, victim = tmp_path / "run", tmp_path / "victim.txt"
+    run_dir.mkdir()
+    victim.write_text("the user's file\n")
+    path = run_dir / LOCK_NAME
+    if kind == "symlink":
+        path.symlink_to(victim)
+    elif kind == "dangling symlink":
+        path.symlink_to(tmp_path / "nowhere")
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        os.mkfifo(path)
+    with pytest.raises(RunDirectoryInUse, match=rf"{LOCK_NAME} is .*nothing was changed there"), \
+            RunDirectoryLock(run_dir) as lock:
+        lock.acquire()
+    assert victim.read_text() == "the user's file\n"
+    assert not (tmp_path / "nowhere").exists()
+    if kind == "directory":
+        path.rmdir()
+    else:
+        path.unlink()
+    with RunDirectoryLock(run_dir) as again:  # the refusal released the directory's lock
+        again.acquire()

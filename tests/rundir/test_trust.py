@@ -35,9 +35,25 @@ def test_every_target_is_found_at_any_depth_and_through_interpolations():
     assert ("data._args_[1]._target_", "p.q") in list(targets(cfg))
 
 
+@pytest.fixture
+def mypkg(tmp_path, monkeypatch):
+    """A user's package: ``mypkg.models.Net`` defined there, re-exported as ``mypkg.Net``; ``pathlib.Path`` imported."""
+    package = tmp_path / "mypkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("from pathlib import Path\nfrom mypkg.models import Net\n")
+    (package / "models.py").write_text("import shutil\n\n\nclass Net:\n    def __init__(self, width=1):\n"
+                                       "        self.width = width\n\n\ndef build():\n    return Net()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "mypkg"
+    import sys
+
+    for name in [name for name in sys.modules if name == "mypkg" or name.startswith("mypkg.")]:
+        del sys.modules[name]
+
+
 @pytest.mark.parametrize("trusted, refused", [((), "mypkg.Net"), (("mypk",), "mypkg.Net"), (("mypkg",), None),
                                               (("mypkg.Net",), None), (("mypkg.Other",), "mypkg.Net")])
-def test_trust_is_by_module_or_exact_target(trusted, refused):
+def test_trust_is_by_module_or_exact_target(trusted, refused, mypkg):
     cfg = OmegaConf.create({"model": {"_target_": "mypkg.Net"}, "loss": {"_target_": "trainkit.losses.CrossEntropy"}})
     if refused is None:
         check_trusted(cfg, "FILE", trusted)
@@ -50,3 +66,40 @@ def test_trust_is_by_module_or_exact_target(trusted, refused):
 def test_targets_set_on_the_command_line_are_the_users():
     assert override_targets(["model._target_=mypkg.Net", "+data.x._target_=a.b", "trainer.epochs=2"]) == \
         ("mypkg.Net", "a.b")
+
+
+@pytest.mark.parametrize("target", ["mypkg.Path.write_text", "mypkg.models.shutil.copyfile", "mypkg.Path",
+                                    "mypkg.models.Net.__init__.__globals__", "mypkg.nothing_here"])
+def test_trusting_a_module_trusts_what_it_defines_not_what_it_imports(mypkg, target):
+    """Issue 30: ``--trust my_project`` trusted ``my_project.data.Path.write_text`` (pathlib's). Mutation tried: the
+    prefix test alone in is_trusted (every target here passes)."""
+    cfg = OmegaConf.create({"data": {"_target_": target}})
+    with pytest.raises(ConfigError, match=f"names data._target_={target}, which is not a class or function mypkg "
+                                          "defines"):
+        check_trusted(cfg, "FILE", ["mypkg"])
+    for defined in ("mypkg.models.Net", "mypkg.Net", "mypkg.models.build"):
+        check_trusted(OmegaConf.create({"model": {"_target_": defined}}), "FILE", ["mypkg"])
+
+
+def test_every_untrusted_target_is_named_at_once():
+    cfg = OmegaConf.create({"model": {"_target_": "one.Net"}, "data": {"_target_": "two.sub.Data"},
+                            "loss": {"_target_": "one.Loss"}})
+    with pytest.raises(ConfigError, match=r"FILE names model._target_=one.Net and data._target_=two.sub.Data and "
+                                          r"loss._target_=one.Loss, which are not trusted.*--trust one "
+                                          r"--trust two.sub$"):
+        check_trusted(cfg, "FILE")
+
+
+@pytest.mark.parametrize("value, refused", [
+    ("${model.width}", False), ("${hydra:runtime.cwd}/x", False), ("a ${model.width} b", False),
+    (r"\${oc.create:{_target_: pathlib.Path}}", True), ("${oc.env:HOME}", True),
+    ("${oc.create:{_target_: trainkit.losses.CrossEntropy}}", True), ("${model.${x}}", True),
+    (r"\\${model.width}", True), ("${trainkit_direction:}", True)])
+def test_a_file_may_hold_plain_references_but_no_resolver_call_or_escape(value, refused):
+    """Mutation tried: the escape test removed from check_data_only (the escaped cases pass)."""
+    cfg = OmegaConf.create({"model": {"_target_": "trainkit.models.mlp.MLP", "width": 3}, "data": {"x": value}})
+    if refused:
+        with pytest.raises(ConfigError, match="FILE: data.x holds .*an interpolation trainkit does not resolve"):
+            check_trusted(cfg, "FILE")
+    else:
+        check_trusted(cfg, "FILE")

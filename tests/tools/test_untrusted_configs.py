@@ -102,3 +102,61 @@ def test_a_planted_run_directory_is_refused_by_evaluate_and_the_tools(user_run, 
         tool_config([f"run={run_dir}"], trust=[USER])
     assert not victim.exists()
     assert not list(run_dir.glob("**/*.eval.json"))
+
+
+# Issue 30, round two. An *escaped* interpolation is a plain string to the trust walk, and resolving the config
+# unescapes it into a live one, which instantiate then calls. Mutation tried: check_data_only returning at once
+# (the victim file is written, exit 0, through evaluate RUN_DIR and evaluate CKPT).
+
+def escaped_plant(victim):
+    return (r"\${oc.create:{_target_: pathlib.Path.write_text, _args_: [{_target_: pathlib.Path, _args_: ['"
+            + str(victim) + r"']}, 'import os']}}")
+
+
+def test_an_escaped_interpolation_in_a_run_directory_runs_nothing(user_run, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    shutil.copytree(user_run, run_dir)
+    victim = tmp_path / "x.pth"
+    config = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())
+    config["data"]["batch_size"] = escaped_plant(victim)
+    (run_dir / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config))
+    assert evaluate([str(run_dir), "--trust", USER]) == 2
+    err = one_error_line(capsys)
+    assert "data.batch_size holds" in err and "interpolation trainkit does not resolve from a file" in err
+    with pytest.raises(ConfigError, match="data.batch_size holds"):  # convert and compare read run= so too
+        tool_config([f"run={run_dir}"], trust=[USER])
+    assert not victim.exists()
+
+
+@pytest.mark.parametrize("key", ["data.batch_size", "lr_schedule.min_lr"])
+def test_an_escaped_interpolation_in_a_checkpoints_config_runs_nothing(user_run, tmp_path, capsys, key):
+    victim = tmp_path / "x.pth"
+
+    def plant(config):
+        group, leaf = key.split(".")
+        config[group][leaf] = escaped_plant(victim)
+
+    checkpoint = with_config(checkpoint_files(user_run / "checkpoints")[-1], tmp_path / "planted.ckpt", plant)
+    assert evaluate([str(checkpoint), "--trust", USER]) == 2
+    assert f"{key} holds" in one_error_line(capsys)
+    from trainkit.rundir.checkpoint import read_training_checkpoint  # what trainer.resume=PATH reads first
+
+    with pytest.raises(ConfigError, match=f"{key} holds"):
+        read_training_checkpoint(checkpoint)
+    assert not victim.exists()
+
+
+def test_a_stored_config_never_makes_a_tool_download(user_run, tmp_path, capsys):
+    """A shipped target with hostile arguments: CIFAR-10 with download=true into any folder."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(user_run, run_dir)
+    elsewhere = tmp_path / "anywhere" / "cifar"
+    config = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())
+    config["data"] = {"_target_": "trainkit.data.cifar10.Cifar10Data", "root": str(elsewhere), "download": True,
+                      "url": "http://127.0.0.1:9/never.tar.gz"}
+    (run_dir / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config))
+    assert tool_config([f"run={run_dir}"], trust=[USER]).data.download is False
+    assert tool_config([f"run={run_dir}", "data.download=true"], trust=[USER]).data.download is True  # the user's
+    assert evaluate([str(run_dir), "--trust", USER]) == 2
+    one_error_line(capsys)
+    assert not (tmp_path / "anywhere").exists()

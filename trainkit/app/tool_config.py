@@ -72,6 +72,9 @@ def saved_config(run_dir: Path, overrides: Sequence[str], trust: Sequence[str] =
             raise ConfigError(f"{key} is not a key of {saved}")
         OmegaConf.update(cfg, key, yaml.safe_load(value), merge=False)
     check_trusted(cfg, source or str(saved), [*trust, *override_targets(overrides)])
+    if OmegaConf.select(cfg, "data.download", default=False, throw_on_resolution_failure=False) is True and not any(
+            item.partition("=")[0] == "data.download" for item in overrides):
+        cfg.data.download = False  # a file's word never makes a tool download (data.download=true on the command line does)
     resolve_saved(cfg, source or str(saved))
     return cfg
 

@@ -34,7 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from trainkit.errors import CheckpointError, ConfigError, DataError, TrainingError
 from trainkit.rundir.parameter_fit import fit_problems, listing
-from trainkit.rundir.trust import check_trusted, targets
+from trainkit.rundir.trust import check_data_only, check_trusted, targets
 from trainkit.step.wrapper import RUNNING_TOTALS
 
 log = logging.getLogger("trainkit")
@@ -227,6 +227,8 @@ def read_training_checkpoint(path: Path) -> TrainingCheckpoint:
                                                    "trainkit_config") if key in parameters}
     config_text = extra.get("trainkit_config")
     config = OmegaConf.create(_scalar(config_text)) if config_text is not None else None
+    if config is not None:  # a ConfigError, not a CheckpointError: never read past as "a file without a config"
+        check_data_only(OmegaConf.to_container(config, resolve=False), f"the config stored in checkpoint {path}")
     return TrainingCheckpoint(
         path=path, parameters=parameters,
         position=Position(int(_scalar(extra["micro_steps"])), int(_scalar(extra["steps_per_epoch"]))),

@@ -1,21 +1,27 @@
-"""One run per directory: an exclusive ``fcntl.flock`` on ``<run_dir>/.trainkit.lock`` for the run's whole life.
+"""One run per directory: an exclusive ``fcntl.flock`` on the run directory itself for the run's whole life.
 
 Two runs in one directory (a scheduler's retry racing the original job, a double submit, two
 ``trainer.resume=auto`` at once) would interleave their records and checkpoints. The run that holds the lock
 runs; any other is refused with :class:`~trainkit.errors.RunDirectoryInUse` naming the holder (pid, host, start),
 before it writes anything.
 
+* The lock is taken on the run directory's own descriptor, so no file in the directory can defeat it: deleting or
+  replacing ``.trainkit.lock`` (which only names the holder) lets no second run in. The name file is locked too,
+  for file systems that forward ``flock`` between machines (NFS does, as ``fcntl`` locks, for files only).
+* ``.trainkit.lock`` is opened without following symbolic links and must be a regular file: a symbolic link
+  (dangling or not), a directory or a FIFO of that name is refused with one line, and nothing is written through it.
 * The kernel releases a ``flock`` when its process ends, however it ends, so a lock cannot outlive its run: a
   directory whose run was killed (SIGKILL, a crash, a lost machine's process) is free. The file is removed when a
-  run ends normally, so one still there names a run that ended without releasing it; the run that takes the lock
-  then says so in its log (:meth:`RunDirectoryLock.commit`).
+  run ends normally (if it is still the file the run wrote), so one still there names a run that ended without
+  releasing it; the run that takes the lock then says so in its log (:meth:`RunDirectoryLock.commit`).
 * Until :meth:`RunDirectoryLock.commit` (every check passed, the run starts writing), a release puts the
   directory back as it was: the lock file removed if this run created it, its previous content restored if not.
   A refused or failed run therefore leaves the directory byte for byte as it found it.
 * In data parallel the launcher (``python -m trainkit parallel.workers=N``) holds the lock for the whole job and
   tells its workers through :data:`HELD_BY`; without the launcher (``msrun`` started by hand), rank 0 holds it.
-* ``flock`` is advisory and local to one kernel unless the file system forwards it (NFS does, as ``fcntl``
-  locks; some network file systems do not): two machines writing one directory on a file system that ignores
+* ``flock`` is advisory: it keeps trainkit runs apart, not other programs. Across machines it holds only where the
+  file system forwards it (NFS does, for the name file; a machine that deletes the name file on a shared file
+  system is not seen by the others), and two machines writing one directory on a file system that ignores
   ``flock`` are not kept apart.
 """
 from __future__ import annotations
@@ -26,6 +32,7 @@ import json
 import logging
 import os
 import socket
+import stat
 import time
 from pathlib import Path
 from typing import Any, Dict, Optional
@@ -48,7 +55,8 @@ class RunDirectoryLock:
     def __init__(self, run_dir: Path):
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / LOCK_NAME
-        self._descriptor: Optional[int] = None
+        self._directory: Optional[int] = None  # the run directory's descriptor, flocked
+        self._descriptor: Optional[int] = None  # the name file's, flocked
         self._created = False
         self._previous = b""
         self._committed = False
@@ -59,28 +67,61 @@ class RunDirectoryLock:
 
     def acquire(self) -> None:
         """Take the lock, or raise RunDirectoryInUse naming the process that holds it (nothing is written then)."""
-        while self._descriptor is None:
+        if self._descriptor is not None:
+            return
+        directory = os.open(self.run_dir, os.O_RDONLY | os.O_DIRECTORY)
+        try:
             try:
-                descriptor, created = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644), True
-            except FileExistsError:
-                try:
-                    descriptor, created = os.open(self.path, os.O_RDWR), False
-                except FileNotFoundError:  # its holder removed it just now: try again
-                    continue
-            try:
-                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(directory, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = _describe(_read(descriptor))
+                raise self._in_use(_holder_named_in(self.path)) from None
+            descriptor, created = self._open_name_file()
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held on another machine (NFS)
+            except BlockingIOError:
+                holder = _read(descriptor)
                 os.close(descriptor)
-                raise RunDirectoryInUse(
-                    f"{self.run_dir} is in use by another run ({holder}): nothing was changed there; wait for it to "
-                    "end, or choose another directory with hydra.run.dir=PATH (run_dir=PATH in-process)") from None
-            if not _same_file(descriptor, self.path):  # locked a file its holder removed while releasing: again
-                os.close(descriptor)
+                raise self._in_use(holder) from None
+        except BaseException:
+            os.close(directory)
+            raise
+        self._directory, self._descriptor, self._created = directory, descriptor, created
+        self._previous = _read(descriptor)
+        _write(descriptor, json.dumps(_this_process()).encode() + b"\n")
+
+    def _open_name_file(self) -> "tuple[int, bool]":
+        """The name file's descriptor (and whether it was created), never through a link; refuse anything that
+        is not a regular file."""
+        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK
+        for _ in range(100):  # another program removing and creating the file at once: give up after a while
+            try:
+                return os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o644), True
+            except FileExistsError:
+                pass
+            try:
+                descriptor = os.open(self.path, flags)
+            except FileNotFoundError:  # removed just now: create it
                 continue
-            self._descriptor, self._created = descriptor, created
-        self._previous = _read(self._descriptor)
-        _write(self._descriptor, json.dumps(_this_process()).encode() + b"\n")
+            except OSError as error:  # ELOOP: a symbolic link; EISDIR: a directory
+                raise self._not_a_file(error) from None
+            if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+                os.close(descriptor)
+                raise self._not_a_file(None)
+            return descriptor, False
+        raise RunDirectoryInUse(f"{self.path} keeps being removed and created by another program: nothing was "
+                                "changed there")
+
+    def _in_use(self, holder: bytes) -> RunDirectoryInUse:
+        return RunDirectoryInUse(
+            f"{self.run_dir} is in use by another run ({_describe(holder)}): nothing was changed there; wait for it "
+            "to end, or choose another directory with hydra.run.dir=PATH (run_dir=PATH in-process)")
+
+    def _not_a_file(self, error: Optional[OSError]) -> RunDirectoryInUse:
+        kind = ("a symbolic link" if self.path.is_symlink() else "a directory" if self.path.is_dir()
+                else f"not a regular file ({error.strerror})" if error is not None else "not a regular file")
+        return RunDirectoryInUse(f"{self.path} is {kind}: trainkit writes its lock file nowhere else and through no "
+                                 "link; nothing was changed there. Remove it, or choose another directory with "
+                                 "hydra.run.dir=PATH")
 
     def commit(self) -> None:
         """The run starts writing: from now on the lock file stays its own until the end; say whether it took
@@ -97,14 +138,17 @@ class RunDirectoryLock:
         if self._descriptor is None:
             return
         descriptor, self._descriptor = self._descriptor, None
+        directory, self._directory = self._directory, None
         try:
             if self._committed or self._created:
-                with contextlib.suppress(FileNotFoundError):
-                    self.path.unlink()  # still locked: a process that opened it retries (see acquire)
+                if _same_file(descriptor, self.path):  # a file put there by someone else stays
+                    with contextlib.suppress(FileNotFoundError):
+                        self.path.unlink()
             else:
                 _write(descriptor, self._previous)
         finally:
-            os.close(descriptor)  # releases the flock
+            os.close(descriptor)
+            os.close(directory)  # releases the lock
 
     def __enter__(self) -> RunDirectoryLock:
         return self
@@ -135,12 +179,24 @@ def _this_process() -> Dict[str, Any]:
             "started": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime())}
 
 
+def _holder_named_in(path: Path) -> bytes:
+    """What the name file says of the holder ("" when it cannot be read as a plain file)."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return b""
+    try:
+        return _read(descriptor)[:4096] if stat.S_ISREG(os.fstat(descriptor).st_mode) else b""
+    finally:
+        os.close(descriptor)
+
+
 def _describe(content: bytes) -> str:
     try:
         holder = json.loads(content)
         return f"pid {holder['pid']} on {holder['host']}, started {holder['started']}"
     except (ValueError, KeyError, TypeError):
-        return "a process that has not written its name yet"
+        return "a process that has not written its name yet, or whose .trainkit.lock was removed"
 
 
 def _read(descriptor: int) -> bytes:
@@ -161,7 +217,7 @@ def _write(descriptor: int, content: bytes) -> None:
 
 def _same_file(descriptor: int, path: Path) -> bool:
     try:
-        opened, named = os.fstat(descriptor), os.stat(path)
+        opened, named = os.fstat(descriptor), os.lstat(path)
     except FileNotFoundError:
         return False
     return (opened.st_dev, opened.st_ino) == (named.st_dev, named.st_ino)

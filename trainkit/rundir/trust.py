@@ -10,7 +10,13 @@ So, as ``torch.load(weights_only=True)`` does for pickles, a config read from a 
 * trainkit's own targets: those the configs and recipes trainkit ships name (:func:`shipped_targets`: its models,
   data modules, losses, schedules, wrapper, and the MindSpore optimizers, losses and metrics they choose), and
 * what the user trusts explicitly, from the command line and never from the file: a module (``--trust mypkg``
-  trusts ``mypkg`` and everything under it) or one target (``--trust mypkg.models.Net``).
+  trusts the classes and functions ``mypkg`` and its submodules *define*, not what they import: a name such as
+  ``mypkg.data.Path.write_text`` is ``pathlib``'s and stays untrusted) or one target (``--trust mypkg.models.Net``).
+
+A config read from a file is also data in its values: it may hold plain references (``${model.width}``) but no
+resolver call (``${oc.create:...}``, ``${oc.env:...}``) and no escaped interpolation (``\\${...}``), which resolving
+turns into a live one that instantiate would then call. trainkit saves its configs resolved, so a file of its own
+holds none of them.
 
 Every ``_target_`` is checked, at any depth (``_args_``, lists, ``_partial_`` nodes alike), before anything of the
 config is imported or called. A target given on the command line as an override (``model._target_=...``) is the
@@ -19,6 +25,8 @@ user's, so it is trusted too.
 from __future__ import annotations
 
 import functools
+import inspect
+import re
 from importlib import resources
 from typing import FrozenSet, Iterable, Iterator, Optional, Sequence, Tuple
 
@@ -45,12 +53,29 @@ def shipped_targets() -> FrozenSet[str]:
 
 
 def is_trusted(target: str, trusted: Iterable[str] = ()) -> bool:
-    """Whether `target` is trainkit's own or under one of the `trusted` modules (or equal to a trusted target)."""
-    return target in shipped_targets() or any(target == name or target.startswith(name + ".") for name in trusted)
+    """Whether `target` is trainkit's own, a trusted target, or defined under one of the `trusted` modules."""
+    if target in shipped_targets() or target in trusted:
+        return True
+    return any(target.startswith(name + ".") and _defined_under(target, name) for name in trusted)
+
+
+def _defined_under(target: str, module: str) -> bool:
+    """Whether `target` names a class or function that `module` (or a submodule) defines, not one it imports.
+
+    Only modules under the trusted name are imported to find out: the user trusts their code already."""
+    from hydra._internal.utils import _locate
+
+    try:
+        found = _locate(target)
+    except Exception:  # noqa: BLE001 -- a name that does not import is not one trainkit can vouch for
+        return False
+    home = getattr(found, "__module__", None)
+    callable_kind = inspect.isclass(found) or inspect.isfunction(found) or inspect.ismethod(found)
+    return callable_kind and isinstance(home, str) and (home == module or home.startswith(module + "."))
 
 
 def check_trusted(cfg: DictConfig, source: str, trusted: Sequence[str] = (), how: str = "--trust MODULE") -> None:
-    """Raise ConfigError naming the first ``_target_`` of `cfg` (read from `source`) that is not trusted.
+    """Raise ConfigError naming every ``_target_`` of `cfg` (read from `source`) that is not trusted.
 
     Args:
         cfg: the config read from the file (with the user's overrides applied).
@@ -58,15 +83,48 @@ def check_trusted(cfg: DictConfig, source: str, trusted: Sequence[str] = (), how
         trusted: modules or targets the user trusts explicitly.
         how: how the user trusts one (``--trust MODULE`` on the tools' command line).
     """
+    check_data_only(OmegaConf.to_container(cfg, resolve=False), source)
+    refused = []
     for where, target in targets(cfg):
         if not isinstance(target, str) or not target.strip():
             raise ConfigError(f"{source}: {where}={target!r} is not a target trainkit can check: a config read from "
                               "a file may name only trusted targets (a dotted path)")
         if not is_trusted(target, trusted):
-            module = target.rsplit(".", 1)[0] if "." in target else target
-            raise ConfigError(f"{source} names {where}={target}, which is not trusted: a config read from a file may "
-                              f"call only trainkit's own targets and those you trust; if you trust this file, trust "
-                              f"it with {how.replace('MODULE', module)}")
+            refused.append((where, target))
+    if not refused:
+        return
+    imported = [(where, target, name) for where, target in refused for name in trusted
+                if target.startswith(name + ".")]
+    if imported:
+        where, target, name = imported[0]
+        raise ConfigError(f"{source} names {where}={target}, which is not a class or function {name} defines (a "
+                          f"name {name} imports from elsewhere, or one that does not import): trusting {name} "
+                          f"trusts what it defines, nothing else")
+    modules = list(dict.fromkeys(target.rsplit(".", 1)[0] if "." in target else target for _, target in refused))
+    named = " and ".join(f"{where}={target}" for where, target in refused)
+    fix = " ".join(how.replace("MODULE", module) for module in modules)
+    raise ConfigError(f"{source} names {named}, which {'is' if len(refused) == 1 else 'are'} not trusted: a config "
+                      f"read from a file may call only trainkit's own targets and those you trust; if you trust this "
+                      f"file, trust it with {fix}")
+
+
+_PLAIN_REFERENCE = re.compile(r"\$\{(hydra:)?[A-Za-z_][\w.]*\}")  # hydra: older run dirs' runtime values
+
+
+def check_data_only(container, source: str, path: str = "") -> None:
+    """Raise ConfigError where a config read from a file holds an escaped interpolation or a resolver call
+    (anything but a plain ``${key.path}`` reference), naming the key."""
+    if isinstance(container, dict):
+        for key, value in container.items():
+            check_data_only(value, source, f"{path}.{key}" if path else str(key))
+    elif isinstance(container, list):
+        for index, value in enumerate(container):
+            check_data_only(value, source, f"{path}[{index}]")
+    elif isinstance(container, str) and "${" in container:
+        if "\\${" in container or "${" in _PLAIN_REFERENCE.sub("", container):
+            raise ConfigError(f"{source}: {path} holds {container[:80]!r}, an interpolation trainkit does not "
+                              "resolve from a file (only plain ${key} references; trainkit saves its own configs "
+                              "resolved): the file was edited; use the run's values on the command line instead")
 
 
 def targets(cfg, path: str = "", depth: int = 0) -> Iterator[Tuple[str, object]]:
