@@ -17,6 +17,7 @@ import contextlib
 import logging
 import os
 import shutil
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -141,14 +142,25 @@ def run_msrun(parallel, arguments: Sequence[str], run_dir: Path, resuming: bool 
                     join_timeout=parallel.join_timeout, join_place=f"{parallel.master_addr}:{port}",
                     stop_requested=machine.meeting.stopped_elsewhere if machine is not None else None)
     status = job.run()
-    restartable = status != 0 and not job.signals and (job.failure is not None or job.stopped_by is not None)
+    again = restartable(status, job.signals, job.failure, job.stopped_by)
     if machine is not None:
         if status == 0:
             machine.meeting.tell_done()
         elif job.stopped_by is None:  # this machine's own end: the others stop too
-            machine.meeting.tell_stop(f"machine {parallel.node_rank}: {job.cause()}" if restartable
+            machine.meeting.tell_stop(f"machine {parallel.node_rank}: {job.cause()}" if again
                                       else f"machine {parallel.node_rank}'s job ended with exit status {status}")
-    return status, job.cause() if restartable else ""
+    return status, job.cause() if again else ""
+
+
+def restartable(status: int, signals: Sequence[int], failure: Optional[_Failure], stopped_by: Optional[str]) -> bool:
+    """Whether ``parallel.max_restarts`` may start a job that ended so again: a worker lost (or another machine's),
+    not a job stopped on purpose (a signal to the launcher, or a worker ended by SIGTERM/SIGINT: a grace period)."""
+    if status == 0 or signals:
+        return False
+    if stopped_by is not None:
+        return True
+    return failure is not None and failure.status not in (128 + signal.SIGTERM, 128 + signal.SIGINT,
+                                                          -signal.SIGTERM, -signal.SIGINT)
 
 
 def note_worker_pid() -> None:

@@ -130,7 +130,7 @@ class _MsrunJob:
 
     def _reason_to_stop(self, started: float) -> Optional[str]:
         """Another machine's job ended, or this machine's workers did not join in time: why, else None."""
-        if self.stop_requested is not None:
+        if self.stop_requested is not None and not self.signals:  # after a signal the workers are stopping already
             elsewhere = self.stop_requested()
             if elsewhere is not None:
                 return f"the job stopped on another machine: {elsewhere}"
