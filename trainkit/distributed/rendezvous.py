@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import select
 import socket
 import time
@@ -26,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from trainkit.errors import ConfigError, TrainingError
+
+log = logging.getLogger("trainkit")
 
 PORT_OFFSET = 1  # the rendezvous port is parallel.master_port + 1
 _SLICE = 0.2  # seconds: the longest a wait blocks before signals are looked at again
@@ -148,6 +151,8 @@ class Meeting:
                               f"{self.parallel.master_port + PORT_OFFSET} (master_port + 1) of this machine is taken "
                               f"({error.strerror}): choose another parallel.master_port on every machine") from None
         listener.listen(16)
+        log.info("waiting up to %gs (parallel.join_timeout) for machine(s) %s at %s", self.parallel.join_timeout,
+                 ", ".join(str(r) for r in range(1, self.parallel.nodes)), self.address)
         hellos: Dict[int, Dict[str, Any]] = {}
         pending: List[_Connection] = []
         while len(hellos) < self.parallel.nodes - 1:
@@ -224,6 +229,8 @@ class Meeting:
                                f"{self._timeout_text()} at {self.address} (its launcher's port, master_port + 1): "
                                "start it with the same command and parallel.node_rank=0, and check that this address "
                                "is reachable from here")
+        log.info("joining machine 0 at %s (waiting up to %gs, parallel.join_timeout)", self.address,
+                 self.parallel.join_timeout)
         while self.host_connection is None:
             if time.monotonic() > deadline:
                 raise missing
