@@ -176,6 +176,10 @@ class Meeting:
                 elif message is not None:
                     pending.remove(connection)
                     self._welcome(connection, message, hellos)
+        for connection in pending:
+            connection.close()
+        listener.close()  # a launcher that restarts must not queue on this meeting's port: it waits for the next
+        self._listener = None
         return hellos
 
     def _welcome(self, connection: _Connection, hello: Dict[str, Any], hellos: Dict[int, Dict[str, Any]]) -> None:
@@ -231,7 +235,7 @@ class Meeting:
                                "is reachable from here")
         log.info("joining machine 0 at %s (waiting up to %gs, parallel.join_timeout)", self.address,
                  self.parallel.join_timeout)
-        while self.host_connection is None:
+        while True:
             if time.monotonic() > deadline:
                 raise missing
             try:
@@ -241,16 +245,18 @@ class Meeting:
                 continue
             sock.settimeout(None)
             self.host_connection = _Connection(sock)
-        self.host_connection.send(self.hello)
-        try:  # machine 0 answers by its own deadline; this one's is a backstop
-            message = self.host_connection.receive(deadline + self.parallel.join_timeout)
-        except TimeoutError:
-            raise missing from None
-        if message is None:
-            raise PeersMissing(f"machine 0's launcher at {self.address} closed the connection before the job started")
-        if "start" not in message:
-            raise _error(message)
-        return message["start"]
+            self.host_connection.send(self.hello)
+            try:  # machine 0 answers by its own deadline; this one's is a backstop
+                message = self.host_connection.receive(deadline + self.parallel.join_timeout)
+            except TimeoutError:
+                raise missing from None
+            if message is None:  # an earlier meeting's port, closing: try the next one
+                self.host_connection.close()
+                self.host_connection = None
+                continue
+            if "start" not in message:
+                raise _error(message)
+            return message["start"]
 
     def answer(self, need: bool) -> Optional[bytes]:
         """Another machine: tell machine 0 whether it needs the checkpoint; its bytes if so."""
