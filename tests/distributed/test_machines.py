@@ -164,6 +164,7 @@ def test_an_uninterrupted_run_trains_in_both_layouts(machines, cifar10, whole, t
     dirs = layout_dirs(tmp_path, layout)
     if layout == "shared":
         run_dir = whole  # the fixture's run is the shared layout's
+        dirs = (whole, whole)
     else:
         for status, stdout, stderr in run_job(machines, root, dirs, tmp_path):
             assert status == 0, stdout[-3000:] + stderr[-3000:]

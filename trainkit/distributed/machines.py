@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import socket
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +31,8 @@ from trainkit.distributed.rendezvous import Meeting
 from trainkit.errors import ConfigError, RunDirectoryInUse
 from trainkit.rundir.checkpoint import find_resume_checkpoint
 from trainkit.rundir.lock import RunDirectoryLock, held_for_job
+
+log = logging.getLogger("trainkit")
 
 
 @dataclass
@@ -98,12 +102,15 @@ def _prepare(meeting: Meeting, lock: RunDirectoryLock, start: dict, run_dir: Pat
     except (ConfigError, OSError) as error:
         meeting.refuse(ConfigError(f"machine {meeting.parallel.node_rank}: {error}"))
         raise
+    began = time.perf_counter()
     data = meeting.answer(need)
     if data is not None:
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(target.name + ".partial")
         partial.write_bytes(data)
         os.replace(partial, target)
+        log.info("received machine 0's checkpoint %s (%.1f MB) in %.3f s: this machine resumes from it", target,
+                 len(data) / 1e6, time.perf_counter() - began)
     return MachineJob(meeting, lock, resume_path, shared)
 
 
