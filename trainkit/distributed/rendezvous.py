@@ -43,7 +43,7 @@ class _Connection:
     """One TCP connection carrying JSON lines (and announced bytes)."""
 
     sock: socket.socket
-    buffer: bytes = b""
+    buffer: bytearray = field(default_factory=bytearray)  # amortised appends: a checkpoint comes in many chunks
     done: bool = False  # its job ended well: the connection closing then is no failure
 
     def send(self, message: Dict[str, Any], payload: bytes = b"") -> None:
@@ -58,7 +58,7 @@ class _Connection:
             ready, _, _ = select.select([self.sock], [], [], _SLICE)
             if ready:
                 try:
-                    chunk = self.sock.recv(1 << 20)
+                    chunk = self.sock.recv(4 << 20)
                 except OSError:
                     return False
                 if not chunk:
@@ -71,14 +71,17 @@ class _Connection:
         while b"\n" not in self.buffer:
             if not self._fill(deadline):
                 return None
-        line, self.buffer = self.buffer.split(b"\n", 1)
+        end = self.buffer.index(b"\n")
+        line = bytes(self.buffer[:end])
+        del self.buffer[:end + 1]
         return json.loads(line)
 
     def receive_bytes(self, size: int, deadline: Optional[float]) -> Optional[bytes]:
         while len(self.buffer) < size:
             if not self._fill(deadline):
                 return None
-        data, self.buffer = self.buffer[:size], self.buffer[size:]
+        data = bytes(self.buffer[:size])
+        del self.buffer[:size]
         return data
 
     def poll(self) -> Tuple[bool, Optional[Dict[str, Any]]]:
@@ -93,7 +96,9 @@ class _Connection:
                 return True, None
             self.buffer += chunk
         if b"\n" in self.buffer:
-            line, self.buffer = self.buffer.split(b"\n", 1)
+            end = self.buffer.index(b"\n")
+            line = bytes(self.buffer[:end])
+            del self.buffer[:end + 1]
             return False, json.loads(line)
         return False, None
 
