@@ -81,7 +81,8 @@ def check_parallel(parallel: Any, device_target: Optional[str] = None) -> None:
                "an integer >= 0 (times a job whose worker was lost starts again)")
     join_timeout = parallel.get("join_timeout", 300.0)
     if isinstance(join_timeout, bool) or not isinstance(join_timeout, (int, float)) or not join_timeout > 0:
-        raise ConfigError(f"parallel.join_timeout={join_timeout} is not valid: it must be a number of seconds > 0")
+        shown = f"{join_timeout:g}" if isinstance(join_timeout, (int, float)) else join_timeout
+        raise ConfigError(f"parallel.join_timeout={shown} is not valid: it must be a number of seconds > 0")
     if parallel.nodes > 1 and parallel.master_port is not None and parallel.master_port >= MSRUN_PORTS[1]:
         raise ConfigError(f"parallel.master_port={parallel.master_port} is not valid with parallel.nodes > 1: the "
                           f"launchers meet on master_port + 1, so it must be below {MSRUN_PORTS[1]}")
