@@ -120,6 +120,12 @@ class _MsrunJob:
                   f"same step (rank 0's log above says where, with the command that continues the run); exit status "
                   f"{status}", file=sys.stderr)
             return status
+        if self.failure is not None and self.failure.status in (128 + signal.SIGTERM, 128 + signal.SIGINT):
+            name = signal.Signals(self.failure.status - 128).name
+            print(f"trainkit: the workers stopped after {name} (sent to another machine's launcher, or to a worker "
+                  f"here): they stopped after the same step, with rank 0's checkpoint there; exit status "
+                  f"{self.failure.status}", file=sys.stderr)
+            return self.failure.status
         self._report_failure(process.returncode)
         if self.failure is not None:
             return self.failure.status if self.failure.status > 0 else 128 - self.failure.status
