@@ -60,6 +60,7 @@ class _MsrunJob:
     join_place: str = ""  # msrun's scheduler, address:port, for the messages
     stop_requested: Optional[Callable[[], Optional[str]]] = None  # another machine's reason to stop, or None
     stopped_by: Optional[str] = None  # why the launcher stopped the job itself (a peer, the join timeout)
+    _elsewhere: Optional[tuple] = None  # (another machine's reason to stop, when it came)
 
     def _on_signal(self, signum, frame) -> None:
         self.signals.append(signum)
@@ -107,6 +108,10 @@ class _MsrunJob:
             print(f"trainkit: interrupted: the job was stopped at once and its processes are gone (exit status "
                   f"{status})", file=sys.stderr)
             return status
+        stopped_by_signal = self.failure is not None and self.failure.status in (128 + signal.SIGTERM,
+                                                                                   128 + signal.SIGINT)
+        if self.stopped_by is None and self._elsewhere is not None and process.returncode and not stopped_by_signal:
+            self.stopped_by = f"the job stopped on another machine: {self._elsewhere[0]}"  # the first cause
         if self.stopped_by is not None:
             print(f"trainkit: error: {self.stopped_by}; this machine's workers were stopped", file=sys.stderr)
             return 1
@@ -120,7 +125,7 @@ class _MsrunJob:
                   f"same step (rank 0's log above says where, with the command that continues the run); exit status "
                   f"{status}", file=sys.stderr)
             return status
-        if self.failure is not None and self.failure.status in (128 + signal.SIGTERM, 128 + signal.SIGINT):
+        if stopped_by_signal:
             name = signal.Signals(self.failure.status - 128).name
             print(f"trainkit: the workers stopped after {name} (sent to another machine's launcher, or to a worker "
                   f"here): they stopped after the same step, with rank 0's checkpoint there; exit status "
@@ -136,10 +141,14 @@ class _MsrunJob:
 
     def _reason_to_stop(self, started: float) -> Optional[str]:
         """Another machine's job ended, or this machine's workers did not join in time: why, else None."""
-        if self.stop_requested is not None and not self.signals:  # after a signal the workers are stopping already
-            elsewhere = self.stop_requested()
+        if self.stop_requested is not None and self._elsewhere is None and not self.signals:
+            elsewhere = self.stop_requested()  # (after a signal here the workers are stopping already)
             if elsewhere is not None:
-                return f"the job stopped on another machine: {elsewhere}"
+                self._elsewhere = (elsewhere, time.monotonic())
+        # The workers get a grace period to end by themselves: after a signal elsewhere they stop after the same
+        # step as the others; after a failure elsewhere they fail in their next collective, or wait in it.
+        if self._elsewhere is not None and time.monotonic() - self._elsewhere[1] > _GRACE_SECONDS:
+            return f"the job stopped on another machine: {self._elsewhere[0]}"
         if (self.join_timeout is not None and time.monotonic() - started > self.join_timeout
                 and not self._all_joined()):
             return (f"the workers did not all join msrun's cluster within parallel.join_timeout="
