@@ -82,7 +82,8 @@ def test_two_workers_train_end_to_end_into_one_run_directory(cifar10, tmp_path):
     run_dirs = list((tmp_path / "outputs" / "resnet50_cifar10").iterdir())
     assert len(run_dirs) == 1  # the launcher fixed hydra.run.dir for every rank
     run_dir = run_dirs[0]
-    assert sorted(p.name for p in (run_dir / "msrun_logs").iterdir()) == ["rank-0.pid", "rank-1.pid",
+    assert sorted(p.name for p in (run_dir / "msrun_logs").iterdir()) == ["joined-0", "joined-1",
+                                                                          "rank-0.pid", "rank-1.pid",
                                                                           "scheduler.log", "worker_0.log",
                                                                           "worker_1.log"]
     log = (run_dir / "train.log").read_text()

@@ -106,7 +106,8 @@ class ParallelConfig:
 
     ``workers`` processes per machine on ``nodes`` machines; ``node_rank``, ``master_addr`` and ``master_port``
     are msrun's ``--node_rank``, ``--master_addr`` and ``--master_port`` (null port: a free one, one machine only).
-    ``lr_scaling`` turns ``optimizer.lr`` into the rate of the whole job before the schedule.
+    ``lr_scaling`` turns ``optimizer.lr`` into the rate of the whole job before the schedule. ``join_timeout`` and
+    ``max_restarts`` are the launcher's (trainkit/distributed/launch.py).
     """
 
     mode: ParallelMode = ParallelMode.stand_alone
@@ -117,6 +118,8 @@ class ParallelConfig:
     master_addr: str = "127.0.0.1"
     master_port: Optional[int] = None
     lr_scaling: LrScaling = LrScaling.none
+    join_timeout: float = 300.0  # seconds a machine waits for the job's others (and its workers for msrun's cluster)
+    max_restarts: int = 0  # a lost worker starts the job again with trainer.resume=auto, up to this many times
 
 
 @dataclass

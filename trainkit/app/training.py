@@ -36,6 +36,7 @@ from trainkit.callbacks import RunLog
 from trainkit.callbacks.base import CallbackRun, bind_callbacks, learning_rate_table
 from trainkit.checks import choice
 from trainkit.data.values import checked_batches
+from trainkit.distributed.agreement import check_ranks_agree
 from trainkit.distributed.parallel import (
     describe_job,
     job_metrics,
@@ -146,6 +147,7 @@ def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResul
     resumed = run.resume_checkpoint(cfg, run_dir, wrapper, steps_per_epoch, group_size, learning_rates)
     done = resumed.position.micro_steps if resumed else 0
     initial_epoch = run.initial_epoch_of(done, steps_per_epoch, sink_size, resumed)
+    check_ranks_agree(done, wrapper, cfg, group_size)  # same step, weights, optimizer state and config everywhere
 
     # 4. Every check passed: only now write into the run directory (bad input leaves no trace there).
     lock.commit()

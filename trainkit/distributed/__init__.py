@@ -1,5 +1,7 @@
-"""Processes: ``launch`` runs the same command on N workers through ``msrun``; ``parallel`` is what each worker does
-(its parallel context, communication init, data prepared on rank 0 first, learning-rate scaling).
+"""Processes: ``launch`` runs the same command on N workers through ``msrun`` (``msrun_job`` follows one msrun job;
+``rendezvous`` and ``machines``: the launchers of several machines meet and prepare their run directories);
+``parallel`` is what each worker does (its parallel context, communication init, data prepared on rank 0 first,
+learning-rate scaling); ``agreement``: every rank starts from the same step, weights and config, or none trains.
 
 Import rule: imports the foundation (``errors``, ``checks``) only; the app calls into it, never the reverse.
 """

@@ -5,9 +5,11 @@ Starting the worker processes is msrun's job; ``trainkit/distributed/launch.py``
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Optional
 
 import mindspore as ms
@@ -26,6 +28,7 @@ _PARALLEL_MODES = {
 }
 _OPERATOR_SHARDING_MODES = ("semi_auto_parallel", "auto_parallel")  # MindSpore runs these on Ascend and GPU only
 MSRUN_PORTS = (1024, 65535)  # msrun's --master_port range
+WORKER_PIDS = "TRAINKIT_WORKER_PIDS"  # the job's log folder, where a launcher's workers write rank-/joined-<rank>
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,15 @@ def check_parallel(parallel: Any, device_target: Optional[str] = None) -> None:
         low, high = MSRUN_PORTS
         _check_int("parallel.master_port", parallel.master_port, low, high,
                    f"null (a free port, one machine only) or a port in [{low}, {high}]")
+    _check_int("parallel.max_restarts", parallel.get("max_restarts", 0), 0, None,
+               "an integer >= 0 (times a job whose worker was lost starts again)")
+    join_timeout = parallel.get("join_timeout", 300.0)
+    if isinstance(join_timeout, bool) or not isinstance(join_timeout, (int, float)) or not join_timeout > 0:
+        shown = f"{join_timeout:g}" if isinstance(join_timeout, (int, float)) else join_timeout
+        raise ConfigError(f"parallel.join_timeout={shown} is not valid: it must be a number of seconds > 0")
+    if parallel.nodes > 1 and parallel.master_port is not None and parallel.master_port >= MSRUN_PORTS[1]:
+        raise ConfigError(f"parallel.master_port={parallel.master_port} is not valid with parallel.nodes > 1: the "
+                          f"launchers meet on master_port + 1, so it must be below {MSRUN_PORTS[1]}")
     if not isinstance(parallel.master_addr, str) or not parallel.master_addr.strip():
         raise ConfigError(f"parallel.master_addr={parallel.master_addr!r} is not valid: it must be the IP address "
                           "or host name of machine 0 (parallel.node_rank=0)")
@@ -114,6 +126,7 @@ def setup_parallel(parallel: Any) -> ParallelSetup:
     from mindspore.communication import get_group_size, get_rank, init
 
     init()
+    note_worker_joined()
     setup = _current = ParallelSetup(rank=get_rank(), group_size=get_group_size())
     ms.reset_auto_parallel_context()
     ms.set_auto_parallel_context(parallel_mode=_PARALLEL_MODES[mode], gradients_mean=parallel.gradients_mean,
@@ -125,6 +138,15 @@ def setup_parallel(parallel: Any) -> ParallelSetup:
     if not setup.writer:
         close_log_files()
     return setup
+
+
+def note_worker_joined() -> None:
+    """In a worker of a trainkit launcher: ``joined-<RANK_ID>`` in the job's log folder, once communication is up
+    (the launcher stops workers that have not joined at once: they cannot run a signal handler before)."""
+    folder, rank = os.environ.get(WORKER_PIDS), os.environ.get("RANK_ID")
+    if folder and rank is not None and rank.isdigit():
+        with contextlib.suppress(OSError):
+            Path(folder, f"joined-{rank}").write_text(str(os.getpid()))
 
 
 def prepare_data(data: Any, setup: ParallelSetup) -> None:

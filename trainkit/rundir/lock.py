@@ -50,10 +50,13 @@ class RunDirectoryLock:
 
     Args:
         run_dir: the run directory (it must exist).
+        job: a name of the multi-machine job this lock is held for, written into the name file: the launchers of
+            the job's other machines may then share a run directory on a shared file system (:func:`held_for_job`).
     """
 
-    def __init__(self, run_dir: Path):
+    def __init__(self, run_dir: Path, job: Optional[str] = None):
         self.run_dir = Path(run_dir)
+        self.job = job
         self.path = self.run_dir / LOCK_NAME
         self._directory: Optional[int] = None  # the run directory's descriptor, flocked
         self._descriptor: Optional[int] = None  # the name file's, flocked
@@ -87,7 +90,8 @@ class RunDirectoryLock:
             raise
         self._directory, self._descriptor, self._created = directory, descriptor, created
         self._previous = _read(descriptor)
-        _write(descriptor, json.dumps(_this_process()).encode() + b"\n")
+        holder = {**_this_process(), **({"job": self.job} if self.job else {})}
+        _write(descriptor, json.dumps(holder).encode() + b"\n")
 
     def _open_name_file(self) -> "tuple[int, bool]":
         """The name file's descriptor (and whether it was created), never through a link; refuse anything that
@@ -167,6 +171,45 @@ def held_by_launcher(run_dir: Path) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(holder, dict) and f"{holder.get('pid')}@{holder.get('host')}" == launcher
+
+
+def held_for_job(run_dir: Path, job: str) -> bool:
+    """Whether `run_dir`'s lock is held right now, for the multi-machine job named `job` (by its machine 0's launcher:
+    a peer of the same job on a shared file system, which may share the directory)."""
+    try:
+        directory = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return False
+    try:
+        try:
+            fcntl.flock(directory, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            free = True
+        except BlockingIOError:
+            free = False
+        content = _holder_named_in(Path(run_dir) / LOCK_NAME)
+        if free:  # no run holds the directory itself: ask the name file (held on another machine through NFS)
+            free = _name_file_free(Path(run_dir) / LOCK_NAME)
+    finally:
+        os.close(directory)  # releases the shared lock, if taken
+    try:
+        holder = json.loads(content or b"{}")
+    except ValueError:
+        return False
+    return not free and isinstance(holder, dict) and holder.get("job") == job
+
+
+def _name_file_free(path: Path) -> bool:
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return True
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(descriptor)
 
 
 def launcher_marker() -> Dict[str, str]:
