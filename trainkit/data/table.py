@@ -42,6 +42,7 @@ import numpy as np
 from trainkit.checks import check_bool, check_int
 from trainkit.data.cifar10 import check_shards
 from trainkit.data.table_file import SUFFIXES, Table, read_table
+from trainkit.data.tabular import shuffled_row_batches
 from trainkit.data.values import check_values
 from trainkit.errors import ConfigError, DataError
 
@@ -242,15 +243,8 @@ class TableData:
     def train_dataset(self, num_shards: int = 1, shard_id: int = 0) -> ds.Dataset:
         """Shuffled batches of `batch_size` (the last partial one dropped): "features" float32 (B, in_features),
         "target" int32 (B,) class indices or float32 (B, 1)."""
-        num_shards, shard_id = check_shards(num_shards, shard_id)
         features, target = self._split("train")
-        per_shard = math.ceil(len(target) / num_shards)
-        if per_shard < self.batch_size:
-            raise ConfigError(f"batch_size={self.batch_size} is larger than the {per_shard} training rows per shard "
-                              f"({len(target)} rows, num_shards={num_shards}): lower data.batch_size")
-        shards = {"num_shards": num_shards, "shard_id": shard_id} if num_shards > 1 else {}
-        dataset = ds.NumpySlicesDataset({"features": features, "target": target}, shuffle=True, **shards)
-        return dataset.batch(self.batch_size, drop_remainder=True)
+        return shuffled_row_batches(features, target, self.batch_size, num_shards, shard_id)
 
     def eval_dataset(self, num_shards: int = 1, shard_id: int = 0) -> ds.Dataset:
         """The validation rows in table order, in batches of `eval_batch_size` (the last one may be smaller)."""

@@ -122,15 +122,8 @@ class SklearnTabularData:
 
     def train_dataset(self, num_shards: int = 1, shard_id: int = 0) -> ds.Dataset:
         """Shuffled batches of `batch_size`, the last partial one dropped."""
-        num_shards, shard_id = check_shards(num_shards, shard_id)
         features, target = self._arrays(train=True)
-        per_shard = math.ceil(len(target) / num_shards)
-        if per_shard < self.batch_size:
-            raise ConfigError(f"batch_size={self.batch_size} is larger than the {per_shard} training rows per shard "
-                              f"({len(target)} rows, num_shards={num_shards}): lower data.batch_size")
-        shards = {"num_shards": num_shards, "shard_id": shard_id} if num_shards > 1 else {}
-        dataset = ds.NumpySlicesDataset({"features": features, "target": target}, shuffle=True, **shards)
-        return dataset.batch(self.batch_size, drop_remainder=True)
+        return shuffled_row_batches(features, target, self.batch_size, num_shards, shard_id)
 
     def eval_dataset(self, num_shards: int = 1, shard_id: int = 0) -> ds.Dataset:
         """The validation split in order, in batches of `eval_batch_size` (the last one may be smaller)."""
@@ -178,3 +171,16 @@ class SklearnTabularData:
 
         return table_samples(inputs, prepare, (self.in_features,), f"a row of {self.loader}'s {self.in_features} "
                                                                   "features")
+
+
+def shuffled_row_batches(features, target, batch_size: int, num_shards: int = 1, shard_id: int = 0) -> ds.Dataset:
+    """A table's training rows as "features"/"target" batches of `batch_size`, shuffled, this shard's only, the
+    last partial batch dropped; ConfigError when a shard holds fewer rows than one batch."""
+    num_shards, shard_id = check_shards(num_shards, shard_id)
+    per_shard = math.ceil(len(target) / num_shards)
+    if per_shard < batch_size:
+        raise ConfigError(f"batch_size={batch_size} is larger than the {per_shard} training rows per shard "
+                          f"({len(target)} rows, num_shards={num_shards}): lower data.batch_size")
+    shards = {"num_shards": num_shards, "shard_id": shard_id} if num_shards > 1 else {}
+    dataset = ds.NumpySlicesDataset({"features": features, "target": target}, shuffle=True, **shards)
+    return dataset.batch(batch_size, drop_remainder=True)
