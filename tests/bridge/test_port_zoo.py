@@ -1,0 +1,91 @@
+"""The zoo: the smallest member of each torchvision classification family, and timm's common CNNs, port with
+trainkit.port's Python API, take their own weights, and compute in eval mode what PyTorch computes (checked here
+against PyTorch itself on a batch port never saw). Larger members are ``slow``."""
+import importlib
+
+import mindspore as ms
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tests.common.torch_zoo import import_zoo  # noqa: E402
+from trainkit.bridge.compare import DEFAULT_TOLERANCE  # noqa: E402
+from trainkit.bridge.port import port  # noqa: E402
+
+SLOW = pytest.mark.slow
+# id: (MODULE:FACTORY, its arguments, one sample's shape)
+TORCHVISION = {
+    "alexnet": ({}, (3, 64, 64)),
+    "convnext_tiny": ({}, (3, 32, 32)),
+    "densenet121": ({}, (3, 32, 32)),
+    "efficientnet_b0": ({}, (3, 32, 32)),
+    "efficientnet_v2_s": ({}, (3, 32, 32)),
+    "googlenet": ({"aux_logits": False, "init_weights": True}, (3, 64, 64)),
+    "inception_v3": ({"aux_logits": False, "init_weights": True}, (3, 75, 75)),
+    "mnasnet0_5": ({}, (3, 32, 32)),
+    "mobilenet_v2": ({}, (3, 32, 32)),
+    "mobilenet_v3_small": ({}, (3, 32, 32)),
+    "regnet_x_400mf": ({}, (3, 32, 32)),
+    "resnet18": ({}, (3, 32, 32)),
+    "resnext50_32x4d": ({}, (3, 32, 32)),
+    "shufflenet_v2_x0_5": ({}, (3, 32, 32)),
+    "squeezenet1_0": ({}, (3, 64, 64)),
+    "vgg11": ({}, (3, 32, 32)),
+    "wide_resnet50_2": ({}, (3, 32, 32)),
+}
+TIMM = {
+    "resnet18": (3, 32, 32), "efficientnet_b0": (3, 32, 32), "mobilenetv3_small_050": (3, 32, 32),
+    "convnext_atto": (3, 32, 32), "regnetx_002": (3, 32, 32), "ghostnet_050": (3, 32, 32),
+    "lcnet_050": (3, 32, 32), "densenet121": (3, 32, 32),
+}
+# the members in the default suite: the smallest of each family; the rest are slow
+FAST = {"tv_alexnet", "tv_mobilenet_v3_small", "tv_mnasnet0_5", "tv_regnet_x_400mf", "tv_shufflenet_v2_x0_5",
+        "tv_squeezenet1_0", "tv_convnext_tiny", "tv_efficientnet_b0", "tv_densenet121", "tv_googlenet",
+        "tv_vgg11", "tv_resnet18", "timm_convnext_atto", "timm_mobilenetv3_small_050", "timm_lcnet_050"}
+
+
+def _cases():
+    cases = [(f"tv_{name}", f"torchvision.models:{name}", {**arguments, "num_classes": 10}, shape)
+             for name, (arguments, shape) in TORCHVISION.items()]
+    cases += [(f"timm_{name}", "timm:create_model", {"model_name": name, "num_classes": 10}, shape)
+              for name, shape in TIMM.items()]
+    return [pytest.param(*case, id=case[0], marks=() if case[0] in FAST else SLOW) for case in cases]
+
+
+def _random_statistics(model):
+    """Batch norm statistics other than 0 and 1, so eval mode's normalisation is exercised."""
+    generator = torch.Generator().manual_seed(1)
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and module.running_mean is not None:
+            module.running_mean.copy_(torch.rand(module.running_mean.shape, generator=generator) * 0.2 - 0.1)
+            module.running_var.copy_(torch.rand(module.running_var.shape, generator=generator) * 0.5 + 0.75)
+
+
+@pytest.mark.parametrize("case, target, arguments, shape", _cases())
+def test_a_zoo_model_ports_and_computes_what_pytorch_computes(case, target, arguments, shape, on_path, capsys):
+    import_zoo()
+    module, _, factory = target.partition(":")
+    torch.manual_seed(0)
+    model = getattr(importlib.import_module(module), factory)(**arguments).eval()
+    with torch.no_grad():
+        _random_statistics(model)
+    weights = on_path / "weights.pth"
+    torch.save(model.state_dict(), weights)
+
+    assert port(target, arguments, on_path / case, list(shape), weights=weights) == 0, capsys.readouterr().out
+    assert "agree:" in capsys.readouterr().out
+
+    generated = importlib.import_module(f"{case}.model")
+    config = (on_path / case / "conf" / "model" / f"{case}.yaml").read_text()
+    top = next(line for line in config.splitlines() if line.startswith("_target_:")).rsplit(".", 1)[1]
+    network = getattr(generated, top)()
+    ms.load_param_into_net(network, ms.load_checkpoint(str(on_path / case / "weights.ckpt")), strict_load=True)
+    network.set_train(False)
+    batch = np.random.default_rng(123).normal(0, 1, (3, *shape)).astype(np.float32)  # not port's batch
+    with torch.no_grad():
+        expected = model(torch.from_numpy(batch)).numpy()
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    actual = network(ms.Tensor(batch)).asnumpy()
+    assert actual.shape == expected.shape
+    assert np.max(np.abs(actual - expected)) <= DEFAULT_TOLERANCE * np.max(np.abs(expected))
