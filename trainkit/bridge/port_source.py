@@ -11,6 +11,7 @@ Every child keeps its PyTorch attribute name, so every parameter keeps its ``sta
 from __future__ import annotations
 
 import keyword
+import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Sequence, Tuple
 
@@ -26,8 +27,13 @@ from trainkit.bridge.port_layers import (
     render_call,
     target_name,
 )
+from trainkit.errors import ConfigError
 
 LINE = 116
+
+
+class PortFailure(ConfigError):
+    """Port failed on a module it should cover (a port bug): one line naming the module, nothing written."""
 
 
 @dataclass
@@ -79,14 +85,21 @@ class _Generator:
         self.names: Dict[str, int] = {}
         self.helpers: List[str] = []
         self.problems: List[Problem] = []
+        self.ordered_dict = False
 
     # ---------------------------------------------------------------- the tree
     def spec(self, module: Any, path: str) -> Any:
         """The Call building `module` (a layer, a container, or an instance of a generated class)."""
         kind = type(module)
-        if kind.__name__ in CONTAINERS and kind.__module__.startswith("torch.nn"):
-            items = [self.spec(child, f"{path}.{name}" if path else name) for name, child in module.named_children()]
-            return Call(CONTAINERS[kind.__name__], args=[items])
+        container = _container(module)
+        if container is not None:
+            named = list(module.named_children())
+            items = [self.spec(child, f"{path}.{name}" if path else name) for name, child in named]
+            if [name for name, _ in named] == [str(index) for index in range(len(named))]:
+                return Call(CONTAINERS[container], args=[items])
+            self.ordered_dict = True  # children named otherwise (DenseNet's conv0, norm0): their names kept
+            return Call(CONTAINERS[container], args=[Call("OrderedDict", args=[
+                [Call("", args=[name, item]) for (name, _), item in zip(named, items)]])])
         if kind.__module__.startswith("torch.nn") or kind.__module__.startswith("torch."):
             try:
                 call = layer_call(module)
@@ -252,7 +265,8 @@ class _Generator:
                  f"    def __init__({signature}):", "        super().__init__()"]
         for attribute, call in variant.children.items():
             value = self.render_value(call, (attribute,), parameters, 8)
-            lines.append(f"        self.{attribute} = {value}")
+            lines.append(f"        self.{attribute} = {value}" if attribute.isidentifier() else
+                         f"        setattr(self, {attribute!r}, {value})")  # PyTorch's name, kept
         lines.append("")
         lines += [f"    {line}" for line in variant.construct] or ["    def construct(self, x):", "        return x"]
         return "\n".join(lines)
@@ -296,7 +310,9 @@ def _slots(value: Any, path: Tuple) -> List[Tuple[Tuple, Any]]:
 
 
 def _parameter_name(path: Tuple, taken: set) -> str:
-    name = "_".join(str(part) for part in path)
+    name = re.sub(r"\W", "_", "_".join(str(part) for part in path))
+    if not name.isidentifier() or keyword.iskeyword(name):
+        name = f"layer{name}"  # a child named 0 (a Sequential's): layer0_in_channels
     candidate, count = name, 1
     while candidate in taken:
         count += 1
@@ -311,8 +327,13 @@ def _variable(name: str) -> str:
 def _attribute(target: str) -> str:
     """``self.layers[0]`` for fx's ``layers.0``."""
     code = "self"
-    for part in target.split("."):
-        code += f"[{part}]" if part.isdigit() else f".{part}"
+    for index, part in enumerate(target.split(".")):
+        if part.isidentifier():
+            code += f".{part}"
+        elif part.isdigit() and index:  # an item of a container
+            code += f"[{part}]"
+        else:  # a child whose name is no identifier (torchvision's block1-0), as PyTorch names it
+            code = f"getattr({code}, {part!r})"
     return code
 
 
@@ -337,6 +358,22 @@ def _code(value: Any, names: Dict[Any, str]) -> str:
     if type(value).__module__.startswith("torch"):
         raise Unsupported(f"a {type(value).__name__} constant")
     return repr(value)
+
+
+def _container(module: Any) -> Any:
+    """The :data:`CONTAINERS` key `module` is, or None: a torch.nn container, or a subclass that keeps its forward
+    (torchvision's Conv2dNormActivation and RegNet's AnyStage are Sequentials)."""
+    import torch
+
+    for base in type(module).__mro__:
+        if base.__name__ in CONTAINERS and base.__module__.startswith("torch.nn"):
+            if type(module).forward is base.forward and not any(True for _ in module.named_parameters(
+                    recurse=False)) and not any(True for _ in module.named_buffers(recurse=False)):
+                return base.__name__
+            return None
+        if base is torch.nn.Module:
+            return None
+    return None
 
 
 def _hashable(value: Any) -> bool:
@@ -366,14 +403,30 @@ def generate(model: Any, origin: str) -> Port:
     if "math" in imports:
         header.append("import math")
         header.append("")
+    if generator.ordered_dict:
+        header += ["from collections import OrderedDict", ""]
     header.append("from mindspore import Parameter, nn, ops" if imports else "from mindspore import nn, ops")
     if "initializer" in imports:
         header.append("from mindspore.common.initializer import Normal, Uniform, initializer")
     blocks = ["\n".join(header)]
     blocks += [HELPERS[helper].strip("\n") for helper in generator.helpers]
     blocks += [generator.class_source(variant) for variant in generator.order]
-    return Port("\n\n\n".join(blocks) + "\n", top.kwargs["__instance__"][0].name, [],
+    source = "\n\n\n".join(blocks) + "\n"
+    _check_compiles(source, generator.order)
+    return Port(source, top.kwargs["__instance__"][0].name, [],
                 [*generator.helpers, *(variant.name for variant in generator.order)])
+
+
+def _check_compiles(source: str, variants: Sequence[Variant]) -> None:
+    """Raise PortFailure naming the PyTorch class whose generated class is not valid Python (a port bug)."""
+    try:
+        compile(source, "model.py", "exec")
+    except SyntaxError as error:
+        lines = source.splitlines()[:error.lineno or 0]
+        owner = next((line.split()[1].split("(")[0] for line in reversed(lines) if line.startswith("class ")), "")
+        where = next((variant.torch_class for variant in variants if variant.name == owner), owner or "the header")
+        raise PortFailure(f"the code written for {where} is not valid Python ({error.msg}, line {error.lineno}): "
+                          "a port bug, please report it") from error
 
 
 def problem_lines(problems: Sequence[Problem]) -> List[str]:
