@@ -120,7 +120,8 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
     network = getattr(module, ported.top)()
     conversion = convert_state_dict(StateDict(weights or Path(f"{target} (its own weights)"), state,
                                               {name: str(value.dtype) for name, value in state.items()}),
-                                    network, description=f"{package}.model.{ported.top}")
+                                    network, allow_missing=random_counters(network),
+                                    description=f"{package}.model.{ported.top}")
     if not conversion.complete or conversion.only_in_source:
         print("\n".join(conversion.report()))
         raise CheckpointError(f"the ported {ported.top} does not take {target}'s weights (see above): a port bug, "
@@ -156,6 +157,15 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
     print(f"agree: {paired} layers paired with PyTorch on a batch of shape {'x'.join(map(str, shape))}, every one "
           f"within {tolerance:g} relative")
     return 0
+
+
+def random_counters(network: ms.nn.Cell) -> List[str]:
+    """The call counters of trainkit's random layers (Dropout, DropPath) in `network`: MindSpore-side state that
+    no PyTorch state_dict holds, starting from 0."""
+    from trainkit.models.dropout import Dropout, DropPath
+
+    return [f"{name}.calls" if name else "calls" for name, cell in network.cells_and_names()
+            if isinstance(cell, (Dropout, DropPath))]
 
 
 def _first_line(error: BaseException) -> str:

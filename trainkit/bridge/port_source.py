@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Sequence, Tuple
 
+from trainkit.bridge.port_classes import CLASSES, IMPORTS, class_call
+from trainkit.bridge.port_classes import HELPERS as CLASS_HELPERS
 from trainkit.bridge.port_layers import (
     CONTAINERS,
     FUNCTIONS,
@@ -100,9 +102,11 @@ class _Generator:
             self.ordered_dict = True  # children named otherwise (DenseNet's conv0, norm0): their names kept
             return Call(CONTAINERS[container], args=[Call("OrderedDict", args=[
                 [Call("", args=[name, item]) for (name, _), item in zip(named, items)]])])
-        if kind.__module__.startswith("torch.nn") or kind.__module__.startswith("torch."):
+        library = kind.__module__.startswith("torch.nn") or kind.__module__.startswith("torch.")
+        if library or f"{kind.__module__}.{kind.__qualname__}" in CLASSES:
             try:
-                call = layer_call(module)
+                call = layer_call(module) if library else class_call(
+                    module, lambda name: self.spec(getattr(module, name), f"{path}.{name}" if path else name))
             except Unsupported as error:
                 self.problems.append(Problem(str(error), path or "(the model)"))
                 return Call("None")
@@ -408,13 +412,16 @@ def generate(model: Any, origin: str) -> Port:
     header.append("from mindspore import Parameter, nn, ops" if imports else "from mindspore import nn, ops")
     if "initializer" in imports:
         header.append("from mindspore.common.initializer import Normal, Uniform, initializer")
+    header += list(dict.fromkeys(line for helper in generator.helpers for line in IMPORTS.get(helper, ())))
     blocks = ["\n".join(header)]
-    blocks += [HELPERS[helper].strip("\n") for helper in generator.helpers]
+    sources = {**HELPERS, **CLASS_HELPERS}
+    blocks += [sources[helper].strip("\n") for helper in generator.helpers if helper in sources]
     blocks += [generator.class_source(variant) for variant in generator.order]
     source = "\n\n\n".join(blocks) + "\n"
     _check_compiles(source, generator.order)
     return Port(source, top.kwargs["__instance__"][0].name, [],
-                [*generator.helpers, *(variant.name for variant in generator.order)])
+                [*(helper for helper in generator.helpers if helper in sources),
+                 *(variant.name for variant in generator.order)])
 
 
 def _check_compiles(source: str, variants: Sequence[Variant]) -> None:
