@@ -39,10 +39,10 @@ TIMM = {
     "convnext_atto": (3, 32, 32), "regnetx_002": (3, 32, 32), "ghostnet_050": (3, 32, 32),
     "lcnet_050": (3, 32, 32), "densenet121": (3, 32, 32),
 }
-# the members in the default suite: the smallest of each family; the rest are slow
-FAST = {"tv_alexnet", "tv_mobilenet_v3_small", "tv_mnasnet0_5", "tv_regnet_x_400mf", "tv_shufflenet_v2_x0_5",
-        "tv_squeezenet1_0", "tv_convnext_tiny", "tv_efficientnet_b0", "tv_densenet121", "tv_googlenet",
-        "tv_vgg11", "tv_resnet18", "timm_convnext_atto", "timm_mobilenetv3_small_050", "timm_lcnet_050"}
+# the default suite: the smallest model of each feature port needs (the torchvision and timm layers, stochastic
+# depth, own parameters, Sequential subclasses, state versions, shape arithmetic); the rest are slow
+FAST = {"tv_mobilenet_v3_small", "tv_mnasnet0_5", "tv_regnet_x_400mf", "tv_shufflenet_v2_x0_5", "tv_efficientnet_b0",
+        "timm_convnext_atto", "timm_mobilenetv3_small_050"}
 
 
 def _cases():
@@ -89,3 +89,41 @@ def test_a_zoo_model_ports_and_computes_what_pytorch_computes(case, target, argu
     actual = network(ms.Tensor(batch)).asnumpy()
     assert actual.shape == expected.shape
     assert np.max(np.abs(actual - expected)) <= DEFAULT_TOLERANCE * np.max(np.abs(expected))
+
+
+SHAPES = "tests.common.torch_shape_models:shape_net"
+
+
+def test_shape_arithmetic_ports_and_a_branch_on_sizes_holds_for_the_given_shape_and_says_so(on_path, capsys):
+    """x.size() unpacked, x.dim(), //, ==, and an `if` on x.shape: ported for --input-shape, where the branch
+    taken is the one PyTorch takes; the file and port say the code holds for that shape. Mutations caught: the
+    branch evaluated on the wrong value (to_bool returning False: no pooling, the head's shapes differ), the
+    comment or the printed line left out."""
+    from tests.common.torch_shape_models import shape_net
+
+    assert port(SHAPES, {}, on_path / "shapes", [3, 8, 8]) == 0
+    out = capsys.readouterr().out
+    assert "holds for inputs of shape 3x8x8 only: the forward of Head (at head) branches on sizes" in out
+    assert "agree:" in out
+    source = (on_path / "shapes" / "model.py").read_text()
+    assert "# Traced for inputs of shape 2x8x8x8: forward's branches" in source
+    assert "# forward with features_only=False, as it is called here" in source
+
+    network = importlib.import_module("shapes.model").ShapeNet()
+    ms.load_param_into_net(network, ms.load_checkpoint(str(on_path / "shapes" / "weights.ckpt")), strict_load=True)
+    network.set_train(False)
+    batch = np.random.default_rng(5).normal(0, 1, (4, 3, 8, 8)).astype(np.float32)  # another batch size
+    with torch.no_grad():
+        expected = shape_net()(torch.from_numpy(batch)).numpy()
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    actual = network(ms.Tensor(batch)).asnumpy()
+    np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+
+
+def test_a_forward_that_branches_on_a_tensor_s_values_is_still_refused(on_path, capsys):
+    """Only branches on sizes and arguments are decided at trace time; one on data is data-dependent control flow.
+    Mutation caught: to_bool answering for tensors too."""
+    with pytest.raises(Exception, match="cannot be ported"):
+        port("tests.common.torch_shape_models:DataBranch", {}, on_path / "data_branch", [4])
+    assert "cannot be traced by torch.fx" in capsys.readouterr().out
+    assert not (on_path / "data_branch").exists()

@@ -92,12 +92,6 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
     if weights is not None:
         load_torch_weights(model, weights, key)
     model.eval()
-    ported = generate(model, target)
-    if ported.problems:
-        for line in problem_lines(ported.problems):
-            print(line)
-        raise ConfigError(f"{target} cannot be ported: {len(problem_lines(ported.problems))} unsupported layers, "
-                          "functions or options (listed above); nothing was written")
     shape = [batch_size, *input_shape]
     batch = (np.random.default_rng(seed).integers(0, input_ints, shape) if input_ints
              else fixed_batch(shape, seed))
@@ -108,6 +102,12 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
         raise ConfigError(f"{target} does not run on a batch of shape {'x'.join(map(str, shape))} "
                           f"({'token ids' if input_ints else 'floats'}): {_first_line(error)}; give the shape of "
                           "one sample with --input-shape (and --input-ints N for token ids)") from error
+    ported = generate(model, target, torch.from_numpy(batch))
+    if ported.problems:
+        for line in problem_lines(ported.problems):
+            print(line)
+        raise ConfigError(f"{target} cannot be ported: {len(problem_lines(ported.problems))} unsupported layers, "
+                          "functions or options (listed above); nothing was written")
     state = {name: value.detach().cpu().float().numpy() if value.is_floating_point() else value.cpu().numpy()
              for name, value in model.state_dict().items()}
 
@@ -150,6 +150,9 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
           + (f" ({conversion.mapping.renamed_batch_norm} norm names renamed)" if conversion.mapping.renamed_batch_norm
              else ""))
     print(f"model config: {config} (_target_: {package}.model.{ported.top})")
+    if ported.specialised:
+        print(f"holds for inputs of shape {'x'.join(map(str, input_shape))} only: the forward of "
+              f"{_listing(ported.specialised)} branches on sizes or arguments (see the comments in {out / MODEL_FILE})")
     if diverged is not None:
         print(f"first layer beyond the tolerance ({tolerance:g} relative): {diverged.name}: max abs diff "
               f"{diverged.max_abs_diff:.3g}, relative {diverged.max_rel_diff:.3g} (every layer in {out / TABLE_FILE})")
@@ -166,6 +169,10 @@ def random_counters(network: ms.nn.Cell) -> List[str]:
 
     return [f"{name}.calls" if name else "calls" for name, cell in network.cells_and_names()
             if isinstance(cell, (Dropout, DropPath))]
+
+
+def _listing(items: List[str], count: int = 3) -> str:
+    return ", ".join(items[:count]) + (f" and {len(items) - count} more" if len(items) > count else "")
 
 
 def _first_line(error: BaseException) -> str:

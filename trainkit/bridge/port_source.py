@@ -13,7 +13,9 @@ from __future__ import annotations
 import keyword
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy
 
 from trainkit.bridge.port_classes import CLASSES, IMPORTS, class_call
 from trainkit.bridge.port_classes import HELPERS as CLASS_HELPERS
@@ -29,6 +31,7 @@ from trainkit.bridge.port_layers import (
     render_call,
     target_name,
 )
+from trainkit.bridge.port_trace import Recording, record, tracer_for
 from trainkit.errors import ConfigError
 
 LINE = 116
@@ -66,18 +69,7 @@ class Port:
     top: str
     problems: List[Problem]
     classes: List[str] = field(default_factory=list)
-
-
-def _tracer():
-    import torch.fx
-
-    class ChildrenAsLeaves(torch.fx.Tracer):
-        """Traces one module's own forward: every submodule call stays one call."""
-
-        def is_leaf_module(self, module, qualified_name):  # noqa: D102 - fx's hook
-            return True
-
-    return ChildrenAsLeaves()
+    specialised: List[str] = field(default_factory=list)  # modules whose code holds for the batch's shape only
 
 
 class _Generator:
@@ -88,6 +80,8 @@ class _Generator:
         self.helpers: List[str] = []
         self.problems: List[Problem] = []
         self.ordered_dict = False
+        self.recording: Optional[Recording] = None  # the modules' inputs and outputs on the comparison's batch
+        self.specialised: List[str] = []  # the modules whose construct holds for the batch's shape only
 
     # ---------------------------------------------------------------- the tree
     def spec(self, module: Any, path: str) -> Any:
@@ -132,11 +126,12 @@ class _Generator:
         children = {name: self.spec(child, f"{path}.{name}" if path else name)
                     for name, child in module.named_children()}
         construct = self.construct(module, path)
-        attributes = [(name, tuple(value.shape)) for name, value in module.named_parameters(recurse=False)] + \
-            [(name, tuple(value.shape)) for name, value in module.named_buffers(recurse=False)]
-        if attributes:
-            self.problems.append(Problem(f"{type(module).__qualname__}'s own parameters or buffers "
-                                         f"({', '.join(name for name, _ in attributes)})", path or "(the model)"))
+        for name, value in [*module.named_parameters(recurse=False), *module.named_buffers(recurse=False)]:
+            if not value.is_floating_point() or name in module._non_persistent_buffers_set:
+                self.problems.append(Problem(f"{type(module).__qualname__}'s own {value.dtype} tensor {name}"
+                                             " (only floating-point parameters and buffers of the state_dict)",
+                                             path or "(the model)"))
+            children[name] = _own_parameter(name, value, trainable=value.requires_grad)  # ConvNeXt's layer_scale
         key = (type(module), tuple(construct), tuple((name, _signature(value)) for name, value in children.items()))
         variant = self.variants.get(key)
         if variant is None:
@@ -153,12 +148,19 @@ class _Generator:
     # ---------------------------------------------------------------- construct
     def construct(self, module: Any, path: str) -> List[str]:
         where = f"{type(module).__qualname__}.forward" + (f" (at {path})" if path else "")
+        tracer = tracer_for(module, self.recording)
         try:
-            graph = _tracer().trace(module)
+            graph = tracer.trace(module)
         except Exception as error:  # fx raises many kinds (TraceError, TypeError on data-dependent control flow)
             self.problems.append(Problem(f"{type(module).__qualname__}.forward cannot be traced by torch.fx: "
                                          f"{' '.join(str(error).split())[:200]}", path or "(the model)"))
             return []
+        for node in [node for node in graph.nodes if node.op == "call_function"
+                     and target_name(node.target) in ("torch._assert", "torch.fx._symbolic_trace._assert_is_none")]:
+            graph.erase_node(node)  # PyTorch's checks of the input (timm's rank asserts): not carried over
+        for node in reversed(list(graph.nodes)):  # what only the checks used (x.ndim == 4)
+            if node.op in ("call_function", "call_method", "get_attr") and not node.users:
+                graph.erase_node(node)
         names: Dict[Any, str] = {}
         inputs: List[str] = []
         lines: List[str] = []
@@ -199,7 +201,16 @@ class _Generator:
                 self.problems.append(Problem(str(error), where))
                 continue
             lines.append(f"{name} = {expression}")
-        return [f"def construct(self, {', '.join(inputs)}):", *(f"    {line}" for line in lines)]
+        note = [f"# forward with {', '.join(dict.fromkeys(tracer.arguments))}, as it is called here (its other "
+                "branches are not written)"] if tracer.arguments else []
+        if tracer.decisions:  # forward branched on sizes or arguments: the branches taken for these inputs
+            args, kwargs = self.recording.inputs[id(module)]
+            shapes = ", ".join("x".join(map(str, value.shape)) for value in (*args, *kwargs.values())
+                               if hasattr(value, "shape"))
+            note += [f"# Traced for inputs of shape {shapes}: forward's branches ({'; '.join(tracer.decisions)}) "
+                    "were taken for them", "# and are not in this code, which holds for inputs of that shape."]
+            self.specialised.append(f"{type(module).__qualname__} (at {path or 'the model'})")
+        return [*note, f"def construct(self, {', '.join(inputs)}):", *(f"    {line}" for line in lines)]
 
     # ---------------------------------------------------------------- classes
     def finish(self) -> None:
@@ -218,7 +229,9 @@ class _Generator:
                     continue
                 key = repr(values)
                 if key not in groups:
-                    groups[key] = _parameter_name(path, taken)
+                    own = variant.children.get(path[0])
+                    groups[key] = _parameter_name(
+                        (path[0], ("fill", "shape")[path[-1]]) if _is_own(own) and len(path) == 3 else path, taken)
                     taken.add(groups[key])
                 variant.parameters.append((path, groups[key]))
 
@@ -364,6 +377,22 @@ def _code(value: Any, names: Dict[Any, str]) -> str:
     return repr(value)
 
 
+def _own_parameter(name: str, value: Any, trainable: bool) -> Call:
+    """``Parameter(initializer(fill, shape))`` for a module's own (floating-point) tensor: its value where
+    constant (a layer scale's 1e-6), else zeros (the port's weights.ckpt holds the values)."""
+    flat = value.detach().flatten()
+    fill = float(flat[0]) if flat.numel() and bool((flat == flat[0]).all()) else 0.0
+    fill = float(str(numpy.float32(fill)))  # 1e-06, as it was written, not float32's 9.99999997e-07
+    kwargs: Dict[str, Any] = {"name": name}
+    if not trainable:
+        kwargs["requires_grad"] = False
+    return Call("Parameter", kwargs, args=[Call("initializer", args=[fill, tuple(value.shape)])])
+
+
+def _is_own(call: Any) -> bool:
+    return isinstance(call, Call) and call.callee == "Parameter"
+
+
 def _container(module: Any) -> Any:
     """The :data:`CONTAINERS` key `module` is, or None: a torch.nn container, or a subclass that keeps its forward
     (torchvision's Conv2dNormActivation and RegNet's AnyStage are Sequentials)."""
@@ -388,9 +417,12 @@ def _hashable(value: Any) -> bool:
     return type(value).__name__ == "Node"
 
 
-def generate(model: Any, origin: str) -> Port:
-    """The MindSpore source mirroring `model` (a torch module in eval mode); `origin` is ``MODULE:CLASS``."""
+def generate(model: Any, origin: str, batch: Any = None) -> Port:
+    """The MindSpore source mirroring `model` (a torch module in eval mode); `origin` is ``MODULE:CLASS``; `batch`
+    (a torch tensor), the comparison's: the branches of a forward on sizes are taken as for it."""
     generator = _Generator()
+    if batch is not None:
+        generator.recording = record(model, batch)
     top = generator.spec(model, "")
     if generator.problems or not isinstance(top, Call) or "__instance__" not in top.kwargs:
         if not generator.problems:
@@ -409,6 +441,8 @@ def generate(model: Any, origin: str) -> Port:
         header.append("")
     if generator.ordered_dict:
         header += ["from collections import OrderedDict", ""]
+    if any(_is_own(call) for variant in generator.order for call in variant.children.values()):
+        imports.add("initializer")
     header.append("from mindspore import Parameter, nn, ops" if imports else "from mindspore import nn, ops")
     if "initializer" in imports:
         header.append("from mindspore.common.initializer import Normal, Uniform, initializer")
@@ -421,7 +455,7 @@ def generate(model: Any, origin: str) -> Port:
     _check_compiles(source, generator.order)
     return Port(source, top.kwargs["__instance__"][0].name, [],
                 [*(helper for helper in generator.helpers if helper in sources),
-                 *(variant.name for variant in generator.order)])
+                 *(variant.name for variant in generator.order)], generator.specialised)
 
 
 def _check_compiles(source: str, variants: Sequence[Variant]) -> None:
