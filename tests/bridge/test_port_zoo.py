@@ -127,3 +127,37 @@ def test_a_forward_that_branches_on_a_tensor_s_values_is_still_refused(on_path, 
         port("tests.common.torch_shape_models:DataBranch", {}, on_path / "data_branch", [4])
     assert "cannot be traced by torch.fx" in capsys.readouterr().out
     assert not (on_path / "data_branch").exists()
+
+
+def test_a_failure_inside_port_is_one_line_naming_the_module_and_nothing_is_written(on_path, capsys, monkeypatch):
+    """A bug in a layer's translation (here: Linear's raising KeyError) stops port with exit 2 and one line that
+    names the module, no traceback. Mutation caught: generate's except clause removed (a KeyError traceback)."""
+    from trainkit.bridge import port_layers
+    from trainkit.bridge.port import main
+
+    def broken(module):
+        raise KeyError("in_features")
+
+    monkeypatch.setitem(port_layers.LAYERS, "Linear", broken)
+    assert main([SHAPES, "--out", str(on_path / "broken"), "--input-shape", "3,8,8"]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "trainkit: error: port failed at head.fc (Linear): KeyError: 'in_features' (a port bug, please report it); "
+        "nothing was written"]
+    assert not (on_path / "broken").exists()
+
+
+def test_a_generated_cell_that_cannot_be_built_is_one_line_naming_it(on_path, capsys, monkeypatch):
+    """MindSpore refusing a generated layer's arguments (here a Dense of -1 inputs) is one line naming the Cell and
+    the line of model.py, which is kept to look at. Mutation caught: the network built outside the try."""
+    from trainkit.bridge import port_layers
+    from trainkit.bridge.port import main
+
+    monkeypatch.setitem(port_layers.LAYERS, "Linear", lambda m: port_layers.Call("nn.Dense", {
+        "in_channels": -1, "out_channels": m.out_features}))
+    assert main([SHAPES, "--out", str(on_path / "unbuilt"), "--input-shape", "3,8,8"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and "Traceback" not in lines[0]
+    assert lines[0].startswith("trainkit: error: the ported ShapeNet cannot be built: in Head.__init__ (model.py line ")
+    assert lines[0].endswith("model.py is kept to look at (a port bug, please report it)")
+    assert (on_path / "unbuilt" / "model.py").is_file()

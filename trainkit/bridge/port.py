@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
+import traceback
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -38,7 +39,7 @@ from trainkit.bridge.compare import (
     write_table,
 )
 from trainkit.bridge.convert import convert_state_dict
-from trainkit.bridge.port_source import generate, problem_lines
+from trainkit.bridge.port_source import PortFailure, generate, problem_lines
 from trainkit.bridge.state_dict import StateDict
 from trainkit.errors import CheckpointError, ConfigError, DataError
 from trainkit.rundir.weights import load_weights, write_checkpoint
@@ -115,9 +116,14 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
     (out / "__init__.py").write_text(f'"""{target} ported to MindSpore by python -m trainkit.port."""\n',
                                      encoding="utf-8")
     (out / MODEL_FILE).write_text(ported.source, encoding="utf-8")
-    module = load_generated(out / MODEL_FILE, f"{package}.model")
-    ms.set_seed(0)
-    network = getattr(module, ported.top)()
+    try:
+        module = load_generated(out / MODEL_FILE, f"{package}.model")
+        ms.set_seed(0)
+        network = getattr(module, ported.top)()
+    except Exception as error:  # a bug of port's: the generated Cell that failed, in one line
+        raise PortFailure(f"the ported {ported.top} cannot be built: {_failed_at(error, out / MODEL_FILE)}"
+                          f"{_first_line(error)}; {out / MODEL_FILE} is kept to look at (a port bug, please report "
+                          "it)") from error
     conversion = convert_state_dict(StateDict(weights or Path(f"{target} (its own weights)"), state,
                                               {name: str(value.dtype) for name, value in state.items()}),
                                     network, allow_missing=random_counters(network),
@@ -137,8 +143,9 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
                       f"_target_: {package}.model.{ported.top}\n", encoding="utf-8")
     try:
         rows = compare_layers(network, model, batch)
-    except (RuntimeError, ValueError, TypeError) as error:
-        print(f"the ported {ported.top} fails on the batch where PyTorch's runs: {_first_line(error)}; "
+    except Exception as error:  # noqa: BLE001 - whatever MindSpore raises, in one line naming the Cell
+        print(f"the ported {ported.top} fails on the batch where PyTorch's runs: "
+              f"{_failed_at(error, out / MODEL_FILE)}{_first_line(error)}; "
               f"{out / MODEL_FILE} is kept to look at (a port bug: please report it)")
         return 1
     diverged = first_divergence(rows, tolerance)
@@ -173,6 +180,17 @@ def random_counters(network: ms.nn.Cell) -> List[str]:
 
 def _listing(items: List[str], count: int = 3) -> str:
     return ", ".join(items[:count]) + (f" and {len(items) - count} more" if len(items) > count else "")
+
+
+def _failed_at(error: BaseException, source: Path) -> str:
+    """``in Bottleneck.construct (model.py line 40): `` for the innermost frame of the generated file, else ''."""
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if Path(frame.filename) == source]
+    if not frames:
+        return ""
+    frame = frames[-1]
+    owner = next((line.split()[1].split("(")[0] for line in reversed(
+        source.read_text(encoding="utf-8").splitlines()[:frame.lineno]) if line.startswith("class ")), "")
+    return f"in {owner + '.' if owner else ''}{frame.name} ({source.name} line {frame.lineno}): "
 
 
 def _first_line(error: BaseException) -> str:

@@ -80,12 +80,19 @@ class _Generator:
         self.helpers: List[str] = []
         self.problems: List[Problem] = []
         self.ordered_dict = False
+        self.stack: List[str] = []  # the modules being ported, outermost first
         self.recording: Optional[Recording] = None  # the modules' inputs and outputs on the comparison's batch
         self.specialised: List[str] = []  # the modules whose construct holds for the batch's shape only
 
     # ---------------------------------------------------------------- the tree
     def spec(self, module: Any, path: str) -> Any:
         """The Call building `module` (a layer, a container, or an instance of a generated class)."""
+        self.stack.append(f"{path or 'the model'} ({type(module).__qualname__})")
+        call = self._spec(module, path)
+        self.stack.pop()  # left on the stack when an error stops the port: the module it stopped at
+        return call
+
+    def _spec(self, module: Any, path: str) -> Any:
         kind = type(module)
         container = _container(module)
         if container is not None:
@@ -421,9 +428,14 @@ def generate(model: Any, origin: str, batch: Any = None) -> Port:
     """The MindSpore source mirroring `model` (a torch module in eval mode); `origin` is ``MODULE:CLASS``; `batch`
     (a torch tensor), the comparison's: the branches of a forward on sizes are taken as for it."""
     generator = _Generator()
-    if batch is not None:
-        generator.recording = record(model, batch)
-    top = generator.spec(model, "")
+    try:
+        if batch is not None:
+            generator.recording = record(model, batch)
+        top = generator.spec(model, "")
+    except Exception as error:  # a bug of port's on a module it should cover: one line naming that module
+        where = generator.stack[-1] if generator.stack else "the model"
+        raise PortFailure(f"port failed at {where}: {type(error).__name__}: {_first_line(error)} (a port bug, "
+                          "please report it); nothing was written") from error
     if generator.problems or not isinstance(top, Call) or "__instance__" not in top.kwargs:
         if not generator.problems:
             generator.problems.append(Problem(f"the model is a single torch.nn layer ({type(model).__name__}): "
@@ -456,6 +468,11 @@ def generate(model: Any, origin: str, batch: Any = None) -> Port:
     return Port(source, top.kwargs["__instance__"][0].name, [],
                 [*(helper for helper in generator.helpers if helper in sources),
                  *(variant.name for variant in generator.order)], generator.specialised)
+
+
+def _first_line(error: BaseException) -> str:
+    text = " ".join(str(error).strip().splitlines()[:1])
+    return " ".join(text.split())[:300] or type(error).__name__
 
 
 def _check_compiles(source: str, variants: Sequence[Variant]) -> None:
