@@ -42,14 +42,15 @@ TIMM = {
 # the default suite: the smallest model of each feature port needs (the torchvision and timm layers, stochastic
 # depth, own parameters, Sequential subclasses, state versions, shape arithmetic); the rest are slow
 FAST = {"tv_mobilenet_v3_small", "tv_mnasnet0_5", "tv_regnet_x_400mf", "tv_shufflenet_v2_x0_5", "tv_efficientnet_b0",
-        "timm_convnext_atto", "timm_mobilenetv3_small_050"}
+            "timm_convnext_atto", "timm_mobilenetv3_small_050"}
 
 
 def _cases():
     cases = [(f"tv_{name}", f"torchvision.models:{name}", {**arguments, "num_classes": 10}, shape)
              for name, (arguments, shape) in TORCHVISION.items()]
-    cases += [(f"timm_{name}", "timm:create_model", {"model_name": name, "num_classes": 10}, shape)
-              for name, shape in TIMM.items()]
+    cases += [(f"timm_{name}", "timm:create_model", {"model_name": name, "num_classes": 10,
+                                                      **({"drop_path_rate": 0.1} if name == "convnext_atto" else {})},
+               shape) for name, shape in TIMM.items()]
     return [pytest.param(*case, id=case[0], marks=() if case[0] in FAST else SLOW) for case in cases]
 
 
@@ -89,6 +90,10 @@ def test_a_zoo_model_ports_and_computes_what_pytorch_computes(case, target, argu
     actual = network(ms.Tensor(batch)).asnumpy()
     assert actual.shape == expected.shape
     assert np.max(np.abs(actual - expected)) <= DEFAULT_TOLERANCE * np.max(np.abs(expected))
+    # stochastic depth, which eval mode does not see: the same probability at the same place
+    drops = {name: float(getattr(module, "p", getattr(module, "drop_prob", None))) for name, module in
+             model.named_modules() if type(module).__name__ in ("StochasticDepth", "DropPath")}
+    assert {name: cell.p for name, cell in network.cells_and_names() if name in drops} == drops
 
 
 SHAPES = "tests.common.torch_shape_models:shape_net"

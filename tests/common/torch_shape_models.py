@@ -1,6 +1,9 @@
 """PyTorch models whose forward does arithmetic and branches on its input's shape, written as people write them
-(ShuffleNet's channel shuffle, a rank check, a head that pools only large maps, a flag argument with a default)."""
+(ShuffleNet's channel shuffle, a rank check, a head that pools only large maps, a flag argument with a default),
+with the activations and pooling of the CNN families and a Sequential subclass whose children have names."""
 from __future__ import annotations
+
+from collections import OrderedDict
 
 import torch
 import torch.nn.functional as F  # noqa: N812 - PyTorch's spelling
@@ -25,31 +28,42 @@ class Shuffle(nn.Module):
 
 
 class Head(nn.Module):
-    """Pools to 2x2 only when the map is larger (a branch on the input's size), then a flag argument."""
+    """Pools to 4x4 only when the map is larger (a branch on the input's size), then to 3x3 (bins of unequal
+    sizes), then a flag argument."""
 
     def __init__(self, channels: int, classes: int):
         super().__init__()
-        self.pool = nn.AdaptiveMaxPool2d((2, 2))
-        self.fc = nn.Linear(channels * 4, classes)
+        self.pool = nn.AdaptiveMaxPool2d((4, 4))
+        self.fc = nn.Linear(channels * 9, classes)
 
     def forward(self, x, features_only: bool = False):
-        if x.shape[-1] > 2:
+        if x.shape[-1] > 4:
             x = self.pool(x)
+        x = F.adaptive_avg_pool2d(x, (3, 3))
         if features_only:
             return x
         return self.fc(torch.flatten(x, 1))
 
 
+class ConvAct(nn.Sequential):
+    """A Sequential subclass with its own children's names, as torchvision's Conv2dNormActivation."""
+
+    def __init__(self, channels: int):
+        super().__init__(OrderedDict([("conv0", nn.Conv2d(3, channels, 3, padding=1)),
+                                      ("norm-0", nn.BatchNorm2d(channels)), ("act0", nn.Hardswish())]))
+
+
 class ShapeNet(nn.Module):
     def __init__(self, classes: int = 5):
         super().__init__()
-        self.conv = nn.Conv2d(3, 8, 3, padding=1)
-        self.act = nn.Hardswish()
+        self.stem = ConvAct(8)
+        self.gate = nn.Hardsigmoid()
         self.shuffle = Shuffle(2)
         self.head = Head(8, classes)
 
     def forward(self, x):
-        return self.head(self.shuffle(F.relu6(self.act(self.conv(x)))))
+        x = self.stem(x)
+        return self.head(self.shuffle(F.relu6(x) * self.gate(x)))
 
 
 def shape_net() -> nn.Module:
