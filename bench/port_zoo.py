@@ -130,7 +130,18 @@ def cases(torchvision) -> List[tuple]:
     return found
 
 
-def run(only: Sequence[str], max_parameters: float, budget: float) -> List[Result]:
+def earlier_rows(paths: Sequence[Path]) -> Dict[str, Result]:
+    """label -> row of the models an earlier run (its printed rows, in `paths`) ported: not run again."""
+    found = {}
+    for path in paths:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+            if line.startswith("| ") and len(cells) == 4 and not cells[1].startswith("not run"):
+                found[cells[0]] = Result(cells[0], cells[1], cells[2], float(cells[3]) if cells[3] else None)
+    return found
+
+
+def run(only: Sequence[str], max_parameters: float, budget: float, reuse: Dict[str, Result]) -> List[Result]:
     torchvision, _ = import_zoo()
     import torch
 
@@ -142,6 +153,9 @@ def run(only: Sequence[str], max_parameters: float, budget: float) -> List[Resul
     try:
         for index, (label, target, arguments, shape, factory) in enumerate(cases(torchvision)):
             if only and not any(part in label for part in only):
+                continue
+            if label in reuse:
+                results.append(reuse[label])
                 continue
             if time.perf_counter() - start > budget:
                 results.append(Result(label, f"not run: the table's time budget ({budget:.0f} s) was spent", "",
@@ -184,8 +198,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         "prints the rows, writes nothing")
     parser.add_argument("--max-parameters", type=float, default=100e6, help="larger models are not built")
     parser.add_argument("--budget", type=float, default=3600, help="seconds; later models are listed as not run")
+    parser.add_argument("--rows-from", type=Path, action="append", default=[], metavar="LOG",
+                        help="take the rows of the models an earlier run printed into LOG instead of porting them")
     args = parser.parse_args(argv)
-    results = run(args.only, args.max_parameters, args.budget)
+    results = run(args.only, args.max_parameters, args.budget, earlier_rows(args.rows_from))
     if not args.only:
         write_table(table(results, f"at most {args.max_parameters / 1e6:.0f} M parameters"))
         print(f"wrote {len(results)} rows into {DOC}")
