@@ -95,11 +95,16 @@ def port_one(label: str, target: str, arguments: Dict[str, Any], shape, folder: 
         return Result(label, f"no: {type(error).__name__}: {_cell(first, 90)}", "", time.perf_counter() - start)
     seconds = time.perf_counter() - start
     difference = _network_difference(folder / "compare.csv")
+    if difference is None and status != 0:  # the ported network did not run on the batch: what it said
+        lines = printed.getvalue().strip().splitlines()
+        return Result(label, "yes", f"no: {_cell(lines[-1] if lines else 'no comparison', 110)}", seconds)
     agrees = ("yes" if status == 0 else "no") + (f" ({difference:.1e})" if difference is not None else "")
     return Result(label, "yes", agrees, seconds)
 
 
 def _network_difference(table: Path) -> Optional[float]:
+    if not table.is_file():
+        return None
     with table.open(encoding="utf-8") as handle:
         for row in csv.DictReader(handle):
             if row["name"] == "(network)" and row["max_abs_diff"]:
