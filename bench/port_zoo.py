@@ -162,14 +162,14 @@ def run(only: Sequence[str], max_parameters: float, budget: float, reuse: Dict[s
             if label in reuse:
                 results.append(reuse[label])
                 continue
-            if time.perf_counter() - start > budget:
-                results.append(Result(label, f"not run: the table's time budget ({budget:.0f} s) was spent", "",
-                                      None))
-                continue
             count = parameter_count(factory, arguments)
             if count > max_parameters:
                 results.append(Result(label, f"not run: {count / 1e6:.0f} M parameters, above this run's "
                                              f"{max_parameters / 1e6:.0f} M", "", None))
+                continue
+            if time.perf_counter() - start > budget:
+                results.append(Result(label, f"not run: the table's time budget ({budget:.0f} s) was spent", "",
+                                      None))
                 continue
             folder = work / f"zoo{index}"
             results.append(port_one(label, target, arguments, shape, folder))

@@ -311,7 +311,9 @@ def _signature(value: Any) -> Any:
     if isinstance(value, Call):
         if "__instance__" in value.kwargs:
             return value.kwargs["__instance__"][0].name
-        return (value.callee, tuple(value.kwargs), tuple(_signature(arg) for arg in value.args))
+        # a layer given as an argument (timm's BatchNormAct2d(act=nn.ReLU())) is part of the signature, as a child
+        return (value.callee, tuple((key, _signature(arg)) for key, arg in value.kwargs.items()),
+                tuple(_signature(arg) for arg in value.args))
     if isinstance(value, list):
         return tuple(_signature(item) for item in value)
     return None
