@@ -78,6 +78,11 @@ def tracer_for(module: Any, recording: Optional[Recording]) -> Any:
                 arguments = signature.bind(*example[0], **example[1])
                 arguments.apply_defaults()
                 self.bound = dict(arguments.arguments)
+                # an argument it is called without (DLA's shortcut=None): `is None` cannot be traced, so fixed
+                nones = {name: None for name, value in self.bound.items() if value is None
+                         and signature.parameters[name].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD}
+                self.arguments += [f"{name}=None" for name in nones]
+                concrete_args = {**nones, **(concrete_args or {})} or None
             return super().trace(root, concrete_args)
 
         def create_proxy(self, kind, target, args, kwargs, name=None, type_expr=None,  # noqa: D102 - fx's
