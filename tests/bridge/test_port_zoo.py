@@ -169,3 +169,10 @@ def test_a_generated_cell_that_cannot_be_built_is_one_line_naming_it(on_path, ca
     assert lines[0].startswith("trainkit: error: the ported ShapeNet cannot be built: in Head.__init__ (model.py line ")
     assert lines[0].endswith("model.py is kept to look at (a port bug, please report it)")
     assert (on_path / "unbuilt" / "model.py").is_file()
+
+
+def test_an_argument_called_without_is_fixed_to_none_and_the_file_says_so(on_path, capsys):
+    """Mutation caught: no concrete None (`shortcut is None` is False for fx's proxy: the sum with None fails)."""
+    assert port("tests.common.torch_shape_models:OptionalShortcut", {}, on_path / "optional", [4, 5, 5]) == 0
+    assert "agree:" in capsys.readouterr().out
+    assert "# forward with shortcut=None, as it is called here" in (on_path / "optional" / "model.py").read_text()

@@ -82,3 +82,25 @@ class DataBranch(nn.Module):
         if x.sum() > 0:
             return self.fc(x)
         return -self.fc(x)
+
+
+class Block(nn.Module):
+    """DLA's block: the shortcut is an argument that defaults to None (`is None` cannot be traced)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, padding=1)
+
+    def forward(self, x, shortcut=None):
+        if shortcut is None:
+            shortcut = x
+        return F.relu(self.conv(x) + shortcut)
+
+
+class OptionalShortcut(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = Block()
+
+    def forward(self, x):
+        return self.block(x)
