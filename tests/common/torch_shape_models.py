@@ -62,7 +62,7 @@ class ShapeNet(nn.Module):
         self.head = Head(8, classes)
 
     def forward(self, x):
-        x = self.stem(x)
+        x = F.avg_pool2d(self.stem(x), 3, 1, 1)  # Inception's branch pool (divisor_override None)
         return self.head(self.shuffle(F.relu6(x) * self.gate(x)))
 
 

@@ -345,8 +345,9 @@ def _max_pool2d(input, kernel_size, stride="None", padding="0", dilation="1", ce
 def _avg_pool2d(input, kernel_size, stride="None", padding="0", ceil_mode="False",  # noqa: A002
                 count_include_pad="True", divisor_override="None"):
     stride = kernel_size if stride in ("None", "()", "[]") else stride
+    divisor = "" if divisor_override == "None" else f", divisor_override={divisor_override}"  # MindSpore: an int
     return (f"ops.avg_pool2d({input}, {kernel_size}, {stride}, {padding}, ceil_mode={ceil_mode}, "
-            f"count_include_pad={count_include_pad}, divisor_override={divisor_override})")
+            f"count_include_pad={count_include_pad}{divisor})")
 
 
 def _adaptive_pool(kind: str) -> Callable:
