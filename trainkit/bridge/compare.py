@@ -17,6 +17,7 @@ agrees, 1 when one does not (a gate for scripts and CI), 2 for bad input.
 from __future__ import annotations
 
 import argparse
+import collections
 import csv
 import importlib
 import json
@@ -184,10 +185,12 @@ def load_torch_weights(model: Any, weights: Path, key: Optional[str]) -> None:
     from trainkit.bridge.convert import choose_prefix
 
     state = read_state_dict(weights, key)
-    own = list(model.state_dict())
-    prefix = choose_prefix(list(state.tensors), own, (), None)
-    tensors = {name[len(prefix):]: torch.from_numpy(np.ascontiguousarray(value))
-               for name, value in state.tensors.items() if name.startswith(prefix)}
+    own = model.state_dict()
+    prefix = choose_prefix(list(state.tensors), list(own), (), None)
+    tensors = collections.OrderedDict((name[len(prefix):], torch.from_numpy(np.ascontiguousarray(value)))
+                                      for name, value in state.tensors.items() if name.startswith(prefix))
+    # the modules' state versions, which a file read as plain arrays lost (torchvision's MNASNet refuses none)
+    tensors._metadata = getattr(own, "_metadata", None)
     try:
         model.load_state_dict(tensors, strict=True)
     except RuntimeError as error:

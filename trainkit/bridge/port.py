@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
+import traceback
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -43,11 +44,11 @@ from trainkit.bridge.compare import (
 )
 from trainkit.bridge.convert import convert_state_dict
 from trainkit.bridge.port_arguments import constructor_values
-from trainkit.bridge.port_source import generate, problem_lines
+from trainkit.bridge.port_source import PortFailure, generate, problem_lines
 from trainkit.bridge.state_dict import StateDict
 from trainkit.checks import package_name_problem
 from trainkit.errors import CheckpointError, ConfigError, DataError
-from trainkit.models.dropout import Dropout
+from trainkit.models.dropout import Dropout, DropPath
 from trainkit.rundir.weights import load_weights, write_checkpoint
 
 MODEL_FILE = "model.py"
@@ -110,13 +111,6 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
     if weights is not None:
         load_torch_weights(model, weights, key)
     model.eval()
-    ported = generate(model, target, lambda changed: import_model(target, {**arguments, **changed}, option="MODEL"),
-                      constructor_values(factory_of(target), arguments))
-    if ported.problems:
-        for line in problem_lines(ported.problems):
-            print(line)
-        raise ConfigError(f"{target} cannot be ported: {len(problem_lines(ported.problems))} unsupported layers, "
-                          "functions or options (listed above); nothing was written")
     shape = [batch_size, *input_shape]
     try:
         if batch_size < 1:
@@ -134,6 +128,13 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
         raise ConfigError(f"{target} does not run on a batch of shape {'x'.join(map(str, shape))} "
                           f"({'token ids' if input_ints else 'floats'}): {_first_line(error)}; give the shape of "
                           "one sample with --input-shape (and --input-ints N for token ids)") from error
+    ported = generate(model, target, lambda changed: import_model(target, {**arguments, **changed}, option="MODEL"),
+                      constructor_values(factory_of(target), arguments), torch.from_numpy(batch))
+    if ported.problems:
+        for line in problem_lines(ported.problems):
+            print(line)
+        raise ConfigError(f"{target} cannot be ported: {len(problem_lines(ported.problems))} unsupported layers, "
+                          "functions or options (listed above); nothing was written")
     state = {name: value.detach().cpu().float().numpy() if value.is_floating_point() else value.cpu().numpy()
              for name, value in model.state_dict().items()}
 
@@ -141,9 +142,14 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
     (out / "__init__.py").write_text(f'"""{target} ported to MindSpore by python -m trainkit.port."""\n',
                                      encoding="utf-8")
     (out / MODEL_FILE).write_text(ported.source, encoding="utf-8")
-    module = load_generated(out / MODEL_FILE, f"{module_name}.model")
-    ms.set_seed(0)
-    network = getattr(module, ported.top)()
+    try:
+        module = load_generated(out / MODEL_FILE, f"{module_name}.model")
+        ms.set_seed(0)
+        network = getattr(module, ported.top)()
+    except Exception as error:  # a bug of port's: the generated Cell that failed, in one line
+        raise PortFailure(f"the ported {ported.top} cannot be built: {_failed_at(error, out / MODEL_FILE)}"
+                          f"{_first_line(error)}; {out / MODEL_FILE} is kept to look at (a port bug, please report "
+                          "it)") from error
     conversion = convert_state_dict(StateDict(weights or Path(f"{target} (its own weights)"), state,
                                               {name: str(value.dtype) for name, value in state.items()}),
                                     network, allow_missing=dropout_counters(network),
@@ -164,8 +170,9 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
                       + "".join(f"{name}: {value!r}\n" for name, value in ported.arguments.items()), encoding="utf-8")
     try:
         rows = compare_layers(network, model, batch)
-    except (RuntimeError, ValueError, TypeError) as error:
-        print(f"the ported {ported.top} fails on the batch where PyTorch's runs: {_first_line(error)}; "
+    except Exception as error:  # noqa: BLE001 - whatever MindSpore raises, in one line naming the Cell
+        print(f"the ported {ported.top} fails on the batch where PyTorch's runs: "
+              f"{_failed_at(error, out / MODEL_FILE)}{_first_line(error)}; "
               f"{out / MODEL_FILE} is kept to look at (a port bug: please report it)")
         return 1
     diverged = first_divergence(rows, tolerance)
@@ -179,6 +186,9 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
     print(f"model config: {config} (_target_: {module_name}.model.{ported.top})")
     if project:
         print(f"train it in the project: cd {into} && {command}")
+    if ported.specialised:
+        print(f"holds for inputs of shape {'x'.join(map(str, input_shape))} only: the forward of "
+              f"{_listing(ported.specialised)} branches on sizes or arguments (see the comments in {out / MODEL_FILE})")
     if diverged is not None:
         print(f"first layer beyond the tolerance ({tolerance:g} relative): {diverged.name}: max abs diff "
               f"{diverged.max_abs_diff:.3g}, relative {diverged.max_rel_diff:.3g} (every layer in {out / TABLE_FILE})")
@@ -208,10 +218,25 @@ def find_project(folder: Path) -> Tuple[str, Path]:
 
 
 def dropout_counters(network: ms.nn.Cell) -> List[str]:
-    """The names of the call counters of `network`'s trainkit Dropout layers: not in PyTorch's weights, they
-    start at 0."""
-    return [parameter.name for cell in network.cells_and_names() if isinstance(cell[1], Dropout)
+    """The names of the call counters of `network`'s trainkit random layers (Dropout, DropPath): MindSpore-side
+    state that no PyTorch state_dict holds, they start at 0."""
+    return [parameter.name for cell in network.cells_and_names() if isinstance(cell[1], (Dropout, DropPath))
             for parameter in cell[1].get_parameters(expand=False)]
+
+
+def _listing(items: List[str], count: int = 3) -> str:
+    return ", ".join(items[:count]) + (f" and {len(items) - count} more" if len(items) > count else "")
+
+
+def _failed_at(error: BaseException, source: Path) -> str:
+    """``in Bottleneck.construct (model.py line 40): `` for the innermost frame of the generated file, else ''."""
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if Path(frame.filename) == source]
+    if not frames:
+        return ""
+    frame = frames[-1]
+    owner = next((line.split()[1].split("(")[0] for line in reversed(
+        source.read_text(encoding="utf-8").splitlines()[:frame.lineno]) if line.startswith("class ")), "")
+    return f"in {owner + '.' if owner else ''}{frame.name} ({source.name} line {frame.lineno}): "
 
 
 def _first_line(error: BaseException) -> str:

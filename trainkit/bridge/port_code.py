@@ -1,11 +1,13 @@
 """The code of one traced ``forward`` line's pieces: arguments as code, dtypes, the nodes no line needs, and
-which torch containers are written as MindSpore's (helpers of :mod:`trainkit.bridge.port_source`)."""
+which torch containers are written as MindSpore's; the constructor slots of a generated class and their
+parameter names (helpers of :mod:`trainkit.bridge.port_source`)."""
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 from trainkit.bridge import port_transformers
-from trainkit.bridge.port_layers import Unsupported, target_name
+from trainkit.bridge.port_layers import Call, Unsupported, target_name
+from trainkit.bridge.port_names import identifier
 
 
 def dead(graph: Any) -> set:
@@ -21,20 +23,27 @@ def dead(graph: Any) -> set:
 
 
 def container(module: Any) -> str:
-    """``Sequential`` or ``ModuleList`` for those and for subclasses that keep their forward (torchvision's MLP)."""
+    """``Sequential`` or ``ModuleList`` for those and for subclasses that keep their forward and hold no tensors of
+    their own (torchvision's MLP, Conv2dNormActivation, RegNet's AnyStage)."""
     import torch
 
     for base in (torch.nn.Sequential, torch.nn.ModuleList):
         if isinstance(module, base) and type(module).forward is base.forward:
-            return base.__name__
+            own = [*module.named_parameters(recurse=False), *module.named_buffers(recurse=False)]
+            return "" if own else base.__name__
     return ""
 
 
 def attribute(target: str) -> str:
     """``self.layers[0]`` for fx's ``layers.0``."""
     code = "self"
-    for part in target.split("."):
-        code += f"[{part}]" if part.isdigit() else f".{part}"
+    for index, part in enumerate(target.split(".")):
+        if part.isidentifier():
+            code += f".{part}"
+        elif part.isdigit() and index:  # an item of a container
+            code += f"[{part}]"
+        else:  # a child whose name is no identifier (torchvision's block1-0), as PyTorch names it
+            code = f"getattr({code}, {part!r})"
     return code
 
 
@@ -83,3 +92,51 @@ def hashable(value: Any) -> bool:
     except TypeError:
         return False
     return type(value).__name__ == "Node"
+
+
+def wrap(items: List[str], width: int) -> List[str]:
+    """`items` joined into lines of at most `width` characters (for a long signature)."""
+    lines: List[str] = []
+    for item in items:
+        if lines and len(lines[-1]) + len(item) + 2 <= width:
+            lines[-1] += f", {item}"
+        else:
+            lines.append(item)
+    return lines
+
+
+def signature(value: Any) -> Any:
+    if isinstance(value, Call):
+        if "__instance__" in value.kwargs:
+            return value.kwargs["__instance__"][0].name
+        # a layer given as an argument (timm's BatchNormAct2d(act=nn.ReLU())) is part of the signature, as a child
+        return (value.callee, tuple((key, signature(arg)) for key, arg in value.kwargs.items()),
+                tuple(signature(arg) for arg in value.args))
+    if isinstance(value, list):
+        return tuple(signature(item) for item in value)
+    return None
+
+
+def slots(value: Any, path: Tuple) -> List[Tuple[Tuple, Any]]:
+    """(path, literal) of every constructor argument in `value` (children of one instance)."""
+    if isinstance(value, dict):
+        return [slot for key, item in value.items() for slot in slots(item, path + (key,))]
+    if isinstance(value, Call):
+        if "__instance__" in value.kwargs:
+            variant, index = value.kwargs["__instance__"]
+            values = dict(slots(variant.instances[index], ()))
+            return [(path + (name,), values[slot]) for slot, name in variant.parameters]
+        return [slot for index, arg in enumerate(value.args) for slot in slots(arg, path + (index,))] + \
+            [slot for key, arg in value.kwargs.items() for slot in slots(arg, path + (key,))]
+    if isinstance(value, list):
+        return [slot for index, item in enumerate(value) for slot in slots(item, path + (index,))]
+    return [(path, value)]
+
+
+def parameter_name(path: Tuple, taken: set) -> str:
+    name = identifier("_".join(str(part) for part in path))  # a child named 0 or block1-0: still a Python name
+    candidate, count = name, 1
+    while candidate in taken:
+        count += 1
+        candidate = f"{name}{count}"
+    return candidate

@@ -248,10 +248,12 @@ def _pool(callee: str, average: bool, dims: int) -> Callable:
 
 def _adaptive(callee: str, dims: int) -> Callable:
     def spec(m) -> Call:
+        if getattr(m, "return_indices", False):
+            raise Unsupported("return_indices=True")
         size = m.output_size
-        if (size if dims == 1 else _pair(size)) not in (1, (1, 1)):
-            raise Unsupported(f"output_size={size!r} (only 1)")
-        return Call(callee, {"output_size": 1 if dims == 1 else (1, 1)})
+        if dims == 1:
+            return Call(callee, {"output_size": _single(size)})
+        return Call(callee, {"output_size": _pair(size)})  # MindSpore's bins are PyTorch's, None keeps a side
     return spec
 
 
@@ -274,9 +276,12 @@ LAYERS: Dict[str, Callable[[Any], Call]] = {
     "AvgPool1d": _pool("nn.AvgPool1d", True, 1), "AvgPool2d": _pool("nn.AvgPool2d", True, 2),
     "AdaptiveAvgPool1d": _adaptive("nn.AdaptiveAvgPool1d", 1),
     "AdaptiveAvgPool2d": _adaptive("nn.AdaptiveAvgPool2d", 2),
+    "AdaptiveMaxPool1d": _adaptive("nn.AdaptiveMaxPool1d", 1),
+    "AdaptiveMaxPool2d": _adaptive("nn.AdaptiveMaxPool2d", 2),
     "Flatten": lambda m: Call("nn.Flatten", {"start_dim": m.start_dim, "end_dim": m.end_dim}),
     "Identity": lambda m: Call("nn.Identity"),
-    "ReLU": lambda m: Call("nn.ReLU"),
+    "ReLU": lambda m: Call("nn.ReLU"), "ReLU6": lambda m: Call("nn.ReLU6"),
+    "Hardswish": lambda m: Call("nn.HSwish"), "Hardsigmoid": lambda m: Call("nn.HSigmoid"),
     "GELU": lambda m: Call("nn.GELU", {"approximate": m.approximate == "tanh"}),
     "SiLU": lambda m: Call("nn.SiLU"), "Sigmoid": lambda m: Call("nn.Sigmoid"), "Tanh": lambda m: Call("nn.Tanh"),
     "LeakyReLU": lambda m: Call("nn.LeakyReLU", {"alpha": m.negative_slope}),
@@ -340,20 +345,25 @@ def _max_pool2d(input, kernel_size, stride="None", padding="0", dilation="1", ce
 def _avg_pool2d(input, kernel_size, stride="None", padding="0", ceil_mode="False",  # noqa: A002
                 count_include_pad="True", divisor_override="None"):
     stride = kernel_size if stride in ("None", "()", "[]") else stride
+    divisor = "" if divisor_override == "None" else f", divisor_override={divisor_override}"  # MindSpore: an int
     return (f"ops.avg_pool2d({input}, {kernel_size}, {stride}, {padding}, ceil_mode={ceil_mode}, "
-            f"count_include_pad={count_include_pad}, divisor_override={divisor_override})")
+            f"count_include_pad={count_include_pad}{divisor})")
 
 
-def _adaptive_avg_pool(input, output_size):  # noqa: A002
-    if output_size not in ("1", "(1, 1)", "[1, 1]"):
-        raise Unsupported(f"adaptive average pooling to {output_size} (only to 1)")
-    return f"ops.mean({input}, (2, 3), keep_dims=True)"
+def _adaptive_pool(kind: str) -> Callable:
+    def render(input, output_size, return_indices="False"):  # noqa: A002
+        if return_indices != "False":
+            raise Unsupported("return_indices=True")
+        if kind == "avg" and output_size in ("1", "(1, 1)", "[1, 1]"):
+            return f"ops.mean({input}, (2, 3), keep_dims=True)"
+        return f"ops.adaptive_{kind}_pool2d({input}, {output_size})"
+    return render
 
 
 def _adaptive_avg_pool1d(input, output_size):  # noqa: A002
-    if output_size not in ("1", "(1,)", "[1]"):
-        raise Unsupported(f"adaptive average pooling to {output_size} (only to 1)")
-    return f"ops.mean({input}, -1, keep_dims=True)"
+    if output_size in ("1", "(1,)", "[1]"):
+        return f"ops.mean({input}, -1, keep_dims=True)"
+    return f"ops.adaptive_avg_pool1d({input}, {output_size})"
 
 
 def _dropout(input, p="0.5", training="True", inplace="False"):  # noqa: A002
@@ -399,7 +409,10 @@ FUNCTIONS: Dict[str, Callable[..., str]] = {
     "torch.nn.functional.tanh": _unary("tanh"), "torch.nn.functional.leaky_relu": _leaky_relu,
     "torch.nn.functional.softmax": _softmax_call, "torch.nn.functional.dropout": _dropout,
     "torch.nn.functional.max_pool2d": _max_pool2d, "torch.nn.functional.avg_pool2d": _avg_pool2d,
-    "torch.nn.functional.adaptive_avg_pool2d": _adaptive_avg_pool,
+    "torch.nn.functional.adaptive_avg_pool2d": _adaptive_pool("avg"),
+    "torch.nn.functional.adaptive_max_pool2d": _adaptive_pool("max"),
+    "torch.nn.functional.relu6": _unary("relu6"), "torch.nn.functional.hardswish": _unary("hardswish"),
+    "torch.nn.functional.hardsigmoid": _unary("hardsigmoid"),
     "torch.nn.functional.adaptive_avg_pool1d": _adaptive_avg_pool1d,
 }
 METHODS: Dict[str, Callable[..., str]] = {

@@ -14,7 +14,8 @@ import re
 from typing import Any, Dict, List, Optional, Tuple
 
 #: Names the generated module uses itself: never a variable's.
-RESERVED = {"self", "ms", "nn", "ops", "math", "Parameter", "initializer", "Normal", "Uniform", "Dropout", "float",
+RESERVED = {"self", "ms", "nn", "ops", "math", "Parameter", "initializer", "Normal", "Uniform", "Dropout", "DropPath",
+            "OrderedDict", "getattr", "setattr", "float",
             "int", "len", "range", "tuple", "list", "super", "print", "isinstance", "None", "True", "False"}
 _ASSIGN = re.compile(r"^\s*([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*,?\s*(?:[-+*/@%&|^]|//|\*\*)?=(?!=)")
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)\s*$')

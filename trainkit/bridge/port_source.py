@@ -14,13 +14,17 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from trainkit.bridge import port_arguments, port_code, port_layers, port_transformers
+from trainkit.bridge.port_classes import CLASSES, IMPORTS, class_call
+from trainkit.bridge.port_classes import HELPERS as CLASS_HELPERS
 from trainkit.bridge.port_layers import CONTAINERS, Call, Unsupported, render_call, target_name
-from trainkit.bridge.port_names import Namer, identifier
+from trainkit.bridge.port_names import Namer
+from trainkit.bridge.port_trace import Recording, record, tracer_for
+from trainkit.errors import ConfigError
 
 # port_transformers' entries take precedence over port_layers' where both name one (attention, dropout)
 FUNCTIONS = {**port_layers.FUNCTIONS, **port_transformers.FUNCTIONS}
 METHODS = {**port_layers.METHODS, **port_transformers.METHODS}
-HELPERS = {**port_layers.HELPERS, **port_transformers.HELPERS}
+HELPERS = {**port_layers.HELPERS, **port_transformers.HELPERS, **CLASS_HELPERS}
 HELPER_IMPORTS = {**port_layers.HELPER_IMPORTS, **port_transformers.HELPER_IMPORTS}
 
 
@@ -34,7 +38,12 @@ def layer_call(module: Any) -> Call:
             raise Unsupported(f"torch.nn.{name} with {error}") from error
     return port_layers.layer_call(module)
 
+
 LINE = 116
+
+
+class PortFailure(ConfigError):
+    """Port failed on a module it should cover (a port bug): one line naming the module, nothing written."""
 
 
 @dataclass
@@ -68,20 +77,7 @@ class Port:
     problems: List[Problem]
     classes: List[str] = field(default_factory=list)
     arguments: Dict[str, Any] = field(default_factory=dict)  # the top class's constructor arguments
-
-
-def _tracer():
-    import torch.fx
-
-    class ChildrenAsLeaves(torch.fx.Tracer):
-        """Traces one module's own forward: every submodule call stays one call."""
-
-        def is_leaf_module(self, module, qualified_name):  # noqa: D102 - fx's hook
-            return True
-
-    tracer = ChildrenAsLeaves()
-    tracer.record_stack_traces = True  # each node's source line: the variables' names (port_names)
-    return tracer
+    specialised: List[str] = field(default_factory=list)  # modules whose code holds for the batch's shape only
 
 
 class _Generator:
@@ -92,10 +88,19 @@ class _Generator:
         self.helpers: List[str] = []
         self.problems: List[Problem] = []
         self.imports: set = set()
+        self.stack: List[str] = []  # the modules being ported, outermost first
+        self.recording: Optional[Recording] = None  # the modules' inputs and outputs on the comparison's batch
+        self.specialised: List[str] = []  # the modules whose construct holds for the batch's shape only
 
     # ---------------------------------------------------------------- the tree
     def spec(self, module: Any, path: str) -> Any:
         """The Call building `module` (a layer, a container, or an instance of a generated class)."""
+        self.stack.append(f"{path or 'the model'} ({type(module).__qualname__})")
+        call = self._spec(module, path)
+        self.stack.pop()  # left on the stack when an error stops the port: the module it stopped at
+        return call
+
+    def _spec(self, module: Any, path: str) -> Any:
         kind = type(module)
         container = port_code.container(module)
         if container:
@@ -108,9 +113,16 @@ class _Generator:
                 [Call("", args=[name, item]) for name, item in zip(names, items)]])])
         if not kind.__module__.startswith("torch") and port_transformers.same_as_layer_norm(module):
             kind = None  # timm's LayerNorm: nn.LayerNorm's computation, written as it
-        if kind is None or kind.__module__.startswith("torch.nn") or kind.__module__.startswith("torch."):
+        library = kind is None or kind.__module__.startswith("torch.nn") or kind.__module__.startswith("torch.")
+        if library or f"{kind.__module__}.{kind.__qualname__}" in CLASSES:
             try:
-                call = port_layers._layer_norm(module) if kind is None else layer_call(module)
+                if kind is None:
+                    call = port_layers._layer_norm(module)
+                elif library:
+                    call = layer_call(module)
+                else:  # a torchvision or timm layer (port_classes)
+                    call = class_call(module, lambda name: self.spec(getattr(module, name),
+                                                                    f"{path}.{name}" if path else name))
             except Unsupported as error:
                 self.problems.append(Problem(str(error), path or "(the model)"))
                 return Call("None")
@@ -143,7 +155,8 @@ class _Generator:
                     for name, child in module.named_children()}
         construct = self.construct(module, path)
         children.update(self.own_tensors(module, path))
-        key = (type(module), tuple(construct), tuple((name, _signature(value)) for name, value in children.items()))
+        key = (type(module), tuple(construct),
+               tuple((name, port_code.signature(value)) for name, value in children.items()))
         variant = self.variants.get(key)
         if variant is None:
             base = type(module).__name__
@@ -178,8 +191,10 @@ class _Generator:
     # ---------------------------------------------------------------- construct
     def construct(self, module: Any, path: str) -> List[str]:
         where = f"{type(module).__qualname__}.forward" + (f" (at {path})" if path else "")
+        tracer = tracer_for(module, self.recording)
+        tracer.record_stack_traces = True  # each node's source line: the variables' names (port_names)
         try:
-            graph = _tracer().trace(module)
+            graph = tracer.trace(module)
         except Exception as error:  # fx raises many kinds (TraceError, TypeError on data-dependent control flow)
             self.problems.append(Problem(f"{type(module).__qualname__}.forward cannot be traced by torch.fx: "
                                          f"{' '.join(str(error).split())[:200]}", path or "(the model)"))
@@ -238,7 +253,16 @@ class _Generator:
                 self.problems.append(Problem(str(error), where))
                 continue
             lines.append(f"{name} = {expression}")
-        return [f"def construct(self, {', '.join(inputs)}):", *(f"    {line}" for line in lines)]
+        note = [f"# forward with {', '.join(dict.fromkeys(tracer.arguments))}, as it is called here (its other "
+                "branches are not written)"] if tracer.arguments else []
+        if tracer.decisions:  # forward branched on sizes or arguments: the branches taken for these inputs
+            args, kwargs = self.recording.inputs[id(module)]
+            shapes = ", ".join("x".join(map(str, value.shape)) for value in (*args, *kwargs.values())
+                               if hasattr(value, "shape"))
+            note += [f"# Traced for inputs of shape {shapes}: forward's branches ({'; '.join(tracer.decisions)}) "
+                     "were taken for them", "# and are not in this code, which holds for inputs of that shape."]
+            self.specialised.append(f"{type(module).__qualname__} (at {path or 'the model'})")
+        return [*note, f"def construct(self, {', '.join(inputs)}):", *(f"    {line}" for line in lines)]
 
     # ---------------------------------------------------------------- classes
     def finish(self) -> None:
@@ -246,7 +270,7 @@ class _Generator:
         for variant in self.order:
             slots: Dict[Tuple, List[Any]] = {}
             for children in variant.instances:
-                for path, value in _slots(children, ()):
+                for path, value in port_code.slots(children, ()):
                     slots.setdefault(path, []).append(value)
             taken: set = set()
             # slots that always hold the same values (a conv's out_channels and the next norm's num_features)
@@ -257,13 +281,13 @@ class _Generator:
                     continue
                 key = repr(values)
                 if key not in groups:
-                    groups[key] = _parameter_name(path, taken)
+                    groups[key] = port_code.parameter_name(path, taken)
                     taken.add(groups[key])
                 variant.parameters.append((path, groups[key]))
 
     def instance_call(self, call: Call) -> Call:
         variant, index = call.kwargs["__instance__"]
-        values = dict(_slots(variant.instances[index], ()))
+        values = dict(port_code.slots(variant.instances[index], ()))
         return Call(variant.name, {name: values[path] for path, name in variant.parameters})
 
     def arguments(self, variant: Variant) -> List[str]:
@@ -303,7 +327,7 @@ class _Generator:
         names = [*self.arguments(variant), *(f"{name}={value!r}" for name, value in variant.arguments.items())]
         signature = ", ".join(["self", *names])
         if len(signature) > LINE - 20:
-            signature = ",\n                 ".join(_wrap(["self", *names], LINE - 20))
+            signature = ",\n                 ".join(port_code.wrap(["self", *names], LINE - 20))
         lines = [f"class {variant.name}(nn.Cell):",
                  f'    """PyTorch\'s {variant.torch_class}'
                  + ('' if variant.name == variant.torch_class.rsplit('.', 1)[-1] else
@@ -311,76 +335,38 @@ class _Generator:
                  f"    def __init__({signature}):", "        super().__init__()"]
         for attribute, call in variant.children.items():
             value = self.render_value(call, (attribute,), parameters, 8)
-            lines.append(f"        self.{attribute} = {value}")
+            lines.append(f"        self.{attribute} = {value}" if attribute.isidentifier() else
+                         f"        setattr(self, {attribute!r}, {value})")  # PyTorch's name, kept
         lines.append("")
         lines += [f"    {line}" for line in variant.construct] or ["    def construct(self, x):", "        return x"]
         return "\n".join(lines)
 
 
-def _wrap(items: List[str], width: int) -> List[str]:
-    """`items` joined into lines of at most `width` characters (for a long signature)."""
-    lines: List[str] = []
-    for item in items:
-        if lines and len(lines[-1]) + len(item) + 2 <= width:
-            lines[-1] += f", {item}"
-        else:
-            lines.append(item)
-    return lines
-
-
-def _signature(value: Any) -> Any:
-    if isinstance(value, Call):
-        if "__instance__" in value.kwargs:
-            return value.kwargs["__instance__"][0].name
-        return (value.callee, tuple(value.kwargs), tuple(_signature(arg) for arg in value.args))
-    if isinstance(value, list):
-        return tuple(_signature(item) for item in value)
-    return None
-
-
-def _slots(value: Any, path: Tuple) -> List[Tuple[Tuple, Any]]:
-    """(path, literal) of every constructor argument in `value` (children of one instance)."""
-    if isinstance(value, dict):
-        return [slot for key, item in value.items() for slot in _slots(item, path + (key,))]
-    if isinstance(value, Call):
-        if "__instance__" in value.kwargs:
-            variant, index = value.kwargs["__instance__"]
-            values = dict(_slots(variant.instances[index], ()))
-            return [(path + (name,), values[slot]) for slot, name in variant.parameters]
-        return [slot for index, arg in enumerate(value.args) for slot in _slots(arg, path + (index,))] + \
-            [slot for key, arg in value.kwargs.items() for slot in _slots(arg, path + (key,))]
-    if isinstance(value, list):
-        return [slot for index, item in enumerate(value) for slot in _slots(item, path + (index,))]
-    return [(path, value)]
-
-
-def _parameter_name(path: Tuple, taken: set) -> str:
-    name = identifier("_".join(str(part) for part in path))  # a child named 0 or block1-0: still a Python name
-    candidate, count = name, 1
-    while candidate in taken:
-        count += 1
-        candidate = f"{name}{count}"
-    return candidate
-
-
-def _generated(model: Any) -> Tuple[_Generator, Any]:
+def _generated(model: Any, batch: Any = None) -> Tuple[_Generator, Any]:
     generator = _Generator()
-    top = generator.spec(model, "")
+    try:
+        if batch is not None:
+            generator.recording = record(model, batch)
+        top = generator.spec(model, "")
+    except Exception as error:  # a bug of port's on a module it should cover: one line naming that module
+        where = generator.stack[-1] if generator.stack else "the model"
+        raise PortFailure(f"port failed at {where}: {type(error).__name__}: {_first_line(error)} (a port bug, "
+                          "please report it); nothing was written") from error
     if not generator.problems and isinstance(top, Call) and "__instance__" in top.kwargs:
         generator.finish()
     return generator, top
 
 
 def _take_arguments(generator: _Generator, top: Variant, values: Dict[str, Any],
-                    rebuild: Callable[[Dict[str, Any]], Any]) -> None:
+                    rebuild: Callable[[Dict[str, Any]], Any], batch: Any = None) -> None:
     """The top class's constructor arguments (:mod:`trainkit.bridge.port_arguments`): each argument of `values`
     whose change moves only literals of the top class's layers."""
-    slots = dict(_slots(top.instances[0], ()))
+    slots = dict(port_code.slots(top.instances[0], ()))
     below = [generator.class_source(variant) for variant in generator.order if variant is not top]
     for name, value in values.items():
         for other in port_arguments.changed(value):
             try:
-                again, again_top = _generated(rebuild({name: other}).eval())
+                again, again_top = _generated(rebuild({name: other}).eval(), batch)
             except Exception:  # noqa: BLE001 - the model refuses the changed value: try the next
                 continue
             if again.problems or "__instance__" not in getattr(again_top, "kwargs", {}):
@@ -389,7 +375,7 @@ def _take_arguments(generator: _Generator, top: Variant, values: Dict[str, Any],
             if [again.class_source(v) for v in again.order if v is not variant] != below \
                     or variant.construct != top.construct:
                 break  # it moves more than the top class's layers: a literal
-            found = port_arguments.follow(slots, dict(_slots(variant.instances[0], ())), name, value, other)
+            found = port_arguments.follow(slots, dict(port_code.slots(variant.instances[0], ())), name, value, other)
             if found and not set(found) & set(top.driven):
                 top.driven.update(found)
                 top.arguments[name] = value
@@ -397,11 +383,15 @@ def _take_arguments(generator: _Generator, top: Variant, values: Dict[str, Any],
 
 
 def generate(model: Any, origin: str, rebuild: Optional[Callable[[Dict[str, Any]], Any]] = None,
-             values: Optional[Dict[str, Any]] = None) -> Port:
+             values: Optional[Dict[str, Any]] = None, batch: Any = None) -> Port:
     """The MindSpore source mirroring `model` (a torch module in eval mode); `origin` is ``MODULE:CLASS``;
     `rebuild` builds the model again with some of its constructor's `values` changed (the top class's
-    arguments)."""
-    generator, top = _generated(model)
+    arguments); `batch` (a torch tensor), the comparison's: the branches of a forward on sizes are taken as for it.
+
+    Raises:
+        PortFailure: a bug of port's, in one line naming the module it stopped at.
+    """
+    generator, top = _generated(model, batch)
     if generator.problems or not isinstance(top, Call) or "__instance__" not in top.kwargs:
         if not generator.problems:
             generator.problems.append(Problem(f"the model is a single torch.nn layer ({type(model).__name__}): "
@@ -409,7 +399,7 @@ def generate(model: Any, origin: str, rebuild: Optional[Callable[[Dict[str, Any]
         return Port("", "", generator.problems)
     top_variant = top.kwargs["__instance__"][0]
     if rebuild is not None and values:
-        _take_arguments(generator, top_variant, values, rebuild)
+        _take_arguments(generator, top_variant, values, rebuild, batch)
     imports = {name for helper in generator.helpers for name in HELPER_IMPORTS.get(helper, ())} | generator.imports
     if any("ms." in line for variant in generator.order for line in variant.construct):
         imports.add("ms")
@@ -430,14 +420,35 @@ def generate(model: Any, origin: str, rebuild: Optional[Callable[[Dict[str, Any]
                   else "from mindspore import nn, ops")
     if "initializer" in imports:
         header.append("from mindspore.common.initializer import Normal, Uniform, initializer")
-    if "dropout" in imports:
-        header += ["", "from trainkit.models.dropout import Dropout"]
+    own = [*(["from trainkit.models.dropout import Dropout"] if "dropout" in imports else []),
+           *(line for helper in generator.helpers for line in IMPORTS.get(helper, ()))]
+    if own:
+        header += ["", *dict.fromkeys(own)]
     blocks = ["\n".join(header)]
     blocks += [HELPERS[helper].strip("\n") for helper in generator.helpers if helper in HELPERS]
     blocks += [generator.class_source(variant) for variant in generator.order]
-    return Port("\n\n\n".join(blocks) + "\n", top_variant.name, [],
+    source = "\n\n\n".join(blocks) + "\n"
+    _check_compiles(source, generator.order)
+    return Port(source, top_variant.name, [],
                 [*(helper for helper in generator.helpers if helper in HELPERS),
-                 *(variant.name for variant in generator.order)], dict(top_variant.arguments))
+                 *(variant.name for variant in generator.order)], dict(top_variant.arguments), generator.specialised)
+
+
+def _first_line(error: BaseException) -> str:
+    text = " ".join(str(error).strip().splitlines()[:1])
+    return " ".join(text.split())[:300] or type(error).__name__
+
+
+def _check_compiles(source: str, variants: Sequence[Variant]) -> None:
+    """Raise PortFailure naming the PyTorch class whose generated class is not valid Python (a port bug)."""
+    try:
+        compile(source, "model.py", "exec")
+    except SyntaxError as error:
+        lines = source.splitlines()[:error.lineno or 0]
+        owner = next((line.split()[1].split("(")[0] for line in reversed(lines) if line.startswith("class ")), "")
+        where = next((variant.torch_class for variant in variants if variant.name == owner), owner or "the header")
+        raise PortFailure(f"the code written for {where} is not valid Python ({error.msg}, line {error.lineno}): "
+                          "a port bug, please report it") from error
 
 
 def problem_lines(problems: Sequence[Problem]) -> List[str]:

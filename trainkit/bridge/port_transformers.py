@@ -339,7 +339,7 @@ FUNCTIONS: Dict[str, Callable[..., str]] = {
 #: The helper each function's code calls.
 FUNCTION_HELPERS = {"torch.nn.functional.scaled_dot_product_attention": "scaled_dot_product_attention"}
 #: Calls that only check, written as nothing (a shape assertion holds for the shape the port was made for).
-SKIPPED = {"torch._assert", "torch._C._log_api_usage_once"}
+SKIPPED = {"torch._assert", "torch._C._log_api_usage_once", "torch.fx._symbolic_trace._assert_is_none"}
 METHODS: Dict[str, Callable[..., str]] = {
     "chunk": _chunk, "split": _split, "unbind": lambda self, dim="0": f"ops.unbind({self}, {dim})",
     "expand": lambda self, *sizes: f"ops.broadcast_to({self}, {_shape(*sizes)})",

@@ -33,18 +33,10 @@ def streams_from_zero() -> Iterator[None]:
         _next_stream[0] = saved
 
 
-class Dropout(nn.Cell):
-    """Zeroes each element with probability `p` in training (the rest scaled by 1 / (1 - p)); the identity in
-    evaluation. The masks depend on MindSpore's global seed (``trainer.seed``), the layer's `stream`, and ``calls``
-    (the training forward passes so far, a Parameter a checkpoint keeps).
+class _CounterRandom(nn.Cell):
+    """A random layer whose draws are a hash of (seed, rank, stream, call, index): nothing kept in a kernel."""
 
-    Args:
-        p: the probability of zeroing an element, in [0, 1).
-        stream: which random stream the layer draws from; None: the next one (0 for the first layer built inside
-            :func:`streams_from_zero`, as the app builds models, then 1, 2, ...).
-    """
-
-    def __init__(self, p: float = 0.5, stream: Optional[int] = None):
+    def __init__(self, p: float, stream: Optional[int]):
         super().__init__()
         self.p = float(check_number("p", p, "a number in [0, 1)", lambda v: 0 <= v < 1))
         if stream is None:
@@ -59,15 +51,14 @@ class Dropout(nn.Cell):
         self.threshold = Tensor(np.uint32(min(int(self.p * 2 ** 32), 2 ** 32 - 1)), ms.uint32)
         self.shift = ops.RightShift()
 
-    def construct(self, x):
-        if not self.training or self.p == 0:
-            return x
+    def _keep(self, count: int):
+        """`count` booleans, each True with probability 1 - p, for this call; the call counter moves on."""
         call = self.calls.astype(ms.uint32) * Tensor(_GOLDEN, ms.uint32)
         stream = self._hash(ops.bitwise_xor(call, self.salt))
-        index = ops.arange(0, x.size, dtype=ms.int32).astype(ms.uint32)
-        draws = self._hash(index + stream).reshape(x.shape)
+        index = ops.arange(0, count, dtype=ms.int32).astype(ms.uint32)
+        draws = self._hash(index + stream)
         ops.assign_add(self.calls, ops.ones((), ms.int32))
-        return ops.select(draws >= self.threshold, x * self.scale, ops.zeros_like(x))
+        return draws >= self.threshold
 
     def _hash(self, x):
         x = ops.bitwise_xor(x, self.shift(x, ops.full_like(x, 16)))
@@ -78,6 +69,57 @@ class Dropout(nn.Cell):
 
     def extend_repr(self) -> str:
         return f"p={self.p}"
+
+
+class Dropout(_CounterRandom):
+    """Zeroes each element with probability `p` in training (the rest scaled by 1 / (1 - p)); the identity in
+    evaluation. The masks depend on MindSpore's global seed (``trainer.seed``), the layer's `stream`, and ``calls``
+    (the training forward passes so far, a Parameter a checkpoint keeps).
+
+    Args:
+        p: the probability of zeroing an element, in [0, 1).
+        stream: which random stream the layer draws from; None: the next one (0 for the first layer built inside
+            :func:`streams_from_zero`, as the app builds models, then 1, 2, ...).
+    """
+
+    def __init__(self, p: float = 0.5, stream: Optional[int] = None):
+        super().__init__(p, stream)
+
+    def construct(self, x):
+        if not self.training or self.p == 0:
+            return x
+        keep = self._keep(x.size).reshape(x.shape)
+        return ops.select(keep, x * self.scale, ops.zeros_like(x))
+
+
+class DropPath(_CounterRandom):
+    """Stochastic depth (torchvision's ``StochasticDepth``, timm's ``DropPath``): in training, each sample's
+    whole tensor is zeroed with probability `p` (``per_sample``; else the whole batch at once) and the kept ones
+    scaled by 1 / (1 - p) where `scale` (PyTorch's arithmetic); the identity in evaluation. Its draws resume
+    exactly, as :class:`Dropout`'s do.
+
+    Args:
+        p: the probability of dropping a sample's path, in [0, 1).
+        per_sample: one draw per sample (torchvision's mode ``row``, timm's) or one per batch (mode ``batch``).
+        scale: divide the kept paths by 1 - p (timm's ``scale_by_keep``; torchvision always does).
+        stream: as :class:`Dropout`'s.
+    """
+
+    def __init__(self, p: float = 0.0, per_sample: bool = True, scale: bool = True, stream: Optional[int] = None):
+        super().__init__(p, stream)
+        self.per_sample = bool(per_sample)
+        if not scale:
+            self.scale = 1.0
+
+    def construct(self, x):
+        if not self.training or self.p == 0:
+            return x
+        shape = (x.shape[0] if self.per_sample else 1,) + (1,) * (x.ndim - 1)
+        keep = self._keep(shape[0]).reshape(shape)
+        return ops.select(ops.broadcast_to(keep, x.shape), x * self.scale, ops.zeros_like(x))
+
+    def extend_repr(self) -> str:
+        return f"p={self.p}, per_sample={self.per_sample}, scale={self.scale != 1.0}"
 
 
 def _rank() -> int:

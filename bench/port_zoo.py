@@ -1,0 +1,220 @@
+"""The port zoo table: every torchvision classification model and a list of timm models, ported by
+``python -m trainkit.port``'s Python API from their own (random) weights, with whether each agrees with PyTorch
+in eval mode and how long the port took. ``python -m bench.port_zoo`` writes the table into
+docs/coming-from-pytorch.md between its marker comments (``--only NAME`` runs some models and prints their rows).
+
+Small inputs keep it short (64x64 where a model takes it); a model above ``--max-parameters`` is not built and
+its row says so, and one the time budget leaves unrun says that too: no model is left out silently.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import io
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "coming-from-pytorch.md"
+BEGIN, END = "<!-- port-zoo table: begin -->", "<!-- port-zoo table: end -->"
+TIMM_MODELS = ["resnet18", "resnet50", "resnext26ts", "efficientnet_b0", "efficientnet_lite0", "mobilenetv3_small_050",
+               "mobilenetv3_large_100", "mobilenetv4_conv_small", "convnext_atto", "regnetx_002", "regnety_002",
+               "ghostnet_050", "lcnet_050", "mixnet_s", "densenet121", "dla34", "vgg11", "vit_tiny_patch16_224",
+               "deit_tiny_patch16_224", "swin_tiny_patch4_window7_224"]
+# sample shapes other than 3x64x64, and constructor arguments beyond num_classes=10
+SHAPES = {"inception_v3": (3, 96, 96), "maxvit_t": (3, 224, 224), "swin_tiny_patch4_window7_224": (3, 224, 224)}
+ARGUMENTS: Dict[str, Dict[str, Any]] = {"vit_b_16": {"image_size": 64}, "vit_b_32": {"image_size": 64},
+                                        "vit_l_16": {"image_size": 64}, "vit_l_32": {"image_size": 64},
+                                        "vit_h_14": {"image_size": 70},
+                                        "vit_tiny_patch16_224": {"img_size": 64},
+                                        "deit_tiny_patch16_224": {"img_size": 64}}
+
+
+def import_zoo():
+    """(torchvision, timm). torchvision 0.28.0 from the package index is built against a CUDA torch: defining the
+    two operator schemas its Python code registers fake kernels for lets it import beside the CPU torch (the same
+    trick as tests/common/torch_zoo.py, which bench/ does not import)."""
+    import torch
+
+    try:
+        torch.ops.torchvision.nms  # noqa: B018 - defined already where torchvision's C++ operators load
+    except (AttributeError, RuntimeError):
+        library = torch.library.Library("torchvision", "DEF")
+        library.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+        library.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+        import_zoo.library = library  # kept alive: the schemas go with the Library object
+    import timm
+    import torchvision
+
+    return torchvision, timm
+
+
+@dataclass
+class Result:
+    model: str
+    ported: str
+    agrees: str
+    seconds: Optional[float]
+
+    def row(self) -> str:
+        seconds = "" if self.seconds is None else f"{self.seconds:.1f}"
+        return f"| {self.model} | {self.ported} | {self.agrees} | {seconds} |"
+
+
+def parameter_count(factory, arguments: Dict[str, Any]) -> int:
+    """The model's parameter count, built on the meta device (no memory, no time)."""
+    import torch
+
+    with torch.device("meta"):
+        model = factory(**arguments)
+    return sum(value.numel() for value in model.parameters())
+
+
+def port_one(label: str, target: str, arguments: Dict[str, Any], shape, folder: Path) -> Result:
+    """Port one model into `folder`; its row."""
+    from trainkit.bridge.port import port
+    from trainkit.errors import CheckpointError, ConfigError, DataError
+
+    printed = io.StringIO()
+    start = time.perf_counter()
+    try:
+        with contextlib.redirect_stdout(printed):
+            status = port(target, arguments, folder, list(shape))
+    except (ConfigError, DataError, CheckpointError) as error:
+        problems = [line for line in printed.getvalue().splitlines() if line.startswith("unsupported:")]
+        reason = problems[0] if problems else str(error).splitlines()[0]
+        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+        return Result(label, f"no: {_cell(reason, 110)}{more}", "", time.perf_counter() - start)
+    except Exception as error:  # noqa: BLE001 - a port bug: the row says what it was
+        first = str(error).splitlines()[0] if str(error) else ""
+        return Result(label, f"no: {type(error).__name__}: {_cell(first, 90)}", "", time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    difference = _network_difference(folder / "compare.csv")
+    if difference is None and status != 0:  # the ported network did not run on the batch: what it said
+        lines = printed.getvalue().strip().splitlines()
+        return Result(label, "yes", f"no: {_cell(lines[-1] if lines else 'no comparison', 110)}", seconds)
+    agrees = ("yes" if status == 0 else "no") + (f" ({difference:.1e})" if difference is not None else "")
+    return Result(label, "yes", agrees, seconds)
+
+
+def _network_difference(table: Path) -> Optional[float]:
+    if not table.is_file():
+        return None
+    with table.open(encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            if row["name"] == "(network)" and row["max_abs_diff"]:
+                return float(row["max_abs_diff"])
+    return None
+
+
+def _cell(text: str, width: int) -> str:
+    text = " ".join(text.replace("|", "/").split())
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def cases(torchvision) -> List[tuple]:
+    """(label, MODULE:FACTORY, arguments, sample shape, factory) of every model of the table."""
+    found = []
+    for name in torchvision.models.list_models(module=torchvision.models):
+        arguments = {"num_classes": 10, **ARGUMENTS.get(name, {})}
+        if name in ("googlenet", "inception_v3"):
+            arguments["init_weights"] = True  # else torchvision warns that it will
+        found.append((f"torchvision {name}", f"torchvision.models:{name}", arguments,
+                      SHAPES.get(name, (3, 64, 64)), torchvision.models.get_model_builder(name)))
+    for name in TIMM_MODELS:
+        import timm
+
+        arguments = {"model_name": name, "num_classes": 10, **ARGUMENTS.get(name, {})}
+        found.append((f"timm {name}", "timm:create_model", arguments, SHAPES.get(name, (3, 64, 64)),
+                      timm.create_model))
+    return found
+
+
+def earlier_rows(paths: Sequence[Path]) -> Dict[str, Result]:
+    """label -> row of the models an earlier run (its printed rows, in `paths`) ported: not run again."""
+    found = {}
+    for path in paths:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+            if line.startswith("| ") and len(cells) == 4 and not cells[1].startswith("not run"):
+                found[cells[0]] = Result(cells[0], cells[1], cells[2], float(cells[3]) if cells[3] else None)
+    return found
+
+
+def run(only: Sequence[str], max_parameters: float, budget: float, reuse: Dict[str, Result]) -> List[Result]:
+    torchvision, _ = import_zoo()
+    import torch
+
+    torch.manual_seed(0)
+    results = []
+    start = time.perf_counter()
+    work = Path(tempfile.mkdtemp(prefix="port_zoo_"))
+    sys.path.insert(0, str(work))
+    try:
+        for index, (label, target, arguments, shape, factory) in enumerate(cases(torchvision)):
+            if only and not any(part in label for part in only):
+                continue
+            if label in reuse:
+                results.append(reuse[label])
+                continue
+            try:
+                count = parameter_count(factory, arguments)
+            except NotImplementedError:  # an initialisation that reads values (RegNet's): torchvision's own count
+                count = torchvision.models.get_model_weights(target.split(":")[1]).DEFAULT.meta["num_params"]
+            if count > max_parameters:
+                results.append(Result(label, f"not run: {count / 1e6:.0f} M parameters, above this run's "
+                                             f"{max_parameters / 1e6:.0f} M", "", None))
+                continue
+            if time.perf_counter() - start > budget:
+                results.append(Result(label, f"not run: the table's time budget ({budget:.0f} s) was spent", "",
+                                      None))
+                continue
+            folder = work / f"zoo{index}"
+            results.append(port_one(label, target, arguments, shape, folder))
+            print(results[-1].row(), flush=True)
+            shutil.rmtree(folder, ignore_errors=True)
+    finally:
+        sys.path.remove(str(work))
+        shutil.rmtree(work, ignore_errors=True)
+    return results
+
+
+def table(results: Sequence[Result], settings: str) -> str:
+    lines = [f"Made by `python -m bench.port_zoo` ({settings}); random weights, `num_classes=10`, a batch of 2 "
+             "at 64x64 unless the model needs more.", "",
+             "| model | ported | agrees (max abs diff) | seconds |", "|---|---|---|---|"]
+    return "\n".join(lines + [result.row() for result in results])
+
+
+def write_table(text: str, path: Path = DOC) -> None:
+    page = path.read_text(encoding="utf-8")
+    if BEGIN not in page or END not in page:
+        raise SystemExit(f"{path} has no {BEGIN} ... {END} markers to write the table between")
+    head, rest = page.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    path.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}", encoding="utf-8")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.port_zoo", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", action="append", default=[], help="models whose label contains this (repeat); "
+                        "prints the rows, writes nothing")
+    parser.add_argument("--max-parameters", type=float, default=100e6, help="larger models are not built")
+    parser.add_argument("--budget", type=float, default=3600, help="seconds; later models are listed as not run")
+    parser.add_argument("--rows-from", type=Path, action="append", default=[], metavar="LOG",
+                        help="take the rows of the models an earlier run printed into LOG instead of porting them")
+    args = parser.parse_args(argv)
+    results = run(args.only, args.max_parameters, args.budget, earlier_rows(args.rows_from))
+    if not args.only:
+        write_table(table(results, f"at most {args.max_parameters / 1e6:.0f} M parameters"))
+        print(f"wrote {len(results)} rows into {DOC}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

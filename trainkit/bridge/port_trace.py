@@ -1,0 +1,142 @@
+"""Tracing one module's ``forward`` with ``torch.fx``, its children as leaves, beside the values it computes.
+
+``torch.fx`` alone stops where ``forward`` branches on a value (``if pre_logits:``, ``if x.shape[-1] % 2:``).
+Each module is therefore run once on the comparison's batch first (:func:`record`), and the tracer computes
+every traced operation on its inputs as it records it (a child's call stands for its recorded output). Where
+``forward`` branches on a value that is not a tensor's data (a size, a rank, a flag argument), the branch taken
+for those inputs is followed, and the trace remembers it (``decisions``; ``arguments`` for a flag argument): the
+generated ``construct`` then holds for inputs of that shape (for that argument), which the generated file and
+``port`` say. A branch on a tensor's data still stops the trace, as it must.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+_UNKNOWN = object()
+
+
+@dataclass
+class Recording:
+    """What each module of a model received and returned, running once on the comparison's batch."""
+
+    inputs: Dict[int, Tuple[tuple, dict]] = field(default_factory=dict)  # id(module) -> its first call's
+    outputs: Dict[int, List[Any]] = field(default_factory=dict)  # id(module) -> every call's output, in order
+
+
+def record(model: Any, batch: Any) -> Recording:
+    """Run `model` on `batch` (no gradients) and record every module's inputs and outputs."""
+    import torch
+
+    recording = Recording()
+
+    def before(module, args, kwargs):
+        recording.inputs.setdefault(id(module), (args, kwargs))
+
+    def after(module, args, kwargs, output):
+        recording.outputs.setdefault(id(module), []).append(output)
+
+    handles = [handle for module in model.modules() for handle in (
+        module.register_forward_pre_hook(before, with_kwargs=True),
+        module.register_forward_hook(after, with_kwargs=True))]
+    try:
+        with torch.no_grad():
+            model(batch)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return recording
+
+
+def tracer_for(module: Any, recording: Optional[Recording]) -> Any:
+    """A tracer for `module`'s forward, computing alongside on its recorded inputs (its children's recorded
+    outputs standing for their calls) when it ran on the batch."""
+    import torch
+    import torch.fx
+
+    example = recording.inputs.get(id(module)) if recording is not None else None
+    calls: Dict[str, int] = {}  # child -> its calls traced so far
+
+    class ValueTracer(torch.fx.Tracer):
+        """Traces one module's own forward (every submodule call stays one call), following branches on sizes."""
+
+        def __init__(self):
+            super().__init__()
+            self.values: Dict[Any, Any] = {}
+            self.decisions: List[str] = []  # branches taken on values computed from the inputs (their shapes)
+            self.arguments: List[str] = []  # branches taken on an argument's value, as the parent passes it
+            self.bound: Dict[str, Any] = {}
+
+        def is_leaf_module(self, module, qualified_name):  # noqa: D102 - fx's hook
+            return True
+
+        def trace(self, root, concrete_args=None):  # noqa: D102 - fx's
+            if example is not None:
+                signature = inspect.signature(root.forward)
+                arguments = signature.bind(*example[0], **example[1])
+                arguments.apply_defaults()
+                self.bound = dict(arguments.arguments)
+                # an argument it is called without (DLA's shortcut=None): `is None` cannot be traced, so fixed
+                nones = {name: None for name, value in self.bound.items() if value is None
+                         and signature.parameters[name].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD}
+                self.arguments += [f"{name}=None" for name in nones]
+                concrete_args = {**nones, **(concrete_args or {})} or None
+            return super().trace(root, concrete_args)
+
+        def create_proxy(self, kind, target, args, kwargs, name=None, type_expr=None,  # noqa: D102 - fx's
+                         proxy_factory_fn=None):
+            proxy = super().create_proxy(kind, target, args, kwargs, name, type_expr, proxy_factory_fn)
+            if example is not None:
+                self.values[proxy.node] = self._value(kind, target, args, kwargs, proxy.node)
+            return proxy
+
+        def _value(self, kind, target, args, kwargs, node):
+            if kind == "placeholder":
+                return self.bound.get(str(target).lstrip("*"), _UNKNOWN)
+            try:
+                args, kwargs = torch.fx.node.map_aggregate((args, kwargs), self._concrete)
+                with torch.no_grad():
+                    if kind == "get_attr":
+                        return functools.reduce(getattr, target.split("."), self.root)
+                    if kind == "call_module":  # not run again inside the trace: its recorded output
+                        outputs = recording.outputs.get(id(self.root.get_submodule(target)), [])
+                        calls[target] = calls.get(target, 0) + 1
+                        return outputs[calls[target] - 1] if len(outputs) >= calls[target] else _UNKNOWN
+                    if kind == "call_function":
+                        return target(*args, **kwargs)
+                    if kind == "call_method":
+                        return getattr(args[0], target)(*args[1:], **kwargs)
+            except Exception:  # noqa: BLE001 - a value not computed: a branch on it stops the trace as before
+                return _UNKNOWN
+            return _UNKNOWN
+
+        def _concrete(self, value):
+            if isinstance(value, torch.fx.Proxy):
+                value = value.node
+            if isinstance(value, torch.fx.Node):
+                found = self.values.get(value, _UNKNOWN)
+                if found is _UNKNOWN:
+                    raise LookupError(value.name)
+                return found
+            return value
+
+        def to_bool(self, obj):  # noqa: D102 - fx's hook: `if` on a traced value
+            value = self.values.get(obj.node, _UNKNOWN)
+            if value is _UNKNOWN or isinstance(value, torch.Tensor):
+                return super().to_bool(obj)
+            if obj.node.op == "placeholder":  # a flag argument (timm's pre_logits=False)
+                self.arguments.append(f"{obj.node.target}={value!r}")
+            else:
+                self.decisions.append(f"{obj.node.name} is {bool(value)}")
+            return bool(value)
+
+        def iter(self, obj):  # noqa: D102 - fx's hook: a loop over a traced value (a shape)
+            value = self.values.get(obj.node, _UNKNOWN)
+            if not isinstance(value, (tuple, list)):
+                return super().iter(obj)
+            self.decisions.append(f"{obj.node.name} has {len(value)} items")
+            return iter([obj[index] for index in range(len(value))])
+
+    return ValueTracer()
