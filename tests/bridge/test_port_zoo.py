@@ -42,10 +42,11 @@ TIMM = {
 # the default suite: the smallest model of each feature port needs (the torchvision and timm layers, stochastic
 # depth, own parameters, Sequential subclasses, state versions, shape arithmetic); the rest are slow
 FAST = {"tv_mobilenet_v3_small", "tv_mnasnet0_5", "tv_regnet_x_400mf", "tv_shufflenet_v2_x0_5", "tv_efficientnet_b0",
-            "timm_convnext_atto", "timm_mobilenetv3_small_050",
-        # instances of one class whose BatchNormAct2d differ only in the activation they are given (ReLU or
-        # Hardswish) are two classes (mutation caught: nested layers left out of a variant's signature)
-        "timm_mobilenetv3_large_100"}
+            "timm_convnext_atto", "timm_mobilenetv3_small_050"}
+# timm_mobilenetv3_large_100 (slow: over 10 minutes on the loaded 2-core machine once the port also searches the
+# constructor's arguments) is the case where instances of one class whose BatchNormAct2d differ only in the
+# activation they are given (ReLU or Hardswish) must be two classes (mutation caught: nested layers left out of a
+# variant's signature)
 
 
 def _cases():
