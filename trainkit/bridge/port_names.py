@@ -22,17 +22,18 @@ _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fun
 
 
 def source_line(stack_trace: Optional[str]) -> Optional[Tuple[str, str]]:
-    """(where, code) of the model's own line a node came from: the last frame outside torch."""
+    """(where, code) of the model's own line a node came from: the last frame outside torch and outside the port
+    (whose tracer computes values as it records, in a frame of its own)."""
     if not stack_trace:
         return None
     import torch
 
-    torch_dir = os.path.dirname(torch.__file__)
+    outside = (os.path.dirname(torch.__file__), os.path.dirname(os.path.abspath(__file__)))
     lines = stack_trace.splitlines()
     found = None
     for index, line in enumerate(lines):
         match = _FRAME.match(line)
-        if match and not match.group("file").startswith(torch_dir) and index + 1 < len(lines):
+        if match and not match.group("file").startswith(outside) and index + 1 < len(lines):
             found = (f"{match.group('file')}:{match.group('line')}", lines[index + 1].strip())
     return found
 

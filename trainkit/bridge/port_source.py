@@ -344,9 +344,12 @@ class _Generator:
 
 def _generated(model: Any, batch: Any = None) -> Tuple[_Generator, Any]:
     generator = _Generator()
-    try:
-        if batch is not None:
+    if batch is not None:
+        try:
             generator.recording = record(model, batch)
+        except Exception:  # noqa: BLE001 - a model rebuilt with other arguments (in_channels=1) refuses the batch:
+            generator.recording = None  # traced without values, as long as its forward takes no branch on a size
+    try:
         top = generator.spec(model, "")
     except Exception as error:  # a bug of port's on a module it should cover: one line naming that module
         where = generator.stack[-1] if generator.stack else "the model"

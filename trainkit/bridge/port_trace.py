@@ -10,7 +10,6 @@ generated ``construct`` then holds for inputs of that shape (for that argument),
 """
 from __future__ import annotations
 
-import functools
 import inspect
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
@@ -50,6 +49,19 @@ def record(model: Any, batch: Any) -> Recording:
     return recording
 
 
+def _attribute(root: Any, target: str) -> Any:
+    """`root`'s attribute at the dotted `target`, read without ``nn.Module.__getattr__``: while tracing, fx
+    patches it to return a proxy for a parameter, whose creation would compute its value again, for ever (a
+    module's own ``nn.Parameter`` used in ``forward``: a ViT's class token)."""
+    value = root
+    for part in target.split("."):
+        stores = [vars(value).get(store, {}) for store in ("_parameters", "_buffers", "_modules")] + [vars(value)]
+        value = next((store[part] for store in stores if part in store), _UNKNOWN)
+        if value is _UNKNOWN:
+            raise LookupError(target)
+    return value
+
+
 def tracer_for(module: Any, recording: Optional[Recording]) -> Any:
     """A tracer for `module`'s forward, computing alongside on its recorded inputs (its children's recorded
     outputs standing for their calls) when it ran on the batch."""
@@ -83,7 +95,12 @@ def tracer_for(module: Any, recording: Optional[Recording]) -> Any:
                          and signature.parameters[name].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD}
                 self.arguments += [f"{name}=None" for name in nones]
                 concrete_args = {**nones, **(concrete_args or {})} or None
-            return super().trace(root, concrete_args)
+            graph = super().trace(root, concrete_args)
+            for node in graph.nodes:  # fx names a fixed argument's placeholder `name_1`; callers pass `name=`
+                if node.op == "placeholder" and str(node.target)[:-2] in (concrete_args or {}) \
+                        and str(node.target).endswith("_1"):
+                    node.target = str(node.target)[:-2]
+            return graph
 
         def create_proxy(self, kind, target, args, kwargs, name=None, type_expr=None,  # noqa: D102 - fx's
                          proxy_factory_fn=None):
@@ -99,7 +116,7 @@ def tracer_for(module: Any, recording: Optional[Recording]) -> Any:
                 args, kwargs = torch.fx.node.map_aggregate((args, kwargs), self._concrete)
                 with torch.no_grad():
                     if kind == "get_attr":
-                        return functools.reduce(getattr, target.split("."), self.root)
+                        return _attribute(self.root, target)
                     if kind == "call_module":  # not run again inside the trace: its recorded output
                         outputs = recording.outputs.get(id(self.root.get_submodule(target)), [])
                         calls[target] = calls.get(target, 0) + 1
