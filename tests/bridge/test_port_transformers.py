@@ -25,6 +25,7 @@ from trainkit.app import train  # noqa: E402
 from trainkit.app.config import compose_config  # noqa: E402
 from trainkit.bridge.compare import main as compare  # noqa: E402
 from trainkit.bridge.port import main  # noqa: E402
+from trainkit.models.dropout import streams_from_zero  # noqa: E402
 from trainkit.new import main as new  # noqa: E402
 
 MODELS = "tests.common.torch_transformer_models"
@@ -132,6 +133,50 @@ def test_a_ported_transformer_with_dropout_resumes_bitwise_and_repeats_with_its_
     assert not [line for line in handler.lines if "not exact" in line]
     counters = [name for name in first if name.endswith(".calls")]
     assert len(counters) == 8 and all(first[name] > 0 for name in counters)  # 2 layers x 4 dropouts, all drawn
+
+
+def test_functional_dropout_becomes_a_layer_whose_stream_a_checkpoint_holds(on_path, capsys):
+    """F.dropout(x, p, training=self.training) is written as a trainkit Dropout layer of the class (its call counter
+    a Parameter, so a checkpoint holds the stream), not ops.dropout: in training mode it zeroes about p of the
+    values and scales the rest by 1 / (1 - p) (NumPy, here), and a network built again with the seed and its counter
+    set to 1 draws the mask the first network drew at its second call (a resume). Mutation caught: the functional
+    layer left out (ops.dropout written: no counter, the resumed mask differs)."""
+    assert main([f"{MODELS}:FunctionalDropoutHead", "--out", str(on_path / "fdrop"), "--input-shape", "8"]) == 0
+    assert "eval mode's path only" not in capsys.readouterr().out  # training=self.training is no branch
+    source = (on_path / "fdrop" / "model.py").read_text()
+    assert "ops.dropout" not in source and "self.dropout = Dropout(" in source
+    module = importlib.import_module("fdrop.model")
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    values = np.random.default_rng(0).uniform(1, 2, (2, 4000)).astype(np.float32)
+
+    def network():  # as the app builds a model: the seed set, the random layers' streams numbered from 0
+        ms.set_seed(7)
+        with streams_from_zero():
+            built = module.FunctionalDropoutHead()
+        built.set_train(True)
+        return built
+
+    first = network()
+    counters = [p.name for p in first.get_parameters() if p.name.endswith(".calls")]
+    assert counters == ["dropout.calls"]
+    masks = [first.dropout(ms.Tensor(values)).asnumpy() for _ in range(2)]
+    for out in masks:
+        dropped = out == 0
+        assert 0.2 < dropped.mean() < 0.3  # p = 0.25 of 8000 draws
+        np.testing.assert_allclose(out[~dropped], values[~dropped] / 0.75, rtol=1e-6)
+    assert not np.array_equal(masks[0] == 0, masks[1] == 0)
+    resumed = network()
+    resumed.dropout.calls.set_data(ms.Tensor(1, ms.int32))
+    np.testing.assert_array_equal(resumed.dropout(ms.Tensor(values)).asnumpy(), masks[1])
+
+
+def test_a_forward_that_branches_on_training_mode_is_said_to_be_ported_in_eval_mode_only(on_path, capsys):
+    """An auxiliary head computed under ``if self.training:`` is not in the trace (eval mode): port says so in one
+    line and in the generated file, rather than leaving it out silently. Mutation caught: the check answering no."""
+    assert main([f"{MODELS}:AuxiliaryHead", "--out", str(on_path / "aux"), "--input-shape", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "eval mode's path only: the forward of AuxiliaryHead branches on self.training" in out
+    assert "forward branches on self.training" in (on_path / "aux" / "model.py").read_text()
 
 
 def test_compare_takes_token_ids_random_or_from_an_int_npy(on_path, capsys):

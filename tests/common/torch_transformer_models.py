@@ -143,3 +143,33 @@ def torchvision_cnn(name: str = "regnet_y_400mf", num_classes: int = 10, seed: i
     ``block1-0``; DenseNet: an OrderedDict of named layers), random throughout."""
     torchvision = _zoo()[0]
     return randomised(getattr(torchvision.models, name)(num_classes=num_classes), seed)
+
+
+class FunctionalDropoutHead(nn.Module):
+    """A head with dropout as timm's heads write it: ``F.dropout(x, p=self.drop_rate, training=self.training)``."""
+
+    def __init__(self, features: int = 8, num_classes: int = 3, drop_rate: float = 0.25):
+        super().__init__()
+        self.drop_rate = drop_rate
+        self.fc1 = nn.Linear(features, 4000)
+        self.fc2 = nn.Linear(4000, num_classes)
+
+    def forward(self, x):
+        x = F.relu(self.fc1(x))
+        x = F.dropout(x, p=self.drop_rate, training=self.training)
+        return self.fc2(x)
+
+
+class AuxiliaryHead(nn.Module):
+    """A classifier with an auxiliary head it computes in training mode only, as GoogLeNet's and Inception's do."""
+
+    def __init__(self, features: int = 8, num_classes: int = 3):
+        super().__init__()
+        self.fc = nn.Linear(features, num_classes)
+        self.aux = nn.Linear(features, num_classes)
+
+    def forward(self, x):
+        out = self.fc(x)
+        if self.training:
+            return out, self.aux(x)
+        return out

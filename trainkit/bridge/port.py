@@ -189,6 +189,9 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
     if ported.specialised:
         print(f"holds for inputs of shape {'x'.join(map(str, input_shape))} only: the forward of "
               f"{_listing(ported.specialised)} branches on sizes or arguments (see the comments in {out / MODEL_FILE})")
+    if ported.training_paths:
+        print(f"eval mode's path only: the forward of {_listing(ported.training_paths)} branches on self.training, "
+              f"and what it does only in training mode is not ported (see the comments in {out / MODEL_FILE})")
     if diverged is not None:
         print(f"first layer beyond the tolerance ({tolerance:g} relative): {diverged.name}: max abs diff "
               f"{diverged.max_abs_diff:.3g}, relative {diverged.max_rel_diff:.3g} (every layer in {out / TABLE_FILE})")

@@ -18,7 +18,7 @@ from trainkit.bridge.port_classes import CLASSES, IMPORTS, class_call
 from trainkit.bridge.port_classes import HELPERS as CLASS_HELPERS
 from trainkit.bridge.port_layers import CONTAINERS, Call, Unsupported, render_call, target_name
 from trainkit.bridge.port_names import Namer
-from trainkit.bridge.port_trace import Recording, record, tracer_for
+from trainkit.bridge.port_trace import Recording, branches_on_training, record, tracer_for
 from trainkit.errors import ConfigError
 
 # port_transformers' entries take precedence over port_layers' where both name one (attention, dropout)
@@ -78,6 +78,7 @@ class Port:
     classes: List[str] = field(default_factory=list)
     arguments: Dict[str, Any] = field(default_factory=dict)  # the top class's constructor arguments
     specialised: List[str] = field(default_factory=list)  # modules whose code holds for the batch's shape only
+    training_paths: List[str] = field(default_factory=list)  # classes whose forward branches on self.training
 
 
 class _Generator:
@@ -91,6 +92,8 @@ class _Generator:
         self.stack: List[str] = []  # the modules being ported, outermost first
         self.recording: Optional[Recording] = None  # the modules' inputs and outputs on the comparison's batch
         self.specialised: List[str] = []  # the modules whose construct holds for the batch's shape only
+        self.training_paths: List[str] = []  # classes whose forward branches on self.training (eval's path written)
+        self.functional_layers: Dict[str, Call] = {}  # the layers written for the traced module's functional calls
 
     # ---------------------------------------------------------------- the tree
     def spec(self, module: Any, path: str) -> Any:
@@ -153,7 +156,9 @@ class _Generator:
     def traced(self, module: Any, path: str) -> Call:
         children = {name: self.spec(child, f"{path}.{name}" if path else name)
                     for name, child in module.named_children()}
+        self.functional_layers = {}
         construct = self.construct(module, path)
+        children.update(self.functional_layers)  # F.dropout's: a layer of the class, so its stream is saved
         children.update(self.own_tensors(module, path))
         key = (type(module), tuple(construct),
                tuple((name, port_code.signature(value)) for name, value in children.items()))
@@ -187,6 +192,25 @@ class _Generator:
         if tensors:
             self.imports.update({"initializer", "ms", "Parameter"})
         return tensors
+
+    def functional_layer(self, module: Any, node: Any) -> Optional[str]:
+        """The attribute of a layer written for a functional call that draws random numbers (``F.dropout`` with a
+        literal ``p``): trainkit's Dropout, whose call counter a checkpoint holds, so a ported model resumes bitwise
+        (``ops.dropout`` keeps its stream in a kernel). None for any other node."""
+        if node.op != "call_function" or target_name(node.target) != "torch.nn.functional.dropout":
+            return None
+        p = node.kwargs.get("p", node.args[1] if len(node.args) > 1 else 0.5)
+        if isinstance(p, bool) or not isinstance(p, (int, float)):
+            return None  # a computed p: ops.dropout as before
+        taken = {name for name, _ in module.named_children()} | set(self.functional_layers) \
+            | {name for name, _ in module.named_parameters(recurse=False)} | set(vars(module))
+        attribute, count = "dropout", 1
+        while attribute in taken:
+            count += 1
+            attribute = f"dropout{count}"
+        self.functional_layers[attribute] = Call("Dropout", {"p": float(p)}, helper="Dropout")
+        self.need("Dropout")
+        return attribute
 
     # ---------------------------------------------------------------- construct
     def construct(self, module: Any, path: str) -> List[str]:
@@ -232,6 +256,11 @@ class _Generator:
                     and isinstance(node.args[1], tuple) and node.args[1]:
                 args = (args[0], ", ".join(code(item) for item in node.args[1]))  # x[:, -1], not x[(:, -1)]
             kwargs = {key: code(value) for key, value in node.kwargs.items()}
+            layer = self.functional_layer(module, node)
+            if layer is not None:
+                source = node.args[0] if node.args else node.kwargs.get("input")
+                lines.append(f"{name} = self.{layer}({code(source)})")
+                continue
             try:
                 if node.op == "call_module":
                     arguments = ", ".join([*args, *port_code.keywords(kwargs)])
@@ -262,6 +291,11 @@ class _Generator:
             note += [f"# Traced for inputs of shape {shapes}: forward's branches ({'; '.join(tracer.decisions)}) "
                      "were taken for them", "# and are not in this code, which holds for inputs of that shape."]
             self.specialised.append(f"{type(module).__qualname__} (at {path or 'the model'})")
+        if branches_on_training(type(module)):
+            note += ["# forward branches on self.training: this is its eval-mode path (the trace runs in eval mode);",
+                     "# what PyTorch's forward does only in training mode is not in this code."]
+            if type(module).__qualname__ not in self.training_paths:
+                self.training_paths.append(type(module).__qualname__)
         return [*note, f"def construct(self, {', '.join(inputs)}):", *(f"    {line}" for line in lines)]
 
     # ---------------------------------------------------------------- classes
@@ -434,7 +468,8 @@ def generate(model: Any, origin: str, rebuild: Optional[Callable[[Dict[str, Any]
     _check_compiles(source, generator.order)
     return Port(source, top_variant.name, [],
                 [*(helper for helper in generator.helpers if helper in HELPERS),
-                 *(variant.name for variant in generator.order)], dict(top_variant.arguments), generator.specialised)
+                 *(variant.name for variant in generator.order)], dict(top_variant.arguments), generator.specialised,
+                generator.training_paths)
 
 
 def _first_line(error: BaseException) -> str:

@@ -10,7 +10,9 @@ generated ``construct`` then holds for inputs of that shape (for that argument),
 """
 from __future__ import annotations
 
+import ast
 import inspect
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -157,3 +159,17 @@ def tracer_for(module: Any, recording: Optional[Recording]) -> Any:
             return iter([obj[index] for index in range(len(value))])
 
     return ValueTracer()
+
+
+def branches_on_training(kind: type) -> bool:
+    """Whether `kind`'s own ``forward`` tests ``self.training`` in an ``if`` (or a conditional expression):
+    torch.fx follows eval mode's side, so the other side is not ported. ``training=self.training`` handed to a
+    function (F.dropout) is not a branch."""
+    forward = kind.__dict__.get("forward")
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(forward)))
+    except (OSError, TypeError, SyntaxError):  # no source (a builtin, a lambda, a class from a notebook)
+        return False
+    tests = [node.test for node in ast.walk(tree) if isinstance(node, (ast.If, ast.IfExp, ast.While, ast.Assert))]
+    return any(isinstance(inner, ast.Attribute) and inner.attr == "training" and isinstance(inner.value, ast.Name)
+               and inner.value.id == "self" for test in tests for inner in ast.walk(test))
