@@ -214,3 +214,22 @@ def test_an_input_shape_the_model_does_not_take_stops_before_anything_is_written
     error = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and not (on_path / "ported").exists()
     assert len(error) == 1 and "does not run on a batch of shape 2x3x8x8" in error[0]
+
+
+@pytest.mark.parametrize("source, target, shown", [
+    ("raise RuntimeError('operator torchvision::nms does not exist')\n", "broken_import:Net",
+     "importing broken_import failed: RuntimeError: operator torchvision::nms does not exist; torchvision's C++"),
+    ("def Net(**kwargs):\n    raise RuntimeError('Unknown model (resnet9000)')\n", "broken_import:Net",
+     "Net() failed: RuntimeError: Unknown model (resnet9000)"),
+])
+def test_a_model_module_that_fails_on_import_or_a_factory_that_refuses_is_one_line(source, target, shown, on_path,
+                                                                                  capsys):
+    """A model module whose own import fails (torchvision built for another torch: timm then fails on
+    ``torchvision::nms``) or a factory that raises its own error (timm's unknown model name) is one line, exit 2,
+    nothing written. Mutation caught: only ImportError / TypeError caught (the RuntimeError was a traceback)."""
+    (on_path / "broken_import.py").write_text(source)
+    sys.modules.pop("broken_import", None)
+    code = main([target, "--out", str(on_path / "ported"), "--input-shape", "8"])
+    error = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and not (on_path / "ported").exists()
+    assert len(error) == 1 and shown in error[0], error

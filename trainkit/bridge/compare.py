@@ -169,13 +169,20 @@ def import_model(path: str, arguments: Dict[str, Any], option: str = "--torch-mo
     except ImportError as error:
         raise ConfigError(f"{option} {path}: cannot import {module_path} ({error}); run from the folder that "
                           "holds it or put it on PYTHONPATH") from error
+    except Exception as error:  # noqa: BLE001 - the module's own code failed on import: one line, not its traceback
+        hint = ("; torchvision's C++ operators do not load against this torch: install the torchvision release "
+                "built for it (see the PyTorch install matrix)" if "torchvision::" in str(error) else "")
+        raise ConfigError(f"{option} {path}: importing {module_path} failed: {type(error).__name__}: "
+                          f"{' '.join(str(error).split())[:300]}{hint}") from error
     factory = getattr(module, attribute, None)
     if factory is None:
         raise ConfigError(f"{option} {path}: {module_path} has no {attribute}")
     try:
         return factory(**arguments)
-    except TypeError as error:
-        raise ConfigError(f"{option} {path}: {attribute}({_arguments(arguments)}) failed: {error}") from error
+    except Exception as error:  # noqa: BLE001 - a wrong argument (TypeError) or the factory's own check (timm's
+        # "Unknown model"): one line naming the call
+        raise ConfigError(f"{option} {path}: {attribute}({_arguments(arguments)}) failed: {type(error).__name__}: "
+                          f"{' '.join(str(error).split())[:300]}") from error
 
 
 def load_torch_weights(model: Any, weights: Path, key: Optional[str]) -> None:
