@@ -31,6 +31,8 @@ TORCHVISION = {
     "resnext50_32x4d": ({}, (3, 32, 32)),
     "shufflenet_v2_x0_5": ({}, (3, 32, 32)),
     "squeezenet1_0": ({}, (3, 64, 64)),
+    "swin_t": ({}, (3, 64, 64)),
+    "swin_v2_t": ({}, (3, 64, 64)),
     "vgg11": ({}, (3, 32, 32)),
     "wide_resnet50_2": ({}, (3, 32, 32)),
 }
@@ -42,7 +44,7 @@ TIMM = {
 # the default suite: the smallest model of each feature port needs (the torchvision and timm layers, stochastic
 # depth, own parameters, Sequential subclasses, state versions, shape arithmetic); the rest are slow
 FAST = {"tv_mobilenet_v3_small", "tv_mnasnet0_5", "tv_regnet_x_400mf", "tv_shufflenet_v2_x0_5", "tv_efficientnet_b0",
-            "timm_convnext_atto", "timm_mobilenetv3_small_050"}
+            "timm_convnext_atto", "timm_mobilenetv3_small_050", "tv_swin_two_stages"}
 # timm_mobilenetv3_large_100 (slow: over 10 minutes on the loaded 2-core machine once the port also searches the
 # constructor's arguments) is the case where instances of one class whose BatchNormAct2d differ only in the
 # activation they are given (ReLU or Hardswish) must be two classes (mutation caught: nested layers left out of a
@@ -55,6 +57,11 @@ def _cases():
     cases += [(f"timm_{name}", "timm:create_model", {"model_name": name, "num_classes": 10,
                                                       **({"drop_path_rate": 0.1} if name == "convnext_atto" else {})},
                shape) for name, shape in TIMM.items()]
+    # a two-stage Swin small enough for the default suite: the first stage's 8x8 tokens in 4x4 windows shifted by 2
+    # (the shifted window's mask and roll), the second's 4x4 in one window (no shift)
+    cases.append(("tv_swin_two_stages", "torchvision.models.swin_transformer:SwinTransformer",
+                  {"patch_size": [4, 4], "embed_dim": 16, "depths": [2, 2], "num_heads": [2, 2], "window_size": [4, 4],
+                   "num_classes": 10}, (3, 32, 32)))
     return [pytest.param(*case, id=case[0], marks=() if case[0] in FAST else SLOW) for case in cases]
 
 
@@ -177,3 +184,48 @@ def test_an_argument_called_without_is_fixed_to_none_and_the_file_says_so(on_pat
     assert port("tests.common.torch_shape_models:OptionalShortcut", {}, on_path / "optional", [4, 5, 5]) == 0
     assert "agree:" in capsys.readouterr().out
     assert "# forward with shortcut=None, as it is called here" in (on_path / "optional" / "model.py").read_text()
+
+
+def test_a_ported_swin_trains_its_gradients_are_pytorch_s(on_path, capsys, graph_mode):
+    """torchvision's Swin (shifted windows, their mask, roll, patch merging) ported: in graph mode, the gradient of
+    a loss with respect to the input is PyTorch's, and a training step runs. Mutation caught: patch merging as
+    strided slices (their gradient fails on CPU in graph mode: StridedSliceGrad out of bounds)."""
+    import_zoo()
+    from torchvision.models.swin_transformer import SwinTransformer
+
+    arguments = {"patch_size": [4, 4], "embed_dim": 16, "depths": [2, 2], "num_heads": [2, 2], "window_size": [4, 4],
+                 "num_classes": 10, "stochastic_depth_prob": 0.0}
+    torch.manual_seed(0)
+    model = SwinTransformer(**arguments).eval()
+    weights = on_path / "swin.pth"
+    torch.save(model.state_dict(), weights)
+    assert port("torchvision.models.swin_transformer:SwinTransformer", arguments, on_path / "swin_grad", [3, 32, 32],
+                weights=weights) == 0, capsys.readouterr().out
+    network = importlib.import_module("swin_grad.model").SwinTransformer()
+    ms.load_param_into_net(network, ms.load_checkpoint(str(on_path / "swin_grad" / "weights.ckpt")), strict_load=True)
+    network.set_train(False)
+    batch = np.random.default_rng(7).normal(0, 1, (2, 3, 32, 32)).astype(np.float32)
+    weights_of_classes = np.random.default_rng(8).normal(0, 1, (2, 10)).astype(np.float32)
+
+    inputs = torch.from_numpy(batch).requires_grad_()
+    (model(inputs) * torch.from_numpy(weights_of_classes)).sum().backward()
+    expected = inputs.grad.numpy()
+    actual = ms.grad(WeightedSum(network, weights_of_classes))(ms.Tensor(batch)).asnumpy()
+    np.testing.assert_allclose(actual, expected, rtol=1e-3, atol=1e-4 * np.abs(expected).max())
+
+    step = ms.nn.TrainOneStepCell(ms.nn.WithLossCell(network, ms.nn.CrossEntropyLoss()),
+                                  ms.nn.SGD(network.trainable_params(), 0.01))
+    network.set_train(True)
+    loss = step(ms.Tensor(batch), ms.Tensor(np.array([1, 2], np.int32)))
+    assert np.isfinite(loss.asnumpy())
+
+
+class WeightedSum(ms.nn.Cell):
+    """The network's outputs weighted and summed: a scalar whose gradient reaches every output."""
+
+    def __init__(self, network, weights):
+        super().__init__()
+        self.network, self.weights = network, ms.Tensor(weights)
+
+    def construct(self, x):
+        return (self.network(x) * self.weights).sum()

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from trainkit.bridge import port_arguments, port_code, port_layers, port_transformers
+from trainkit.bridge import port_arguments, port_code, port_layers, port_transformers, port_windows
 from trainkit.bridge.port_classes import CLASSES, IMPORTS, class_call
 from trainkit.bridge.port_classes import HELPERS as CLASS_HELPERS
 from trainkit.bridge.port_layers import CONTAINERS, Call, Unsupported, render_call, target_name
@@ -22,10 +22,12 @@ from trainkit.bridge.port_trace import Recording, branches_on_training, record, 
 from trainkit.errors import ConfigError
 
 # port_transformers' entries take precedence over port_layers' where both name one (attention, dropout)
-FUNCTIONS = {**port_layers.FUNCTIONS, **port_transformers.FUNCTIONS}
-METHODS = {**port_layers.METHODS, **port_transformers.METHODS}
-HELPERS = {**port_layers.HELPERS, **port_transformers.HELPERS, **CLASS_HELPERS}
-HELPER_IMPORTS = {**port_layers.HELPER_IMPORTS, **port_transformers.HELPER_IMPORTS}
+FUNCTIONS = {**port_layers.FUNCTIONS, **port_transformers.FUNCTIONS, **port_windows.FUNCTIONS}
+METHODS = {**port_layers.METHODS, **port_transformers.METHODS, **port_windows.METHODS}
+HELPERS = {**port_layers.HELPERS, **port_transformers.HELPERS, **CLASS_HELPERS, **port_windows.HELPERS}
+HELPER_IMPORTS = {**port_layers.HELPER_IMPORTS, **port_transformers.HELPER_IMPORTS, **port_windows.HELPER_IMPORTS}
+FUNCTION_HELPERS = {**port_transformers.FUNCTION_HELPERS, **port_windows.FUNCTION_HELPERS}
+HELPER_NEEDS = {**port_transformers.HELPER_NEEDS, **port_windows.HELPER_NEEDS}
 
 
 def layer_call(module: Any) -> Call:
@@ -136,7 +138,7 @@ class _Generator:
 
     def need(self, helper: str) -> None:
         """Write `helper` into the module, after the helpers it uses."""
-        for first in port_transformers.HELPER_NEEDS.get(helper, ()):
+        for first in HELPER_NEEDS.get(helper, ()):
             self.need(first)
         if helper not in self.helpers:
             self.helpers.append(helper)
@@ -270,8 +272,8 @@ class _Generator:
                     if what not in FUNCTIONS:
                         raise Unsupported(what)
                     expression = render_call(FUNCTIONS[what], args, kwargs, what)
-                    if what in port_transformers.FUNCTION_HELPERS:
-                        self.need(port_transformers.FUNCTION_HELPERS[what])
+                    if what in FUNCTION_HELPERS:
+                        self.need(FUNCTION_HELPERS[what])
                 elif node.op == "call_method":
                     if node.target not in METHODS:
                         raise Unsupported(f"Tensor.{node.target}")

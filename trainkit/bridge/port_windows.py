@@ -1,0 +1,151 @@
+"""What ``port`` writes for window attention (torchvision's Swin V1 and V2) and the functions it is made of.
+
+torchvision marks its Swin helpers as leaves for ``torch.fx`` (``torch.fx.wrap``), so a trace sees one call to
+``shifted_window_attention`` per block rather than the operations inside; each becomes a MindSpore function of the
+same name and arguments written into the generated module. ``torch.roll`` has no MindSpore CPU kernel (``Roll``
+is unregistered), so it is written as two slices and a concatenation per axis; its shifts are numbers, as a
+window shift is. The attention mask of a shifted window is built from the padded input's shape as PyTorch builds
+it, with tensor slice assignment (which MindSpore compiles in graph mode).
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict
+
+from trainkit.bridge.port_layers import Unsupported
+
+HELPERS: Dict[str, str] = {
+    "roll": '''
+def roll(x, shifts, dims):
+    """PyTorch's torch.roll over the given axes (MindSpore's Roll has no CPU kernel): slices and a concatenation."""
+    shifts = (shifts,) if isinstance(shifts, int) else shifts
+    dims = (dims,) if isinstance(dims, int) else dims
+    for shift, dim in zip(shifts, dims):
+        size = x.shape[dim]
+        shift = shift % size
+        if shift:
+            x = ops.cat((ops.narrow(x, dim, size - shift, shift), ops.narrow(x, dim, 0, size - shift)), dim)
+    return x
+''',
+    "_patch_merging_pad": '''
+def _patch_merging_pad(x):
+    """torchvision's Swin patch merging: pad H and W to even sizes, then the four interleaved halves side by side."""
+    h, w = x.shape[-3], x.shape[-2]
+    x = ops.pad(x, (0, 0, 0, w % 2, 0, h % 2))
+    # x[..., 0::2, 0::2, :], x[..., 1::2, 0::2, :], x[..., 0::2, 1::2, :], x[..., 1::2, 1::2, :] side by side, as a
+    # reshape and a permutation: a strided slice's gradient fails on CPU in graph mode (StridedSliceGrad)
+    lead, (h, w, c) = x.shape[:-3], x.shape[-3:]
+    n = len(lead)
+    x = x.reshape(lead + (h // 2, 2, w // 2, 2, c))
+    x = ops.permute(x, tuple(range(n)) + (n, n + 2, n + 3, n + 1, n + 4))
+    return x.reshape(lead + (h // 2, w // 2, 4 * c))
+''',
+    "_get_relative_position_bias": '''
+def _get_relative_position_bias(relative_position_bias_table, relative_position_index, window_size):
+    """torchvision's Swin: the table's rows at the flat relative-position index, as (1, heads, N, N)."""
+    n = window_size[0] * window_size[1]
+    bias = ops.gather(relative_position_bias_table, relative_position_index, 0)
+    return ops.permute(bias.reshape(n, n, -1), (2, 0, 1)).unsqueeze(0)
+''',
+    "shifted_window_attention": '''
+def shifted_window_attention(x, qkv_weight, proj_weight, relative_position_bias, window_size, num_heads, shift_size,
+                             attention_dropout=0.0, dropout=0.0, qkv_bias=None, proj_bias=None, logit_scale=None,
+                             training=True):
+    """torchvision's shifted_window_attention (Swin V1, and V2 with logit_scale): pad to whole windows, shift,
+    attend within each window (masked across the shift's seams), shift back, unpad. Its dropouts are ops.dropout."""
+    b, h, w, c = x.shape
+    pad_r = (window_size[1] - w % window_size[1]) % window_size[1]
+    pad_b = (window_size[0] - h % window_size[0]) % window_size[0]
+    x = ops.pad(x, (0, 0, 0, pad_r, 0, pad_b))
+    pad_h, pad_w = x.shape[1], x.shape[2]
+    shift = [0 if window_size[0] >= pad_h else shift_size[0], 0 if window_size[1] >= pad_w else shift_size[1]]
+    if shift[0] + shift[1] > 0:
+        x = roll(x, (-shift[0], -shift[1]), (1, 2))
+    windows = (pad_h // window_size[0]) * (pad_w // window_size[1])
+    size = window_size[0] * window_size[1]
+    x = x.reshape(b, pad_h // window_size[0], window_size[0], pad_w // window_size[1], window_size[1], c)
+    x = ops.permute(x, (0, 1, 3, 2, 4, 5)).reshape(b * windows, size, c)
+    if logit_scale is not None and qkv_bias is not None:
+        third = qkv_bias.shape[0] // 3
+        qkv_bias = ops.cat((qkv_bias[:third], ops.zeros_like(qkv_bias[third:2 * third]), qkv_bias[2 * third:]))
+    qkv = ops.matmul(x, qkv_weight.swapaxes(0, 1))
+    if qkv_bias is not None:
+        qkv = qkv + qkv_bias
+    qkv = ops.permute(qkv.reshape(b * windows, size, 3, num_heads, c // num_heads), (2, 0, 3, 1, 4))
+    q, k, v = qkv[0], qkv[1], qkv[2]
+    if logit_scale is not None:
+        q = q / ops.clamp(ops.sqrt((q * q).sum(-1, keepdims=True)), min=1e-12)
+        k = k / ops.clamp(ops.sqrt((k * k).sum(-1, keepdims=True)), min=1e-12)
+        attn = ops.matmul(q, k.swapaxes(-2, -1)) * ops.exp(ops.clamp(logit_scale, max=math.log(100.0)))
+    else:
+        attn = ops.matmul(q * (c // num_heads) ** -0.5, k.swapaxes(-2, -1))
+    attn = attn + relative_position_bias
+    if shift[0] + shift[1] > 0:
+        mask = ops.zeros((pad_h, pad_w), x.dtype)
+        h_slices = ((0, -window_size[0]), (-window_size[0], -shift[0]), (-shift[0], None))
+        w_slices = ((0, -window_size[1]), (-window_size[1], -shift[1]), (-shift[1], None))
+        count = 0
+        for hs in h_slices:
+            for ws in w_slices:
+                mask[hs[0]:hs[1], ws[0]:ws[1]] = count
+                count += 1
+        mask = mask.reshape(pad_h // window_size[0], window_size[0], pad_w // window_size[1], window_size[1])
+        mask = ops.permute(mask, (0, 2, 1, 3)).reshape(windows, size)
+        mask = mask.unsqueeze(1) - mask.unsqueeze(2)
+        mask = ops.select(mask != 0, ops.full_like(mask, -100.0), ops.zeros_like(mask))
+        attn = attn.reshape(b, windows, num_heads, size, size) + mask.unsqueeze(1).unsqueeze(0)
+        attn = attn.reshape(-1, num_heads, size, size)
+    attn = ops.softmax(attn, -1)
+    if attention_dropout > 0:
+        attn = ops.dropout(attn, p=attention_dropout, training=training)
+    x = ops.matmul(attn, v).swapaxes(1, 2).reshape(b * windows, size, c)
+    x = ops.matmul(x, proj_weight.swapaxes(0, 1))
+    if proj_bias is not None:
+        x = x + proj_bias
+    if dropout > 0:
+        x = ops.dropout(x, p=dropout, training=training)
+    x = x.reshape(b, pad_h // window_size[0], pad_w // window_size[1], window_size[0], window_size[1], c)
+    x = ops.permute(x, (0, 1, 3, 2, 4, 5)).reshape(b, pad_h, pad_w, c)
+    if shift[0] + shift[1] > 0:
+        x = roll(x, (shift[0], shift[1]), (1, 2))
+    return ops.narrow(ops.narrow(x, 1, 0, h), 2, 0, w)
+''',
+}
+#: The imports each helper needs beyond ``from mindspore import nn, ops``.
+HELPER_IMPORTS = {"shifted_window_attention": ("math",)}
+#: Helpers another helper needs written before it.
+HELPER_NEEDS = {"shifted_window_attention": ("roll",)}
+
+
+def _pad(input, pad, mode="'constant'", value="None"):  # noqa: A002 - PyTorch's argument names
+    return f"ops.pad({input}, {pad}, mode={mode}, value={value})"
+
+
+def _roll(input, shifts, dims="None"):  # noqa: A002
+    if dims == "None":
+        raise Unsupported("torch.roll without dims (over the flattened tensor)")
+    return f"roll({input}, {shifts}, {dims})"
+
+
+def _window_attention(x, qkv_weight, proj_weight, relative_position_bias, window_size, num_heads, shift_size,
+                      attention_dropout="0.0", dropout="0.0", qkv_bias="None", proj_bias="None", logit_scale="None",
+                      training="True"):
+    arguments = [x, qkv_weight, proj_weight, relative_position_bias, window_size, num_heads, shift_size]
+    options = [f"{name}={code}" for name, code, default in [
+        ("attention_dropout", attention_dropout, "0.0"), ("dropout", dropout, "0.0"), ("qkv_bias", qkv_bias, "None"),
+        ("proj_bias", proj_bias, "None"), ("logit_scale", logit_scale, "None")] if code != default]
+    return f"shifted_window_attention({', '.join([*arguments, *options])}, training=self.training)"
+
+
+_SWIN = "torchvision.models.swin_transformer."
+FUNCTIONS: Dict[str, Callable[..., str]] = {
+    "torch.nn.functional.pad": _pad, "torch.roll": _roll,
+    _SWIN + "shifted_window_attention": _window_attention,
+    _SWIN + "_get_relative_position_bias": lambda table, index, window_size:
+        f"_get_relative_position_bias({table}, {index}, {window_size})",
+    _SWIN + "_patch_merging_pad": lambda x: f"_patch_merging_pad({x})",
+}
+#: The helper each function's code calls.
+FUNCTION_HELPERS = {"torch.roll": "roll", _SWIN + "shifted_window_attention": "shifted_window_attention",
+                    _SWIN + "_get_relative_position_bias": "_get_relative_position_bias",
+                    _SWIN + "_patch_merging_pad": "_patch_merging_pad"}
+METHODS: Dict[str, Callable[..., str]] = {"roll": _roll}
