@@ -8,7 +8,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Union
+from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -34,6 +34,7 @@ _import_tensorboardx_without_torch()
 from tensorboardX import summary as tb_summary  # noqa: E402
 from tensorboardX.event_file_writer import EventsWriter  # noqa: E402
 from tensorboardX.proto.event_pb2 import Event, SessionLog  # noqa: E402
+from tensorboardX.proto.summary_pb2 import Summary  # noqa: E402
 
 PathLike = Union[str, Path]
 
@@ -106,7 +107,10 @@ class RunLog:
             record[tag] = _to_number(value, tag)
         if self._writer is not None:
             tags = [tag for tag in record if tag not in RECORD_FIELDS]
-            self._writer.write([tb_summary.scalar(tag, float(record[tag])) for tag in tags], int(step), record["time"])
+            # One Event for the record's values (as TensorFlow's merged summaries): tensorboardX's protobuf runs in
+            # pure Python here, ~0.3 ms an Event, and a record of six values was six Events.
+            self._writer.write([merged([tb_summary.scalar(tag, float(record[tag])) for tag in tags])], int(step),
+                               record["time"])
         if self._metrics is not None:
             self._metrics.write(json.dumps(record) + "\n")
             self._metrics.flush()
@@ -210,6 +214,11 @@ class EventFile:
         if not self._closed:
             self._closed = True
             self._writer.close()
+
+
+def merged(summaries: Sequence[Summary]) -> Summary:
+    """One Summary holding the values of `summaries` (TensorBoard reads each value under its own tag)."""
+    return Summary(value=[value for summary in summaries for value in summary.value])
 
 
 def supersede_records(path: Path, step: int) -> Optional[Path]:
