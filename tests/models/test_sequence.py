@@ -65,7 +65,7 @@ def test_row_lstm_outputs_and_gradients_match_pytorch_on_the_same_weights(mode, 
     """PyTorch's nn.LSTM (batch first) and nn.Linear, given RowLSTM's Parameters by name (what a ported state dict
     holds), compute the same logits and the same gradient for every Parameter, within float32 tolerance.
     Mutations caught: the rows taken in another order (transpose (2, 0, 3, 1)); the head on the first step's output
-    (``outputs[0]``); two names swapped (``weight_ih``/``weight_hh`` of a layer) in the copy."""
+    (``outputs[0]``)."""
     torch = pytest.importorskip("torch")
     ms.set_seed(0)
     model = RowLSTM(num_classes=5, in_channels=2, row_size=6, hidden_size=7, num_layers=num_layers)
