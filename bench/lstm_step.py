@@ -8,7 +8,8 @@ with the app's defaults, Adam, clipping at 1.0; batch 32 of 8 rows of 8 pixels, 
 * ``matmuls``: the LSTM written from MatMuls, the gates' weights as their own Parameters (PyTorch's names), one
   MatMul for every step's input projection and one a step for the recurrence.
 
-Prints each side's median ms per step, its ratio to ``time_major`` and the load average. With ``--profile`` it
+Prints each side's median ms per step and its fastest repetition's (the least disturbed on a shared machine), the
+ratios to ``time_major`` and the load average. With ``--profile`` it
 also profiles ``batch_first`` and prints each kernel type's share of the kernel time (``Concat`` is nn.LSTM's
 weight concatenation, ``LSTM``/``LSTMGrad`` MindSpore's CPU kernels).
 """
@@ -123,8 +124,9 @@ def main() -> None:
     base = seconds["time_major"]
     for name, values in seconds.items():
         ratios = [a / b for a, b in zip(values, base)]
-        print(f"{name:12s} {statistics.median(values) / args.steps * 1000:7.3f} ms/step  "
-              f"x{statistics.median(ratios):.3f} of time_major (spread {min(ratios):.3f}-{max(ratios):.3f})")
+        print(f"{name:12s} {statistics.median(values) / args.steps * 1000:7.3f} ms/step (fastest repetition "
+              f"{min(values) / args.steps * 1000:.3f})  x{statistics.median(ratios):.3f} of time_major "
+              f"(spread {min(ratios):.3f}-{max(ratios):.3f}; fastest against fastest x{min(values) / min(base):.3f})")
     print(f"load average {os.getloadavg()}")
     if args.profile:
         for name in ("batch_first", "time_major"):
