@@ -86,6 +86,7 @@ def test_an_epoch_end_save_leaves_its_fsync_and_pruning_to_a_thread(tmp_path, mo
     release.set()
     checkpoint.on_train_end(None)
     assert durable == ["trainkit-1_5.ckpt", "trainkit-2_5.ckpt"]
+    assert not [thread for thread in threading.enumerate() if thread.name.startswith("trainkit-checkpoint")]
     assert sorted(path.name for path in tmp_path.glob("trainkit-*.ckpt")) == ["trainkit-2_5.ckpt"]
     checkpoint._step = 13
     path = checkpoint.save()  # on this thread: durable when it returns

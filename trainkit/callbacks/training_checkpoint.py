@@ -92,6 +92,9 @@ class TrainingCheckpoint(Callback):
 
     def on_train_end(self, run_context) -> None:
         self.wait()
+        if self._finisher is not None:  # no idle thread left behind per run (a sweep runs many in one process)
+            self._finisher.shutdown()
+            self._finisher = None
 
     def save(self) -> Path:
         """Write a checkpoint of the state after the current step (once per step), then prune beyond `keep`;
