@@ -282,6 +282,7 @@ def test_retention_keeps_the_newest_k_and_a_failed_save_deletes_nothing(tmp_path
         callback.on_train_step_end(_Context(step))
         if step % 4 == 0:  # as Model.train calls it: an epoch's last step is saved at its end
             callback.on_train_epoch_end(_Context(step))
+    callback.wait()  # the latest save's fsync and pruning run on the callback's thread; the train end waits too
     assert [p.name for p in checkpoint_files(tmp_path)] == ["trainkit-1_4.ckpt", "trainkit-2_1.ckpt"]
 
     def crash(*args, **kwargs):  # the process dies while writing: MindSpore leaves at most its temporary file

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Dict, Optional
 
@@ -9,7 +10,13 @@ from mindspore import nn
 from mindspore.train import Callback
 from omegaconf import DictConfig
 
-from trainkit.rundir.checkpoint import Position, checkpoint_files, config_text, save_training_checkpoint
+from trainkit.rundir.checkpoint import (
+    Position,
+    checkpoint_files,
+    config_text,
+    make_durable,
+    save_training_checkpoint,
+)
 
 log = logging.getLogger("trainkit")
 
@@ -20,6 +27,10 @@ class TrainingCheckpoint(Callback):
     Replaces MindSpore's ``ModelCheckpoint``, which deletes its oldest file *before* writing the new one (a crash
     in between leaves fewer checkpoints than promised, none with ``keep_checkpoint_max=1``): here the new file is
     complete on disk before the oldest beyond `keep` is deleted, so the newest good checkpoint always survives.
+
+    The saves it makes itself (epoch ends, every N steps) leave the fsyncs and the pruning to a thread of their own,
+    so the steps go on meanwhile (fsync is most of a small model's save: bench row 4); the next save, ``save()`` and
+    the end of training wait for them. ``save()`` (a polite stop's, NonFiniteStop's) is durable when it returns.
 
     Args:
         network: the Cell to save (the TrainingWrapper: weights, optimizer, loss scale, accumulation, EMA).
@@ -56,6 +67,8 @@ class TrainingCheckpoint(Callback):
         self.last_saved: Optional[Path] = None
         self._last_saved_step: Optional[int] = None
         self._step = 0
+        self._finishing: Optional[Future] = None  # the latest save's fsyncs and pruning, on `_finisher`
+        self._finisher: Optional[ThreadPoolExecutor] = None
 
     def on_train_begin(self, run_context) -> None:
         self._step = int(run_context.original_args().cur_step_num)
@@ -70,27 +83,56 @@ class TrainingCheckpoint(Callback):
         # a checkpoint taken before the evaluation is recorded would resume past an evaluation never recorded.
         epoch_end = self.at_epoch_end and self._step % self.steps_per_epoch == 0
         if self.every_n_steps and self._step % self.every_n_steps == 0 and not epoch_end:
-            self.save()
+            self._save(in_background=True)
 
     def on_train_epoch_end(self, run_context) -> None:
         self._step = int(run_context.original_args().cur_step_num)
         if self.at_epoch_end:
-            self.save()
+            self._save(in_background=True)
+
+    def on_train_end(self, run_context) -> None:
+        self.wait()
+        if self._finisher is not None:  # no idle thread left behind per run (a sweep runs many in one process)
+            self._finisher.shutdown()
+            self._finisher = None
 
     def save(self) -> Path:
-        """Write a checkpoint of the state after the current step (once per step), then prune beyond `keep`."""
+        """Write a checkpoint of the state after the current step (once per step), then prune beyond `keep`;
+        the file is on disk (fsync'ed) when this returns."""
+        return self._save(in_background=False)
+
+    def wait(self) -> None:
+        """Wait for the latest save's fsyncs and pruning; raises what they raised."""
+        finishing, self._finishing = self._finishing, None
+        if finishing is not None:
+            finishing.result()
+
+    def _save(self, in_background: bool) -> Path:
         if self._last_saved_step == self._step and self.last_saved is not None:
+            if not in_background:
+                self.wait()
             return self.last_saved
+        self.wait()  # the previous file is durable and pruning is done before another is written
         self.directory.mkdir(parents=True, exist_ok=True)
         if self._config_text is None:  # nothing changes the config during a run
             self._config_text = config_text(self.config)
         position = Position(self._step, self.steps_per_epoch)
         path = save_training_checkpoint(self.network, self.directory / position.file_name(), position,
                                         skipped_steps=self.skipped_steps(), group_size=self.group_size,
-                                        config_text=self._config_text, metadata=self.metadata)
+                                        config_text=self._config_text, metadata=self.metadata, durable=False)
         self.last_saved, self._last_saved_step = path, self._step
-        self._remove_old(keep_also=path)
+        if not in_background:
+            self._finish(path)
+            return path
+        if self._finisher is None:
+            self._finisher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="trainkit-checkpoint")
+        self._finishing = self._finisher.submit(self._finish, path)
         return path
+
+    def _finish(self, path: Path) -> None:
+        """Make `path` durable, then remove the checkpoints beyond `keep` (never before: one always survives)."""
+        make_durable(path)
+        self._remove_old(keep_also=path)
 
     def _remove_old(self, keep_also: Path) -> None:
         files = checkpoint_files(self.directory)

@@ -109,12 +109,13 @@ def config_text(config: Optional[DictConfig]) -> Optional[str]:
 
 def save_training_checkpoint(wrapper: nn.Cell, path: Path, position: Position, *, skipped_steps: int,
                              group_size: int, config_text: Optional[str],
-                             metadata: Optional[Dict[str, str]] = None) -> Path:
+                             metadata: Optional[Dict[str, str]] = None, durable: bool = True) -> Path:
     """Write `wrapper` and the run's position to `path`, durably (renamed into place, then fsync'ed).
 
     `config_text` is :func:`config_text` of the run's config (made once per run: it costs more than the save of
     a small model), or None. `metadata`: more entries to append (the class names:
-    :func:`trainkit.rundir.class_names.checkpoint_entries`).
+    :func:`trainkit.rundir.class_names.checkpoint_entries`). `durable=False` leaves the fsyncs to the caller
+    (:func:`make_durable`, e.g. on another thread): the file is complete and in place when this returns.
     """
     append = {
         "micro_steps": int(position.micro_steps),
@@ -140,9 +141,15 @@ def save_training_checkpoint(wrapper: nn.Cell, path: Path, position: Position, *
             log.error("%s", full)
             raise full from error
         raise
+    if durable:
+        make_durable(path)
+    return path
+
+
+def make_durable(path: Path) -> None:
+    """fsync a file that was renamed into place, then its folder (the rename): it survives a power loss."""
     _fsync(path)
     _fsync(path.parent)
-    return path
 
 
 def save_checksummed(network, path: Path, append_dict: Optional[Dict[str, object]] = None) -> None:
