@@ -91,10 +91,60 @@ def _module_file(target: str) -> Optional[Path]:
     return None
 
 
-def cache_key(cfg: DictConfig) -> str:
-    """A hash of what decides the graphs a run compiles (see the module's docstring)."""
+# Keys whose value never reaches a graph, or reaches it only as data (a Parameter's value), so that runs that
+# differ only in them run the same graphs. An explicit list: every other key is keyed, and a group whose
+# ``_target_`` is not one of trainkit's or MindSpore's known ones (a user's) is keyed whole. Each entry was checked
+# bitwise: a run whose graphs come from a run with another value trains as a run that compiled its own.
+GRAPH_DATA_KEYS = {
+    # MindSpore's optimizers take the per-update table as the ``learning_rate`` Parameter and gather from it with
+    # ``global_step``: the rates are data; the table's length (epochs, batches per epoch) is a shape, keyed.
+    "optimizer.lr": ("optimizer", "mindspore.nn."),
+    "lr_schedule.warmup_epochs": ("lr_schedule", "trainkit.lr_schedule."),
+    "lr_schedule.min_lr": ("lr_schedule", "trainkit.lr_schedule."),
+    "lr_schedule.milestones": ("lr_schedule", "trainkit.lr_schedule."),
+    "lr_schedule.gamma": ("lr_schedule", "trainkit.lr_schedule."),
+    # What the callbacks around Model.train do: evaluation (of the same eval graph), checkpoints, logging.
+    "trainer.eval_interval": None,
+    "trainer.save_checkpoints": None,
+    "trainer.keep_checkpoints": None,
+    "trainer.checkpoint_every_n_steps": None,
+    "trainer.best_metric": None,
+    "trainer.best_mode": None,
+    "trainer.early_stopping": None,
+    "trainer.max_nonfinite_steps": None,
+    "logger": None,
+    "sweep": None,
+}
+
+
+def _pop(container: dict, dotted: str) -> None:
+    *parents, last = dotted.split(".")
+    node = container
+    for name in parents:
+        node = node.get(name) if isinstance(node, dict) else None
+    if isinstance(node, dict):
+        node.pop(last, None)
+
+
+def graph_config(cfg: DictConfig) -> dict:
+    """The resolved config less `run_dir` and the :data:`GRAPH_DATA_KEYS` that apply to it: what shapes a graph."""
     container = OmegaConf.to_container(cfg, resolve=True)  # what the run will see, not how it was spelled
     container.pop("run_dir", None)
+    # Decided on the config as given, before anything is popped: optimizer.lr is data only under trainkit's own
+    # schedules (a user's schedule function could turn the rate into a shape or a constant).
+    targets = {group: str((container.get(group) or {}).get("_target_", "")) for group in ("optimizer", "lr_schedule")}
+    data_only = [key for key, where in GRAPH_DATA_KEYS.items()
+                 if where is None or targets[where[0]].startswith(where[1])]
+    if not targets["lr_schedule"].startswith("trainkit.lr_schedule."):
+        data_only = [key for key in data_only if key != "optimizer.lr"]
+    for key in data_only:
+        _pop(container, key)
+    return container
+
+
+def cache_key(cfg: DictConfig) -> str:
+    """A hash of what decides the graphs a run compiles (see the module's docstring)."""
+    container = graph_config(cfg)
     digest = hashlib.sha256()
     digest.update(OmegaConf.to_yaml(OmegaConf.create(container)).encode())
     digest.update(f"{ms.__version__} {sys.version} {platform.machine()}".encode())
