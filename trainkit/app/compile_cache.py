@@ -113,7 +113,6 @@ GRAPH_DATA_KEYS = {
     "trainer.early_stopping": None,
     "trainer.max_nonfinite_steps": None,
     "logger": None,
-    "sweep": None,
 }
 
 
