@@ -8,15 +8,16 @@ moved (measured while writing this). So trainkit gives every config its own fold
 shapes a graph and that it can see before the run builds anything --
 
 - the composed config with every interpolation resolved (``${oc.env:...}`` and references alike: a value that
-  reaches the config through one is keyed by what it is in this run), without ``run_dir``; MindSpore's and
-  Python's versions;
+  reaches the config through one is keyed by what it is in this run), without ``run_dir`` and without the
+  :data:`GRAPH_DATA_KEYS` (values the graphs read only as data, such as the learning rate: a sweep over them runs
+  one set of graphs); MindSpore's and Python's versions;
 - the source of trainkit and of every module a ``_target_`` of the config names outside MindSpore;
 - the size and modification time of every file the config names;
 
 and uses the cache only for the first run of a process whose graphs compile first, never in a data-parallel
-worker (its ranks would write one folder at once) (a Hydra sweep's later jobs
-in the same process compile as usual). ``TRAINKIT_COMPILE_CACHE=0`` turns it off; ``TRAINKIT_CACHE_DIR``
-moves it (default ``$XDG_CACHE_HOME/trainkit``, else ``~/.cache/trainkit``). A saved graph is code, so a cache
+worker (its ranks would write one folder at once). A sweep's later jobs in the same process share the cells the
+last job compiled instead, where their key is the same (:mod:`trainkit.app.graph_reuse`).
+``TRAINKIT_COMPILE_CACHE=0`` turns both off; ``TRAINKIT_CACHE_DIR`` moves it (default ``$XDG_CACHE_HOME/trainkit``, else ``~/.cache/trainkit``). A saved graph is code, so a cache
 folder another user can write is not used (:func:`trainkit.kernels.build.unsafe_folder`). A model whose module imports
 other code of the user's that changes between runs is not seen by the key: turn the cache off while editing it.
 """

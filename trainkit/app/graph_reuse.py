@@ -49,8 +49,9 @@ _built: List[Optional[CompiledCells]] = [None]  # the cells the job running now 
 
 
 def key_of(cfg: DictConfig) -> Optional[str]:
-    """The graph key of `cfg` where cells may be shared (None where the compile cache is off)."""
-    if compile_cache.cache_root() is None or launched_by_msrun():
+    """The graph key of `cfg` where cells may be shared: None where the compile cache is off, in a data-parallel
+    worker, and for a run that resumes (its checkpoint is loaded with ``set_data``, fine before a compile only)."""
+    if compile_cache.cache_root() is None or launched_by_msrun() or cfg.trainer.get("resume") is not None:
         return None
     try:
         return compile_cache.cache_key(cfg)
