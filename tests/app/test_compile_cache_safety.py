@@ -9,8 +9,9 @@ moments and step, EMA, counters) is compared bitwise. The learning rate is the f
 are slow-marked.
 
 Mutations tried: ``"loss.label_smoothing": None`` added to GRAPH_DATA_KEYS (with a row below): red, the shared
-and the loaded run train with the first job's smoothing; ``ops.assign`` in graph_reuse.reuse replaced by
-``set_data``: red, job 1 crashes (the train graph's control flow keeps the old ``global_step``).
+and the loaded run train with the first job's smoothing; ``assign_in_place`` in graph_reuse.reuse replaced by
+``set_data``: red, job 1 crashes (the train graph's control flow keeps the old ``global_step``); the test-set
+evaluation's restore (app/testing.py) back to ``set_data``: red, the shared job's EMA never moves.
 """
 import os
 import subprocess

@@ -17,8 +17,9 @@ shapes a graph and that it can see before the run builds anything --
 and uses the cache only for the first run of a process whose graphs compile first, never in a data-parallel
 worker (its ranks would write one folder at once). A sweep's later jobs in the same process share the cells the
 last job compiled instead, where their key is the same (:mod:`trainkit.app.graph_reuse`).
-``TRAINKIT_COMPILE_CACHE=0`` turns both off; ``TRAINKIT_CACHE_DIR`` moves it (default ``$XDG_CACHE_HOME/trainkit``, else ``~/.cache/trainkit``). A saved graph is code, so a cache
-folder another user can write is not used (:func:`trainkit.kernels.build.unsafe_folder`). A model whose module imports
+``TRAINKIT_COMPILE_CACHE=0`` turns both off; ``TRAINKIT_CACHE_DIR`` moves it (default
+``$XDG_CACHE_HOME/trainkit``, else ``~/.cache/trainkit``). A saved graph is code, so a cache folder another user
+can write is not used (:func:`trainkit.kernels.build.unsafe_folder`). A model whose module imports
 other code of the user's that changes between runs is not seen by the key: turn the cache off while editing it.
 """
 from __future__ import annotations
