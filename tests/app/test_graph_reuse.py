@@ -63,10 +63,9 @@ def test_another_key_or_other_shapes_get_their_own_cells(second_key, width, grap
 
 
 def test_a_failed_job_leaves_nothing_to_share(graph_mode):
-    with pytest.raises(RuntimeError):
-        with graph_reuse.sharing("k"):
-            graph_reuse.reuse(cells())
-            raise RuntimeError("the run crashed")
+    with pytest.raises(RuntimeError), graph_reuse.sharing("k"):
+        graph_reuse.reuse(cells())
+        raise RuntimeError("the run crashed")
     fresh = cells()
     assert run_job("k", fresh) is fresh
 
