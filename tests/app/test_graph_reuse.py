@@ -74,3 +74,15 @@ def test_no_key_no_sharing(graph_mode):
     first = run_job(None, cells())
     fresh = cells()
     assert run_job(None, fresh) is fresh and fresh is not first
+
+
+def test_no_sharing_for_a_resuming_run_or_with_the_cache_off(tmp_path, monkeypatch):
+    """A resume loads its checkpoint with set_data, which a compiled graph's control flow does not see; the cache
+    switch turns sharing off too. Mutation tried: the resume condition removed from key_of (a key is given)."""
+    from trainkit.app.config import compose_config
+
+    base = ["recipe=digits_quickstart", f"run_dir={tmp_path / 'run'}"]
+    assert graph_reuse.key_of(compose_config(base)) is not None
+    assert graph_reuse.key_of(compose_config([*base, "trainer.resume=auto"])) is None
+    monkeypatch.setenv("TRAINKIT_COMPILE_CACHE", "0")
+    assert graph_reuse.key_of(compose_config(base)) is None
