@@ -145,7 +145,8 @@ def assign_in_place(parameter: Parameter, value: np.ndarray) -> None:
     elsewhere ``ops.assign`` writes it."""
     if ms.get_context("device_target") == "CPU":
         view = parameter.asnumpy()
-        if view.flags.writeable and not view.flags.owndata and view.shape == value.shape:
+        if (view.flags.writeable and not view.flags.owndata and view.shape == value.shape
+                and view.dtype == value.dtype):
             np.copyto(view, value, casting="no")
             return
     ops.assign(parameter, Tensor(value, dtype=parameter.dtype))
