@@ -76,12 +76,13 @@ def _hydra_main(cfg: DictConfig) -> float:
                                        "are in msrun_logs/)", start, printed=True)
             record_job("completed", time.perf_counter() - start)
             return objective(_output_dir())  # the workers' metrics are in the run directory
-        from trainkit.app import compile_cache, train
+        from trainkit.app import compile_cache, graph_reuse, train
 
         cached = compile_cache.enable(cfg)  # a second run of this config loads its graphs instead of compiling
         gc.freeze()  # MindSpore collects garbage before each graph compile: not through what exists by now
         try:
-            result = train(cfg)
+            with graph_reuse.sharing(graph_reuse.key_of(cfg)):  # a sweep's next job may train these cells
+                result = train(cfg)
         finally:
             gc.unfreeze()  # a process that runs more (a sweep, the tests' in-process runs) collects it again
             if cached is not None:

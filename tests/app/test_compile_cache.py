@@ -159,3 +159,27 @@ def test_a_cache_folder_others_can_write_is_not_used(tmp_path, monkeypatch, capl
         assert compile_cache.enable(compose_config([*QUICK, f"run_dir={tmp_path / 'run'}"])) is None
     assert "is writable by other users (mode 777)" in caplog.text and "compiles on every run" in caplog.text
     assert not ms.get_context("enable_compile_cache")
+
+
+def test_values_that_reach_the_graphs_as_data_share_a_key_and_a_users_own_group_is_keyed_whole(tmp_path):
+    """Issue 33: a sweep over the learning rate ran the same graphs under a new key per job. The rates are the
+    values of the optimizer's ``learning_rate`` Parameter, so they are not keyed -- but only where trainkit knows
+    that: under a user's optimizer or schedule the rate is keyed. Mutation tried: the target condition removed
+    from graph_config (the user-schedule key stays equal)."""
+    def key(*overrides):
+        return compile_cache.cache_key(compose_config([*QUICK, f"run_dir={tmp_path / 'run'}", *overrides]))
+
+    base = key()
+    for data_only in ["optimizer.lr=0.05", "lr_schedule.warmup_epochs=0", "lr_schedule.min_lr=0.001",
+                      "trainer.keep_checkpoints=1", "logger.log_every_n_steps=3", "trainer.eval_interval=2"]:
+        assert key(data_only) == base, data_only
+    for shaping in ["trainer.epochs=2", "trainer.seed=1", "optimizer.weight_decay=0.01", "optimizer.beta1=0.8",
+                    "loss.label_smoothing=0.1", "wrapper.max_grad_norm=1.0"]:
+        assert key(shaping) != base, shaping
+    users_schedule = ["lr_schedule._target_=tests.app.test_compile_cache.linear_schedule"]
+    assert key(*users_schedule, "optimizer.lr=0.05") != key(*users_schedule)
+    assert key(*users_schedule, "lr_schedule.warmup_epochs=0") != key(*users_schedule)
+
+
+def linear_schedule(lr, epochs, updates_per_epoch, warmup_epochs=0, min_lr=0.0):  # a user's schedule (above)
+    return [lr] * int(epochs * updates_per_epoch)

@@ -213,14 +213,19 @@ def build_wrapper(cfg: DictConfig, loss_network: nn.Cell, optimizer: nn.Optimize
     return wrapper
 
 
-def build_model_runner(wrapper: TrainingWrapper, loss_network: nn.Cell, loss_fn: nn.Cell,
+def build_eval_network(loss_network: nn.Cell, loss_fn: nn.Cell, metrics: Optional[Dict[str, Metric]]
+                       ) -> Optional[nn.Cell]:
+    """The backbone with a float32 loss after it, as evaluation runs it (None without metrics: no evaluation)."""
+    return None if metrics is None else Float32EvalCell(loss_network.backbone, loss_fn)
+
+
+def build_model_runner(wrapper: TrainingWrapper, eval_network: Optional[nn.Cell],
                        metrics: Optional[Dict[str, Metric]]) -> Model:
-    """``mindspore.train.Model`` training `wrapper` and evaluating the backbone with a float32 loss and `metrics`
-    (none: no evaluation)."""
+    """``mindspore.train.Model`` training `wrapper` and evaluating `eval_network` (:func:`build_eval_network`) with
+    `metrics` (none: no evaluation)."""
     if metrics is None:
         return Model(wrapper)
-    return Model(wrapper, eval_network=Float32EvalCell(loss_network.backbone, loss_fn), eval_indexes=[0, 1, 2],
-                 metrics=metrics)
+    return Model(wrapper, eval_network=eval_network, eval_indexes=[0, 1, 2], metrics=metrics)
 
 
 # ------------------------------------------------------------------- callbacks

@@ -8,16 +8,18 @@ moved (measured while writing this). So trainkit gives every config its own fold
 shapes a graph and that it can see before the run builds anything --
 
 - the composed config with every interpolation resolved (``${oc.env:...}`` and references alike: a value that
-  reaches the config through one is keyed by what it is in this run), without ``run_dir``; MindSpore's and
-  Python's versions;
+  reaches the config through one is keyed by what it is in this run), without ``run_dir`` and without the
+  :data:`GRAPH_DATA_KEYS` (values the graphs read only as data, such as the learning rate: a sweep over them runs
+  one set of graphs); MindSpore's and Python's versions;
 - the source of trainkit and of every module a ``_target_`` of the config names outside MindSpore;
 - the size and modification time of every file the config names;
 
 and uses the cache only for the first run of a process whose graphs compile first, never in a data-parallel
-worker (its ranks would write one folder at once) (a Hydra sweep's later jobs
-in the same process compile as usual). ``TRAINKIT_COMPILE_CACHE=0`` turns it off; ``TRAINKIT_CACHE_DIR``
-moves it (default ``$XDG_CACHE_HOME/trainkit``, else ``~/.cache/trainkit``). A saved graph is code, so a cache
-folder another user can write is not used (:func:`trainkit.kernels.build.unsafe_folder`). A model whose module imports
+worker (its ranks would write one folder at once). A sweep's later jobs in the same process share the cells the
+last job compiled instead, where their key is the same (:mod:`trainkit.app.graph_reuse`).
+``TRAINKIT_COMPILE_CACHE=0`` turns both off; ``TRAINKIT_CACHE_DIR`` moves it (default
+``$XDG_CACHE_HOME/trainkit``, else ``~/.cache/trainkit``). A saved graph is code, so a cache folder another user
+can write is not used (:func:`trainkit.kernels.build.unsafe_folder`). A model whose module imports
 other code of the user's that changes between runs is not seen by the key: turn the cache off while editing it.
 """
 from __future__ import annotations
@@ -91,10 +93,59 @@ def _module_file(target: str) -> Optional[Path]:
     return None
 
 
-def cache_key(cfg: DictConfig) -> str:
-    """A hash of what decides the graphs a run compiles (see the module's docstring)."""
+# Keys whose value never reaches a graph, or reaches it only as data (a Parameter's value), so that runs that
+# differ only in them run the same graphs. An explicit list: every other key is keyed, and a group whose
+# ``_target_`` is not one of trainkit's or MindSpore's known ones (a user's) is keyed whole. Each entry was checked
+# bitwise: a run whose graphs come from a run with another value trains as a run that compiled its own.
+GRAPH_DATA_KEYS = {
+    # MindSpore's optimizers take the per-update table as the ``learning_rate`` Parameter and gather from it with
+    # ``global_step``: the rates are data; the table's length (epochs, batches per epoch) is a shape, keyed.
+    "optimizer.lr": ("optimizer", "mindspore.nn."),
+    "lr_schedule.warmup_epochs": ("lr_schedule", "trainkit.lr_schedule."),
+    "lr_schedule.min_lr": ("lr_schedule", "trainkit.lr_schedule."),
+    "lr_schedule.milestones": ("lr_schedule", "trainkit.lr_schedule."),
+    "lr_schedule.gamma": ("lr_schedule", "trainkit.lr_schedule."),
+    # What the callbacks around Model.train do: evaluation (of the same eval graph), checkpoints, logging.
+    "trainer.eval_interval": None,
+    "trainer.save_checkpoints": None,
+    "trainer.keep_checkpoints": None,
+    "trainer.checkpoint_every_n_steps": None,
+    "trainer.best_metric": None,
+    "trainer.best_mode": None,
+    "trainer.early_stopping": None,
+    "trainer.max_nonfinite_steps": None,
+    "logger": None,
+}
+
+
+def _pop(container: dict, dotted: str) -> None:
+    *parents, last = dotted.split(".")
+    node = container
+    for name in parents:
+        node = node.get(name) if isinstance(node, dict) else None
+    if isinstance(node, dict):
+        node.pop(last, None)
+
+
+def graph_config(cfg: DictConfig) -> dict:
+    """The resolved config less `run_dir` and the :data:`GRAPH_DATA_KEYS` that apply to it: what shapes a graph."""
     container = OmegaConf.to_container(cfg, resolve=True)  # what the run will see, not how it was spelled
     container.pop("run_dir", None)
+    # Decided on the config as given, before anything is popped: optimizer.lr is data only under trainkit's own
+    # schedules (a user's schedule function could turn the rate into a shape or a constant).
+    targets = {group: str((container.get(group) or {}).get("_target_", "")) for group in ("optimizer", "lr_schedule")}
+    data_only = [key for key, where in GRAPH_DATA_KEYS.items()
+                 if where is None or targets[where[0]].startswith(where[1])]
+    if not targets["lr_schedule"].startswith("trainkit.lr_schedule."):
+        data_only = [key for key in data_only if key != "optimizer.lr"]
+    for key in data_only:
+        _pop(container, key)
+    return container
+
+
+def cache_key(cfg: DictConfig) -> str:
+    """A hash of what decides the graphs a run compiles (see the module's docstring)."""
+    container = graph_config(cfg)
     digest = hashlib.sha256()
     digest.update(OmegaConf.to_yaml(OmegaConf.create(container)).encode())
     digest.update(f"{ms.__version__} {sys.version} {platform.machine()}".encode())

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 import mindspore as ms
-from mindspore import Tensor
 from mindspore.train import Model
 from omegaconf import DictConfig
 
+from trainkit.app.graph_reuse import assign_in_place
 from trainkit.callbacks.evaluation import _prefixed, ema_weights
 from trainkit.checks import choice
 from trainkit.errors import ConfigError
@@ -63,16 +63,17 @@ def evaluate_test_set(model: Model, wrapper: TrainingWrapper, test_set: Any, bes
     """
     # The weights and their EMA only: the optimizer's state (its learning-rate table among it) may have another
     # shape by now, in a finished run continued for more epochs, and is not what a test evaluates.
+    # Written in place (graph_reuse.assign_in_place), never with set_data: the train step's graph, which a sweep's
+    # next job may train again, keeps reading the Parameters' own memory.
     parts = [part for part in (wrapper.network, wrapper.ema) if part is not None]
     tested = {p.name: p for part in parts for p in part.get_parameters()}
-    live = {name: Tensor(p.asnumpy().copy()) for name, p in tested.items()}
+    live = {name: p.asnumpy().copy() for name, p in tested.items()}
     source = "the last weights"
     if best_checkpoint.is_file():
         saved = ms.load_checkpoint(str(best_checkpoint))
-        for part in parts:
-            names = {p.name for p in part.get_parameters()}
-            ms.load_param_into_net(part, {name: value for name, value in saved.items() if name in names},
-                                   strict_load=True)
+        for name, parameter in tested.items():
+            if name in saved:
+                assign_in_place(parameter, saved[name].asnumpy())
         source = str(best_checkpoint)
     try:
         result = _prefixed("test", model.eval(test_set, dataset_sink_mode=False))
@@ -80,8 +81,8 @@ def evaluate_test_set(model: Model, wrapper: TrainingWrapper, test_set: Any, bes
             with ema_weights(wrapper.ema):
                 result.update(_prefixed("test_ema", model.eval(test_set, dataset_sink_mode=False)))
     finally:
-        for name, parameter in tested.items():  # set_data: no operator dispatched per parameter
-            parameter.set_data(live[name])
+        for name, parameter in tested.items():
+            assign_in_place(parameter, live[name])
     if run_log is not None:
         run_log.scalars(step, result, epoch=epoch)
     log.info("test set, %s: %s", source, ", ".join(f"{k} {v:.4f}" for k, v in result.items()))

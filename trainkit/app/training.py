@@ -25,7 +25,7 @@ from mindspore import nn
 from mindspore.train import Model
 from omegaconf import DictConfig
 
-from trainkit.app import build, run
+from trainkit.app import build, graph_reuse, run
 from trainkit.app.config import check_config
 from trainkit.app.finetune import apply_finetuning
 from trainkit.app.fit_check import check_fit
@@ -137,7 +137,11 @@ def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResul
     learning_rates = build.build_learning_rates(cfg, lr, steps_per_epoch, accumulation_steps)
     optimizer = build.build_optimizer(cfg, backbone, learning_rates)
     wrapper = build.build_wrapper(cfg, loss_network, optimizer)
-    model = build.build_model_runner(wrapper, loss_network, loss_fn, metrics)
+    # A sweep's earlier job in this process compiled the same graphs: train its cells, with this job's values.
+    cells = graph_reuse.reuse(graph_reuse.CompiledCells(backbone, loss_network, optimizer, wrapper,
+                                                        build.build_eval_network(loss_network, loss_fn, metrics)))
+    backbone, loss_network, optimizer, wrapper = cells.backbone, cells.loss_network, cells.optimizer, cells.wrapper
+    model = build.build_model_runner(wrapper, cells.eval_network, metrics)
 
     # 3. Resume: load the checkpoint and find where the data continues.
     def learning_rates(config: DictConfig) -> List[float]:  # of every update under `config` (the continuation rule)

@@ -1,0 +1,152 @@
+"""A sweep's jobs in one process share compiled graphs: a job whose graph key is the last job's trains the cells
+that job compiled, with its own starting values copied into their Parameters.
+
+MindSpore keeps a compiled graph with the Cell instance it was compiled for (``cells_compile_cache``, by the cell's
+id), so a job that builds new cells compiles them again, and its compile cache cannot help there: MindSpore reads
+the cache folder once per process and numbers the graphs by their order of compile in the process
+(``compile_cache_manager.cc``), so only a process's first job can load graphs from a folder. What Hydra's basic
+launcher and trainkit's run one after another in one process can share instead are the compiled cells themselves.
+
+A job builds everything as usual (weights from its seed, its learning-rate table, a new optimizer state: its own
+cells, never run) and then, when the last completed job of this process had the same key
+(:func:`trainkit.app.compile_cache.cache_key`, whose :data:`~trainkit.app.compile_cache.GRAPH_DATA_KEYS` are the
+values that only reach the graphs as data), copies every Parameter of its new cells into the kept ones and trains
+those. Where the two sets of Parameters differ in names, shapes or types the new cells are used and compiled.
+The same switches as the compile cache turn it off (``TRAINKIT_COMPILE_CACHE=0``, a data-parallel worker).
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass, fields
+from typing import Iterator, List, Optional, Tuple
+
+import mindspore as ms
+import numpy as np
+from mindspore import Parameter, Tensor, nn, ops
+from omegaconf import DictConfig
+
+from trainkit.app import compile_cache
+from trainkit.distributed.parallel import launched_by_msrun
+
+log = logging.getLogger("trainkit")
+
+
+@dataclass
+class CompiledCells:
+    """The cells a run compiles graphs for, and those that share their Parameters (all kept together)."""
+
+    backbone: nn.Cell
+    loss_network: nn.Cell
+    optimizer: nn.Optimizer
+    wrapper: nn.Cell
+    eval_network: Optional[nn.Cell]  # None with trainer.evaluate=false
+
+
+_kept: Optional[Tuple[str, CompiledCells]] = None  # the last completed job's key and cells
+_job: List[Optional[str]] = [None]  # the key of the job running now, inside sharing()
+_built: List[Optional[CompiledCells]] = [None]  # the cells the job running now trains
+
+
+def key_of(cfg: DictConfig) -> Optional[str]:
+    """The graph key of `cfg` where cells may be shared: None where the compile cache is off, in a data-parallel
+    worker, and for a run that resumes (its checkpoint is loaded with ``set_data``, fine before a compile only)."""
+    if compile_cache.cache_root() is None or launched_by_msrun() or cfg.trainer.get("resume") is not None:
+        return None
+    try:
+        return compile_cache.cache_key(cfg)
+    except Exception as error:  # noqa: BLE001 -- bad input is the run's to report, with its own message
+        log.debug("graph sharing off for this job: %s", error)
+        return None
+
+
+@contextlib.contextmanager
+def sharing(key: Optional[str]) -> Iterator[None]:
+    """Inside, :func:`reuse` may hand the run the cells the last job of this process compiled under `key`; a run
+    that completes leaves its cells for the next job. A failed run leaves none (its cells may be half-way)."""
+    global _kept
+    _job[0], _built[0] = key, None
+    try:
+        yield
+    except BaseException:
+        _kept = None
+        raise
+    else:
+        if key is not None and _built[0] is not None:
+            _kept = (key, _built[0])
+    finally:
+        _job[0], _built[0] = None, None
+
+
+def reuse(cells: CompiledCells) -> CompiledCells:
+    """The kept cells with the values of `cells` copied into them where the job's key is the kept one's and the
+    Parameters agree; else `cells` (compiled as usual)."""
+    key = _job[0]
+    if key is None:
+        return cells
+    chosen = cells
+    if _kept is not None and _kept[0] == key:
+        pairs = _parameter_pairs(_kept[1], cells)
+        if pairs is not None:
+            for kept, new in pairs:
+                assign_in_place(kept, new.asnumpy())
+            chosen = _kept[1]
+            log.info("graph sharing: this job runs the graphs the last job compiled (same graph key %s; %d "
+                     "parameters set to this job's values)", key[:12], len(pairs))
+    _built[0] = chosen
+    return chosen
+
+
+def forget() -> None:
+    """Drop the kept cells (tests; a process that wants its memory back)."""
+    global _kept
+    _kept = None
+
+
+def _parameters(cells: CompiledCells) -> List[Tuple[str, Parameter]]:
+    """Every Parameter the cells hold, once each, in a fixed order with the path that names it."""
+    seen, out = set(), []
+    for field in fields(CompiledCells):
+        cell = getattr(cells, field.name)
+        if cell is None:
+            continue
+        for name, parameter in cell.parameters_and_names():
+            if id(parameter) not in seen:
+                seen.add(id(parameter))
+                out.append((f"{field.name}.{name}", parameter))
+    return out
+
+
+def _parameter_pairs(kept: CompiledCells, new: CompiledCells) -> Optional[List[Tuple[Parameter, Parameter]]]:
+    """(kept, new) Parameters matched by path, or None where names, shapes, types or flags differ."""
+    if (kept.eval_network is None) != (new.eval_network is None):
+        return None
+    old, fresh = _parameters(kept), _parameters(new)
+    if [name for name, _ in old] != [name for name, _ in fresh]:
+        return None
+    pairs = []
+    for (name, a), (_, b) in zip(old, fresh):
+        if a.shape != b.shape or a.dtype != b.dtype or a.requires_grad != b.requires_grad or a.name != b.name:
+            log.debug("graph sharing: %s differs (%s %s against %s %s)", name, a.shape, a.dtype, b.shape, b.dtype)
+            return None
+        pairs.append((a, b))
+    return pairs
+
+
+
+
+def assign_in_place(parameter: Parameter, value: np.ndarray) -> None:
+    """Write `value` into the memory `parameter` holds now, where compiled graphs read it.
+
+    ``Parameter.set_data`` gives the Parameter new memory: a graph compiled before goes on reading the old memory
+    where the train step's control flow (the non-finite guard's branch: optimizer step, EMA) uses it, so a run
+    after a ``set_data`` trained with a frozen EMA and an optimizer step that did not restart (measured). On CPU
+    the Parameter's NumPy view is that memory (no operator dispatched, which ``ops.assign`` costs ~1.4 ms a call);
+    elsewhere ``ops.assign`` writes it."""
+    if ms.get_context("device_target") == "CPU":
+        view = parameter.asnumpy()
+        if (view.flags.writeable and not view.flags.owndata and view.shape == value.shape
+                and view.dtype == value.dtype):
+            np.copyto(view, value, casting="no")
+            return
+    ops.assign(parameter, Tensor(value, dtype=parameter.dtype))
