@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,49 @@ def test_children_do_not_inherit_the_block(routed):
         forked = stream.read().decode()
     os.waitpid(child, 0)
     assert blocked_in(forked) == 0
+
+
+WAITING = """
+import signal, threading, time
+from trainkit import signals
+assert signals.route()
+got = []
+for signum in signals.SIGNALS:
+    signal.signal(signum, lambda number, frame: got.append(number))
+print("ready", flush=True)
+deadline = time.monotonic() + 60
+while not got and time.monotonic() < deadline:
+    threading.Event().wait(0.01)
+print(" ".join(signal.Signals(number).name for number in got) or "nothing", flush=True)
+"""
+
+
+def _state(pid):
+    """The process state letter of /proc/PID/stat (T: stopped)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_stop_and_continue_loses_no_signal():
+    """Ctrl-Z then ``fg`` (SIGSTOP, SIGCONT) interrupts the forwarding thread's wait with EINTR; CPython's
+    ``sigtimedwait`` whose timeout passed meanwhile returns a siginfo it never filled in. The forwarder must outlive
+    that and still deliver the SIGTERM that follows. Mutation caught: back to ``sigtimedwait(SIGNALS, 0.05)`` (the
+    code before issue 30): the thread died on ``ValueError: signal number out of range`` and the child printed
+    ``nothing``."""
+    child = subprocess.Popen([sys.executable, "-c", WAITING], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        assert child.stdout.readline() == "ready\n", child.stderr.read()
+        for _ in range(3):
+            os.kill(child.pid, signal.SIGSTOP)
+            while _state(child.pid) != "T":
+                threading.Event().wait(0.01)
+            threading.Event().wait(4 * signals._POLL_SECONDS)  # the input: stopped longer than a wait's timeout
+            os.kill(child.pid, signal.SIGCONT)
+            while _state(child.pid) == "T":
+                threading.Event().wait(0.01)
+        child.send_signal(signal.SIGTERM)
+        out, err = child.communicate(timeout=120)
+    finally:
+        child.kill()
+    assert child.returncode == 0, err[-2000:]
+    assert out == "SIGTERM\n", err[-2000:]
