@@ -11,9 +11,10 @@ Two things went wrong without this module, both measured on ``python -m trainkit
 
 So :func:`route` blocks both signals in the calling (main) thread before anything starts a thread: every thread
 created later, MindSpore's included, inherits the mask, and no C++ handler ever sees them. One thread of trainkit's
-takes them (``sigtimedwait`` with a zero timeout, polled: see :func:`_take`) and hands each to the main thread's Python handler (``_thread.interrupt_main``,
-which runs that handler as if the signal had come), but only once the main thread is outside any import: a signal
-during one waits for its end. :func:`unroute` puts everything back (an in-process command, as in the tests).
+takes them (``sigtimedwait`` with a zero timeout, every 50 ms: :func:`_take` says why) and hands each to the main
+thread's Python handler (``_thread.interrupt_main``, which runs that handler as if the signal had come), but only
+once the main thread is outside any import: a signal during one waits for its end. :func:`unroute` puts everything
+back (an in-process command, as in the tests).
 
 A child inherits the mask: a forked one (``os.fork``: multiprocessing's workers) unblocks the signals at once, and a
 command started with ``subprocess`` (msrun) is started inside :func:`unblocked`, else it would never see them.
