@@ -73,6 +73,7 @@ def main(argv: List[str] = None) -> int:
                         help="which to send (both: alternately)")
     parser.add_argument("--stop", action="store_true", help="SIGSTOP for 0.2 s, then SIGCONT, before the signal")
     parser.add_argument("--seed", type=int, default=30)
+    parser.add_argument("--lines", type=int, default=30, help="how much of a wrong run's stderr (or stdout) to show")
     parser.add_argument("overrides", nargs="*", help="more overrides for every run")
     args = parser.parse_args(argv)
     chosen = random.Random(args.seed)
@@ -86,7 +87,8 @@ def main(argv: List[str] = None) -> int:
             outcome = verdict(signum, status, stdout, stderr)
             tally[outcome] += 1
             print(f"{index:3d} {signal.Signals(signum).name:7s} at {delay:4.2f}s: exit {status:3d} {outcome}"
-                  + ("" if outcome.startswith("right") else f"\n    {(stderr or stdout).strip().splitlines()[-1:]}"),
+                  + ("" if outcome.startswith("right") else
+                     "".join(f"\n    {line}" for line in (stderr or stdout).strip().splitlines()[-args.lines:])),
                   flush=True)
     print("\n".join(f"{count}/{args.runs} {outcome}" for outcome, count in sorted(tally.items())))
     return 0 if all(outcome.startswith("right") for outcome in tally) else 1
