@@ -121,3 +121,33 @@ def test_a_stop_and_continue_loses_no_signal():
         child.kill()
     assert child.returncode == 0, err[-2000:]
     assert out == "SIGTERM\n", err[-2000:]
+
+
+def test_finish_returns_a_signal_that_came_while_only_the_hold_handlers_were_there():
+    """A signal after the command put back the hold handlers (its work done) is not lost: finish() returns it, taken
+    by the forwarder or still pending when routing stops, and the second finish() (cli's) returns None. Mutation
+    caught: finish() returning None (the signal was held and forgotten: exit 0)."""
+    previous = {signum: signal.getsignal(signum) for signum in signals.SIGNALS}
+    try:
+        signals.start()
+        os.kill(os.getpid(), signal.SIGTERM)  # blocked here: pending until the forwarder or finish() takes it
+        assert signals.finish() == signal.SIGTERM
+        assert signals.finish() is None
+        assert {signum: signal.getsignal(signum) for signum in signals.SIGNALS} == previous
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def test_a_signal_after_the_commands_work_is_one_line_and_143(monkeypatch, capsys):
+    """python -m trainkit's main(): a SIGTERM that lands after _main() put back the hold handlers (the window between
+    the run's end and the process's) still ends the command with the one line and 143. Mutation caught: main()
+    without its check of finish()'s answer (exit 0, nothing printed)."""
+    import trainkit.__main__ as command
+
+    monkeypatch.setattr(command, "_main", lambda: os.kill(os.getpid(), signal.SIGTERM))
+    with pytest.raises(SystemExit) as ended:
+        command.main()
+    assert ended.value.code == 143
+    assert capsys.readouterr().err == ("trainkit: stopped by SIGTERM outside the training loop, after the command had "
+                                       "done its work (what it wrote is complete)\n")

@@ -163,12 +163,17 @@ def held() -> Optional[int]:
     return _held[0] if _held else None
 
 
-def finish() -> None:
-    """Put back the handlers :func:`start` found, and stop routing."""
-    unroute()
+def finish() -> Optional[int]:
+    """Stop routing and put back the handlers :func:`start` found. Returns :func:`held` (None once finished): a
+    signal that came while the command's own handlers were not in place, so that the command can still end as it."""
+    if not _original:
+        unroute()
+        return None
+    unroute()  # a signal that is still pending reaches the hold handler here (signal.signal runs it first)
     for signum, handler in _original.items():
         signal.signal(signum, handler)
     _original.clear()
+    return held()
 
 
 def _hold(signum, frame) -> None:
