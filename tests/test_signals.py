@@ -151,23 +151,3 @@ def test_a_signal_after_the_commands_work_is_one_line_and_143(monkeypatch, capsy
     assert ended.value.code == 143
     assert capsys.readouterr().err == ("trainkit: stopped by SIGTERM outside the training loop, after the command had "
                                        "done its work (what it wrote is complete)\n")
-
-
-TEARDOWN = """
-import atexit, os, signal
-from trainkit import signals
-signals.start(at_exit=lambda signum: (print("answered", signal.Signals(signum).name, flush=True),
-                                      os._exit(128 + signum)))
-assert signals.finish() is None  # the command's work is done; the interpreter's teardown follows
-atexit.register(os.kill, os.getpid(), signal.SIGTERM)  # after start's: atexit runs it first, as MindSpore's clean-up
-"""
-
-
-def test_a_signal_in_the_interpreters_teardown_is_answered_at_its_end():
-    """python -m trainkit starts with ``at_exit``: a SIGTERM that lands during the teardown (after finish(), in an
-    atexit call) reaches that answer, and the process ends with 143. Mutations caught: finish() restoring and
-    unblocking anyway (the process died of the signal: -15; under MindSpore, whose threads reinstall their C++
-    handlers, exit 0 or -15 was seen), and no atexit registration (held, never answered: exit 0)."""
-    done = subprocess.run([sys.executable, "-c", TEARDOWN], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-    assert (done.returncode, done.stdout) == (143, "answered SIGTERM\n"), done.stderr[-2000:]

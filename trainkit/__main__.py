@@ -19,28 +19,8 @@ from typing import Optional
 
 from trainkit import signals
 
-
-def _after_the_work(signum: int) -> str:
-    return (f"stopped by {signal.Signals(signum).name} outside the training loop, after the command had done its work "
-            "(what it wrote is complete)")
-
-
-def _ended_in_teardown(signum: int) -> None:
-    """A signal in the interpreter's teardown (signals.start's `at_exit`): no exception can end the process there."""
-    print(f"trainkit: {_after_the_work(signum)}", file=sys.stderr, flush=True)
-    sys.stdout.flush()
-    os._exit(128 + signum)
-
-
-def _this_process_is_the_command() -> bool:
-    """Whether the interpreter was started as ``python [options] -m trainkit`` (not runpy in a test or a notebook,
-    which go on after the command: they get their handlers back)."""
-    argv = getattr(sys, "orig_argv", [])
-    return any(a == "-mtrainkit" or (a == "-m" and argv[i + 1:i + 2] == ["trainkit"]) for i, a in enumerate(argv))
-
-
 if __name__ == "__main__":  # before the imports below: a signal during one waits for its end (trainkit/signals.py)
-    signals.start(at_exit=_ended_in_teardown if _this_process_is_the_command() else None)
+    signals.start()
 
 _WARNINGS_KEY = "logger.mindspore_warnings="
 
@@ -219,7 +199,8 @@ def main() -> None:
     finally:  # every way out: an in-process command (tests, a notebook) leaves the signals as it found them
         late = signals.finish()
     if late is not None:  # came after _main put back the hold handlers: the work is done, the signal still counts
-        print(f"trainkit: {_after_the_work(late)}", file=sys.stderr)
+        print(f"trainkit: stopped by {signal.Signals(late).name} outside the training loop, after the command had "
+              "done its work (what it wrote is complete)", file=sys.stderr)
         sys.exit(128 + late)
 
 
@@ -233,7 +214,7 @@ def _main() -> None:
     if os.environ.get("MS_ROLE") == "MS_SCHED":
         from mindspore.communication import init
 
-        signals.finish(for_good=True)  # the scheduler keeps the default actions: the launcher ends it with SIGTERM
+        signals.finish()  # the scheduler keeps the default actions: the launcher ends it with SIGTERM
         init()  # returns when the workers are done
         return
     problem = _unusable_run_dir(sys.argv[1:])

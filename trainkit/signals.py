@@ -23,13 +23,12 @@ command started with ``subprocess`` (msrun) is started inside :func:`unblocked`,
 from __future__ import annotations
 
 import _thread
-import atexit
 import contextlib
 import os
 import signal
 import sys
 import threading
-from typing import Callable, Iterator, List, Optional
+from typing import Iterator, List, Optional
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _POLL_SECONDS = 0.05  # how often the forwarding thread looks for a signal, and at a main thread that is importing
@@ -148,24 +147,16 @@ def _end_now(signum: int) -> None:
 
 _held: List[int] = []
 _original: dict = {}
-_at_exit: List[Callable[[int], None]] = []  # what the command does with a signal in the interpreter's teardown
-_answered = 0  # how many of _held the command has seen (finish() hands them over)
 
 
-def start(at_exit: Optional[Callable[[int], None]] = None) -> None:
+def start() -> None:
     """What a command does first, before its imports: :func:`route`, and handlers that only record a signal
-    (:func:`held`) until the command installs its own. :func:`finish` undoes both -- except with `at_exit`, for a
-    process that ends with the command (``python -m trainkit``): then both stay through the interpreter's teardown
-    (a second or so of atexit calls and MindSpore's C++ clean-up, whose threads reinstall its handlers), and at
-    its end ``at_exit(signum)`` answers a signal that came after :func:`finish`."""
+    (:func:`held`) until the command installs its own. :func:`finish` undoes both."""
     if _original or threading.current_thread() is not threading.main_thread():
         return
     _held.clear()
     _original.update({signum: signal.signal(signum, _hold) for signum in SIGNALS})
     route()
-    if at_exit is not None and not _at_exit:
-        _at_exit.append(at_exit)
-        atexit.register(_answer_at_exit)  # before MindSpore's import registers its own, so it runs after them
 
 
 def held() -> Optional[int]:
@@ -173,41 +164,17 @@ def held() -> Optional[int]:
     return _held[0] if _held else None
 
 
-def finish(for_good: bool = False) -> Optional[int]:
-    """Stop routing and put back the handlers :func:`start` found (with its `at_exit`: only if `for_good`, else at
-    the process's end). Returns :func:`held` (None once finished): a signal that came while the command's own
-    handlers were not in place, so that the command can still end as it."""
-    global _answered
+def finish() -> Optional[int]:
+    """Stop routing and put back the handlers :func:`start` found. Returns :func:`held` (None once finished): a
+    signal that came while the command's own handlers were not in place, so that the command can still end as it."""
     if not _original:
         unroute()
         return None
-    if _at_exit and not for_good:
-        _answered = len(_held)
-        return held()
-    _at_exit.clear()
     unroute()  # a signal that is still pending reaches the hold handler here (signal.signal runs it first)
     for signum, handler in _original.items():
         signal.signal(signum, handler)
     _original.clear()
     return held()
-
-
-def _answer_at_exit() -> None:
-    """The last atexit call (the first registered): a signal since :func:`finish` ends the process as itself."""
-    global _forwarder
-    if not _at_exit or _forwarder is None:
-        return
-    _stop.set()
-    _forwarder.join()  # what it took is handed to the hold handler, which runs at the next signal.signal below
-    _forwarder = None
-    signum = _take()
-    while signum is not None:  # came after the forwarder's last look: the signals stay blocked to the very end
-        _held.append(signum)
-        signum = _take()
-    for signum in SIGNALS:
-        signal.signal(signum, _hold)
-    if len(_held) > _answered:
-        _at_exit[0](_held[_answered])
 
 
 def _hold(signum, frame) -> None:
