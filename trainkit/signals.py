@@ -14,8 +14,8 @@ created later, MindSpore's included, inherits the mask, and no C++ handler ever 
 takes them (``sigtimedwait`` with a zero timeout, every 50 ms: :func:`_take` says why) and hands each to the main
 thread's Python handler (``_thread.interrupt_main``, which runs that handler as if the signal had come), but only
 once the main thread is outside any import: a signal during one waits for its end. :func:`unroute` puts everything
-back (an in-process command, as in the tests). :func:`start` and :func:`finish` wrap a command; ``python -m
-trainkit`` keeps all this through the interpreter's teardown too, and answers a signal there at its end.
+back (an in-process command, as in the tests). :func:`start` and :func:`finish` wrap a command: :func:`finish`
+returns a signal that came while only the hold handlers were there, so that the command still ends as it.
 
 A child inherits the mask: a forked one (``os.fork``: multiprocessing's workers) unblocks the signals at once, and a
 command started with ``subprocess`` (msrun) is started inside :func:`unblocked`, else it would never see them.
