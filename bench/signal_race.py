@@ -1,12 +1,14 @@
-"""`python -m bench.signal_race [--runs 60] [--max-delay 5] [--stop] [overrides]`: the issue-30 reproduction.
+"""`python -m bench.signal_race [--runs 60] [--max-delay 7] [--stop] [overrides]`: the issue-30 reproduction.
 
 Starts ``python -m trainkit recipe=digits_quickstart`` again and again and sends it SIGTERM or SIGINT (alternately)
 after a random delay, most of them during start-up (``import hydra``, ``import mindspore``, composing, building),
 and tallies how each run ended. Right: exit 128 + the signal's number and one line on stderr saying
-``trainkit: stopped by NAME ...``. Wrong: anything else -- exit 0 (a lost signal), a traceback, a "Fatal Python
-error", more lines. ``--stop`` also stops the process (SIGSTOP) for 0.2 s and continues it (SIGCONT) just before the
-signal, as Ctrl-Z then ``fg`` would: that interrupts the forwarding thread's wait, which is what lost signals before
-the fix (DEVELOPERS.md, "Signals"). Not a speed benchmark: it measures whether a signal can be lost.
+``trainkit: stopped by NAME ...`` (or, in the training loop, the stop after a step logged on stdout; or, in the
+last step, "came after the last step" and exit 0, as documented). Wrong: anything else -- exit 0 (a lost signal),
+a traceback, a "Fatal Python error", more lines. ``--stop`` also stops the process (SIGSTOP) for 0.2 s and
+continues it (SIGCONT) just before the signal, as Ctrl-Z then ``fg`` would: that interrupts the forwarding thread's
+wait, which is what lost signals before the fix (DEVELOPERS.md, "Signals").
+Not a speed benchmark: it measures whether a signal can be lost.
 """
 from __future__ import annotations
 
