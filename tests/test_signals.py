@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,79 @@ def test_children_do_not_inherit_the_block(routed):
         forked = stream.read().decode()
     os.waitpid(child, 0)
     assert blocked_in(forked) == 0
+
+
+WAITING = """
+import signal, threading, time
+from trainkit import signals
+assert signals.route()
+got = []
+for signum in signals.SIGNALS:
+    signal.signal(signum, lambda number, frame: got.append(number))
+print("ready", flush=True)
+deadline = time.monotonic() + 60
+while not got and time.monotonic() < deadline:
+    threading.Event().wait(0.01)
+print(" ".join(signal.Signals(number).name for number in got) or "nothing", flush=True)
+"""
+
+
+def _state(pid):
+    """The process state letter of /proc/PID/stat (T: stopped)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_stop_and_continue_loses_no_signal():
+    """Ctrl-Z then ``fg`` (SIGSTOP, SIGCONT) interrupts the forwarding thread's wait with EINTR; CPython's
+    ``sigtimedwait`` whose timeout passed meanwhile returns a siginfo it never filled in. The forwarder must outlive
+    that and still deliver the SIGTERM that follows. Mutation caught: back to ``sigtimedwait(SIGNALS, 0.05)`` (the
+    code before issue 30): the thread died on ``ValueError: signal number out of range`` and the child printed
+    ``nothing``."""
+    child = subprocess.Popen([sys.executable, "-c", WAITING], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        assert child.stdout.readline() == "ready\n", child.stderr.read()
+        for _ in range(3):
+            os.kill(child.pid, signal.SIGSTOP)
+            while _state(child.pid) != "T":
+                threading.Event().wait(0.01)
+            threading.Event().wait(4 * signals._POLL_SECONDS)  # the input: stopped longer than a wait's timeout
+            os.kill(child.pid, signal.SIGCONT)
+            while _state(child.pid) == "T":
+                threading.Event().wait(0.01)
+        child.send_signal(signal.SIGTERM)
+        out, err = child.communicate(timeout=120)
+    finally:
+        child.kill()
+    assert child.returncode == 0, err[-2000:]
+    assert out == "SIGTERM\n", err[-2000:]
+
+
+def test_finish_returns_a_signal_that_came_while_only_the_hold_handlers_were_there():
+    """A signal after the command put back the hold handlers (its work done) is not lost: finish() returns it, taken
+    by the forwarder or still pending when routing stops, and the second finish() (cli's) returns None. Mutation
+    caught: finish() returning None (the signal was held and forgotten: exit 0)."""
+    previous = {signum: signal.getsignal(signum) for signum in signals.SIGNALS}
+    try:
+        signals.start()
+        os.kill(os.getpid(), signal.SIGTERM)  # blocked here: pending until the forwarder or finish() takes it
+        assert signals.finish() == signal.SIGTERM
+        assert signals.finish() is None
+        assert {signum: signal.getsignal(signum) for signum in signals.SIGNALS} == previous
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def test_a_signal_after_the_commands_work_is_one_line_and_143(monkeypatch, capsys):
+    """python -m trainkit's main(): a SIGTERM that lands after _main() put back the hold handlers (the window between
+    the run's end and the process's) still ends the command with the one line and 143. Mutation caught: main()
+    without its check of finish()'s answer (exit 0, nothing printed)."""
+    import trainkit.__main__ as command
+
+    monkeypatch.setattr(command, "_main", lambda: os.kill(os.getpid(), signal.SIGTERM))
+    with pytest.raises(SystemExit) as ended:
+        command.main()
+    assert ended.value.code == 143
+    assert capsys.readouterr().err == ("trainkit: stopped by SIGTERM outside the training loop, after the command had "
+                                       "done its work (what it wrote is complete)\n")

@@ -198,7 +198,11 @@ def main() -> None:
     try:
         _main()
     finally:  # every way out: an in-process command (tests, a notebook) leaves the signals as it found them
-        signals.finish()
+        late = signals.finish()
+    if late is not None:  # came after _main put back the hold handlers: the work is done, the signal still counts
+        print(f"trainkit: stopped by {signal.Signals(late).name} outside the training loop, after the command had "
+              "done its work (what it wrote is complete)", file=sys.stderr)
+        sys.exit(128 + late)
 
 
 def _main() -> None:

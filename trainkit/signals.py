@@ -11,9 +11,11 @@ Two things went wrong without this module, both measured on ``python -m trainkit
 
 So :func:`route` blocks both signals in the calling (main) thread before anything starts a thread: every thread
 created later, MindSpore's included, inherits the mask, and no C++ handler ever sees them. One thread of trainkit's
-takes them with ``sigtimedwait`` and hands each to the main thread's Python handler (``_thread.interrupt_main``,
-which runs that handler as if the signal had come), but only once the main thread is outside any import: a signal
-during one waits for its end. :func:`unroute` puts everything back (an in-process command, as in the tests).
+takes them (``sigtimedwait`` with a zero timeout, every 50 ms: :func:`_take` says why) and hands each to the main
+thread's Python handler (``_thread.interrupt_main``, which runs that handler as if the signal had come), but only
+once the main thread is outside any import: a signal during one waits for its end. :func:`unroute` puts everything
+back (an in-process command, as in the tests). :func:`start` and :func:`finish` wrap a command: :func:`finish`
+returns a signal that came while only the hold handlers were there, so that the command still ends as it.
 
 A child inherits the mask: a forked one (``os.fork``: multiprocessing's workers) unblocks the signals at once, and a
 command started with ``subprocess`` (msrun) is started inside :func:`unblocked`, else it would never see them.
@@ -29,7 +31,7 @@ import threading
 from typing import Iterator, List, Optional
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
-_POLL_SECONDS = 0.05  # how often the forwarding thread looks again at a main thread that is importing
+_POLL_SECONDS = 0.05  # how often the forwarding thread looks for a signal, and at a main thread that is importing
 _IMPORTING = ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
 
 _forwarder: Optional[threading.Thread] = None
@@ -94,16 +96,26 @@ def _unblock_in_child() -> None:
 def _forward(main_ident: int) -> None:
     pending: List[int] = []
     while not _stop.is_set():
-        try:
-            info = signal.sigtimedwait(SIGNALS, _POLL_SECONDS)
-        except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for odd platforms
-            info = None
-        if info is not None:
-            pending.append(info.si_signo)
+        signum = _take()
+        if signum is not None:
+            pending.append(signum)
         if len(pending) > 1 and _importing(main_ident):  # sent again while an import holds the first: at once
             _end_now(pending[-1])
         while pending and not _importing(main_ident):
             _deliver(pending.pop(0))
+        if signum is None:
+            _stop.wait(_POLL_SECONDS)
+
+
+def _take() -> Optional[int]:
+    """A pending SIGTERM or SIGINT, taken, or None; never waits in the kernel. CPython's ``sigtimedwait`` with a
+    timeout, interrupted (EINTR: a stop and continue, Ctrl-Z then ``fg``, a handled signal) after that timeout has
+    passed, returns a siginfo nobody filled in: a garbage ``si_signo`` killed this thread and lost the signal
+    (DEVELOPERS.md, "Signals"). With a zero timeout the kernel only looks, so that path is never taken."""
+    info = signal.sigtimedwait(SIGNALS, 0)
+    if info is None or info.si_signo not in SIGNALS:  # the check is for platforms that might still garble it
+        return None
+    return info.si_signo
 
 
 def _importing(main_ident: int) -> bool:
@@ -152,12 +164,17 @@ def held() -> Optional[int]:
     return _held[0] if _held else None
 
 
-def finish() -> None:
-    """Put back the handlers :func:`start` found, and stop routing."""
-    unroute()
+def finish() -> Optional[int]:
+    """Stop routing and put back the handlers :func:`start` found. Returns :func:`held` (None once finished): a
+    signal that came while the command's own handlers were not in place, so that the command can still end as it."""
+    if not _original:
+        unroute()
+        return None
+    unroute()  # a signal that is still pending reaches the hold handler here (signal.signal runs it first)
     for signum, handler in _original.items():
         signal.signal(signum, handler)
     _original.clear()
+    return held()
 
 
 def _hold(signum, frame) -> None:
