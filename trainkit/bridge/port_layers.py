@@ -401,6 +401,7 @@ FUNCTIONS: Dict[str, Callable[..., str]] = {
     "torch.reshape": lambda input, shape: f"ops.reshape({input}, {shape})",  # noqa: A002
     "torch.permute": lambda input, dims: f"ops.permute({input}, {dims})",  # noqa: A002
     "torch.transpose": lambda input, dim0, dim1: f"ops.swapaxes({input}, {dim0}, {dim1})",  # noqa: A002
+    "torch.swapaxes": lambda input, axis0, axis1: f"ops.swapaxes({input}, {axis0}, {axis1})",  # noqa: A002
     "torch.mean": _mean, "torch.matmul": lambda input, other: f"ops.matmul({input}, {other})",  # noqa: A002
     "torch.relu": _unary("relu"), "torch.sigmoid": _unary("sigmoid"), "torch.tanh": _unary("tanh"),
     "torch.softmax": _softmax_call,
@@ -421,6 +422,7 @@ METHODS: Dict[str, Callable[..., str]] = {
     "flatten": lambda self, start_dim="0", end_dim="-1": _flatten(self, start_dim, end_dim),
     "permute": lambda self, *dims: f"ops.permute({self}, {_dims(*dims)})",
     "transpose": lambda self, dim0, dim1: f"ops.swapaxes({self}, {dim0}, {dim1})",
+    "swapaxes": lambda self, axis0, axis1: f"ops.swapaxes({self}, {axis0}, {axis1})",
     "mean": lambda self, dim="None", keepdim="False", dtype="None": _mean(self, dim, keepdim),
     "size": _size, "contiguous": lambda self: self,
     "relu": lambda self: f"ops.relu({self})", "sigmoid": lambda self: f"ops.sigmoid({self})",
