@@ -4,7 +4,6 @@ within a float32 rounding of MindSpore's); a non-finite step moves nothing. Grap
 import os
 import shutil
 
-import mindspore as ms
 import numpy as np
 import pytest
 from mindspore import Parameter, Tensor, nn

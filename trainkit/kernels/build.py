@@ -31,7 +31,8 @@ log = logging.getLogger("trainkit")
 #: What the library must export (a cached library without one of them is built again).
 ENTRY_POINTS = ("TrainkitEmaUpdate", "TrainkitAddInto", "TrainkitIm2Col", "TrainkitCol2Im", "TrainkitEmaUpdateAll",
                 "TrainkitAddIntoAll", "TrainkitMomentumAll", "TrainkitAdamAll",
-                "TrainkitAdamWeightDecayAll", "TrainkitDigest")
+                "TrainkitAdamWeightDecayAll", "TrainkitEmaUpdateAllIf", "TrainkitRestoreAllUnless",
+                "TrainkitDigest")
 SOURCE = (Path(__file__).with_name("fused.cc")).read_text()
 
 FLAGS = ["-O3", "-ffp-contract=off", "-shared", "-fPIC", "-pthread", "-std=c++14"]

@@ -219,6 +219,38 @@ extern "C" int TrainkitAddIntoAll(int nparam, void **params, int *ndims, int64_t
   return 0;
 }
 
+// TrainkitEmaUpdateAll on an applied step only: k shadows, k values, weight, applied (bool scalar) -> flag. Lets a
+// skipped window leave the shadows alone without a branch in the graph. nparam = 2k + 3.
+extern "C" int TrainkitEmaUpdateAllIf(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
+                                      void *stream, void *extra) {
+  if (nparam < 5 || nparam % 2 != 1) return 1;
+  if (!all_float32(nparam - 2, dtypes) || std::strcmp(dtypes[nparam - 2], "bool") != 0) return 2;
+  *static_cast<float *>(params[nparam - 1]) = 0.0f;
+  if (!*static_cast<const bool *>(params[nparam - 2])) return 0;
+  const int k = (nparam - 3) / 2;
+  const float weight = *static_cast<const float *>(params[2 * k]);
+  over_pairs(k, params, ndims, shapes, [weight](float shadow, float value) {
+    float difference = shadow - value;
+    float step = difference * weight;
+    return shadow - step;
+  });
+  return 0;
+}
+
+// k targets (float32, written in place), k saved values -> flag, with a last bool scalar `keep`: on a skipped
+// window (keep false) the targets get their saved values back (the moving statistics at the window's start);
+// otherwise nothing is written. nparam = 2k + 2.
+extern "C" int TrainkitRestoreAllUnless(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
+                                        void *stream, void *extra) {
+  if (nparam < 4 || nparam % 2 != 0) return 1;
+  if (!all_float32(nparam - 2, dtypes) || std::strcmp(dtypes[nparam - 2], "bool") != 0) return 2;
+  *static_cast<float *>(params[nparam - 1]) = 0.0f;
+  if (*static_cast<const bool *>(params[nparam - 2])) return 0;
+  const int k = (nparam - 2) / 2;
+  over_pairs(k, params, ndims, shapes, [](float, float saved) { return saved; });
+  return 0;
+}
+
 namespace {
 // Runs update(i, low, high) over values [low, high) of tensor i, for k tensors of `sizes` values, split across
 // threads by values (as over_pairs).

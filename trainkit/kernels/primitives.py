@@ -41,6 +41,20 @@ def add_into_all_kernel():
     return None if path is None else _in_place_kernel(path, "TrainkitAddIntoAll")
 
 
+def ema_update_all_if_kernel():
+    """``ops.Custom`` as :func:`ema_update_all_kernel` with a last bool input: updates only when it is True (a
+    skipped window leaves the shadows alone with no branch in the graph), or None."""
+    path, _ = library()
+    return None if path is None else _in_place_kernel(path, "TrainkitEmaUpdateAllIf")
+
+
+def restore_all_unless_kernel():
+    """``ops.Custom`` writing k float32 saved values back into k Parameters in one call unless its last (bool)
+    input is True (inputs: the k Parameters, the k saved values, the flag), or None."""
+    path, _ = library()
+    return None if path is None else _in_place_kernel(path, "TrainkitRestoreAllUnless")
+
+
 #: The fused optimizer updates by entry point: SGD with momentum, Adam, AdamWeightDecay.
 OPTIMIZER_ENTRY_POINTS = ("TrainkitMomentumAll", "TrainkitAdamAll",
                           "TrainkitAdamWeightDecayAll")

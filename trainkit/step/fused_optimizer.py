@@ -9,10 +9,10 @@ they repeat (:func:`fused_optimizer_update`); any other runs MindSpore's own, be
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import numpy as np
-from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
+from mindspore import Parameter, ParameterTuple, Tensor, nn
 from mindspore import dtype as mstype
 
 from trainkit import kernels
@@ -35,6 +35,11 @@ def _entry_point(optimizer: nn.Optimizer) -> Optional[str]:
     if type(optimizer) is nn.AdamWeightDecay and optimizer.use_fused_opt:
         return "TrainkitAdamWeightDecayAll"
     return None
+
+
+def repeats(optimizer: nn.Optimizer) -> bool:
+    """Whether trainkit's kernels repeat `optimizer`'s update (and so take it where they build)."""
+    return _entry_point(optimizer) is not None
 
 
 class FusedOptimizerUpdate(nn.Cell):
@@ -97,6 +102,21 @@ def fused_optimizer_update(optimizer: nn.Optimizer) -> Optional[FusedOptimizerUp
     return None if kernel is None else FusedOptimizerUpdate(optimizer, entry_point, kernel)
 
 
-def select_finite(finite: Tensor, new: Tensor, old: Tensor) -> Tensor:
-    """`new` where `finite`, else `old` (a scalar condition broadcast over the tensors)."""
-    return ops.select(finite.reshape((1,) * new.ndim).broadcast_to(new.shape), new, old)
+def fused_step_kernels(wrapper: nn.Cell, base: type) -> Tuple[Optional[FusedOptimizerUpdate], Optional[object]]:
+    """``(fused optimizer update, statistics restore kernel)`` for a ``TrainingWrapper`` being built, or None for
+    either where MindSpore's optimizer behind the guard's branch must run instead: the kernels do not build, the
+    optimizer is not one they repeat, the EMA or the moving statistics are not all float32, or a subclass of `base`
+    overrides a phase the one call stands for (``apply_grads``, ``restore_moving_statistics``, ``unscale_grads``,
+    ``transform_grads``, ``unscale_and_transform``)."""
+    overridden = any(getattr(type(wrapper), name) is not getattr(base, name)
+                     for name in ("apply_grads", "restore_moving_statistics", "unscale_grads", "transform_grads",
+                                  "unscale_and_transform"))
+    if overridden or (wrapper.ema is not None and wrapper.ema.fused_all_if is None):
+        return None, None
+    restore = None
+    if wrapper.guard_moving_statistics:
+        if any(statistic.dtype != mstype.float32 for statistic in wrapper.moving_statistics):
+            return None, None
+        restore = kernels.restore_all_unless_kernel()
+    update = fused_optimizer_update(wrapper.optimizer)
+    return (update, restore) if update is not None else (None, None)
