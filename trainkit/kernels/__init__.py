@@ -10,11 +10,15 @@ from trainkit.kernels.primitives import (
     add_into_all_kernel,
     add_into_kernel,
     conv_output_size,
+    ema_update_all_if_kernel,
     ema_update_all_kernel,
     ema_update_kernel,
     geometry_values,
     im2col_kernel,
+    optimizer_update_kernel,
+    restore_all_unless_kernel,
 )
 
 __all__ = ["add_into_all_kernel", "add_into_kernel", "cache_dir", "conv_output_size", "describe",
-           "ema_update_all_kernel", "ema_update_kernel", "geometry_values", "im2col_kernel", "library"]
+           "ema_update_all_if_kernel", "ema_update_all_kernel", "ema_update_kernel", "geometry_values",
+           "im2col_kernel", "library", "optimizer_update_kernel", "restore_all_unless_kernel"]

@@ -30,7 +30,9 @@ from typing import Optional, Tuple
 log = logging.getLogger("trainkit")
 #: What the library must export (a cached library without one of them is built again).
 ENTRY_POINTS = ("TrainkitEmaUpdate", "TrainkitAddInto", "TrainkitIm2Col", "TrainkitCol2Im", "TrainkitEmaUpdateAll",
-                "TrainkitAddIntoAll", "TrainkitDigest")
+                "TrainkitAddIntoAll", "TrainkitMomentumAll", "TrainkitAdamAll",
+                "TrainkitAdamWeightDecayAll", "TrainkitEmaUpdateAllIf", "TrainkitRestoreAllUnless",
+                "TrainkitDigest")
 SOURCE = (Path(__file__).with_name("fused.cc")).read_text()
 
 FLAGS = ["-O3", "-ffp-contract=off", "-shared", "-fPIC", "-pthread", "-std=c++14"]

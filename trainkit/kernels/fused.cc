@@ -1,6 +1,7 @@
 // trainkit's fused CPU kernels, called through ops.Custom(func_type="aot") (trainkit/kernels/).
 // Each entry point has MindSpore's AOT signature; the last params entry is the output.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <thread>
@@ -216,6 +217,156 @@ extern "C" int TrainkitAddIntoAll(int nparam, void **params, int *ndims, int64_t
   over_pairs(k, params, ndims, shapes, [](float buffer, float value) { return buffer + value; });
   *static_cast<float *>(params[nparam - 1]) = 0.0f;
   return 0;
+}
+
+// TrainkitEmaUpdateAll on an applied step only: k shadows, k values, weight, applied (bool scalar) -> flag. Lets a
+// skipped window leave the shadows alone without a branch in the graph. nparam = 2k + 3.
+extern "C" int TrainkitEmaUpdateAllIf(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
+                                      void *stream, void *extra) {
+  if (nparam < 5 || nparam % 2 != 1) return 1;
+  if (!all_float32(nparam - 2, dtypes) || std::strcmp(dtypes[nparam - 2], "bool") != 0) return 2;
+  *static_cast<float *>(params[nparam - 1]) = 0.0f;
+  if (!*static_cast<const bool *>(params[nparam - 2])) return 0;
+  const int k = (nparam - 3) / 2;
+  const float weight = *static_cast<const float *>(params[2 * k]);
+  over_pairs(k, params, ndims, shapes, [weight](float shadow, float value) {
+    float difference = shadow - value;
+    float step = difference * weight;
+    return shadow - step;
+  });
+  return 0;
+}
+
+// k targets (float32, written in place), k saved values -> flag, with a last bool scalar `keep`: on a skipped
+// window (keep false) the targets get their saved values back (the moving statistics at the window's start);
+// otherwise nothing is written. nparam = 2k + 2.
+extern "C" int TrainkitRestoreAllUnless(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
+                                        void *stream, void *extra) {
+  if (nparam < 4 || nparam % 2 != 0) return 1;
+  if (!all_float32(nparam - 2, dtypes) || std::strcmp(dtypes[nparam - 2], "bool") != 0) return 2;
+  *static_cast<float *>(params[nparam - 1]) = 0.0f;
+  if (*static_cast<const bool *>(params[nparam - 2])) return 0;
+  const int k = (nparam - 2) / 2;
+  over_pairs(k, params, ndims, shapes, [](float, float saved) { return saved; });
+  return 0;
+}
+
+namespace {
+// Runs update(i, low, high) over values [low, high) of tensor i, for k tensors of `sizes` values, split across
+// threads by values (as over_pairs).
+template <typename Update>
+void over_tensors(int k, int *ndims, int64_t **shapes, Update update) {
+  std::vector<int64_t> start(k + 1, 0);
+  for (int i = 0; i < k; ++i) start[i + 1] = start[i] + count(ndims[i], shapes[i]);
+  parallel(start[k], [&](int64_t begin, int64_t end) {
+    int i = int(std::upper_bound(start.begin(), start.end(), begin) - start.begin()) - 1;
+    for (; i < k && start[i] < end; ++i)
+      update(i, std::max(begin, start[i]) - start[i], std::min(end, start[i + 1]) - start[i]);
+  });
+}
+
+}  // namespace
+
+// SGD with momentum over k tensors in one call, as mindspore.nn.Momentum with ApplyMomentum (bitwise), preceded by
+// the gradient factor and the optimizer's weight decay, skipped whole on a non-finite step:
+//   k weights, k moments (float32, written in place), k gradients, decay [k], lr, momentum, factor, finite,
+//   global_step -> flag. nparam = 3k + 7 (the flag last).
+// g = grad * factor; g = weight * decay + g (decay != 0); moment = moment * momentum + g;
+// weight -= moment * lr. (No Nesterov: MindSpore 2.10's CPU ApplyMomentum ignores use_nesterov, so nn.Momentum
+// with it stays on MindSpore's kernels, whose results it would change.)
+extern "C" int TrainkitMomentumAll(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
+                                   void *stream, void *extra) {
+  if (nparam < 10 || (nparam - 7) % 3 != 0) return 1;
+  const int k = (nparam - 7) / 3;
+  if (std::strcmp(dtypes[nparam - 6], "float32") != 0 || std::strcmp(dtypes[nparam - 5], "float32") != 0 ||
+      std::strcmp(dtypes[nparam - 4], "float32") != 0 || std::strcmp(dtypes[nparam - 3], "bool") != 0 ||
+      std::strcmp(dtypes[nparam - 2], "int32") != 0 || !all_float32(3 * k + 1, dtypes))
+    return 2;
+  *static_cast<float *>(params[nparam - 1]) = 0.0f;
+  if (!*static_cast<const bool *>(params[nparam - 3])) return 0;  // not finite: nothing moves
+  const float *decay = static_cast<const float *>(params[3 * k]);
+  const float lr = *static_cast<const float *>(params[nparam - 6]);
+  const float momentum = *static_cast<const float *>(params[nparam - 5]);
+  const float factor = *static_cast<const float *>(params[nparam - 4]);
+  over_tensors(k, ndims, shapes, [&](int i, int64_t low, int64_t high) {
+    float *weight = static_cast<float *>(params[i]);
+    float *moment = static_cast<float *>(params[k + i]);
+    const float *grad = static_cast<const float *>(params[2 * k + i]);
+    const float wd = decay[i];
+    for (int64_t j = low; j < high; ++j) {
+      float g = grad[j] * factor;
+      if (wd != 0.0f) g = weight[j] * wd + g;
+      moment[j] = moment[j] * momentum + g;
+      weight[j] -= moment[j] * lr;
+    }
+  });
+  *static_cast<int32_t *>(params[nparam - 2]) += 1;
+  return 0;
+}
+
+// Adam over k tensors in one call, float32 operation by operation (NumPy's rounding; MindSpore's SIMD kernels
+// differ from it in the last bit of a few values), as mindspore.nn.Adam (L2 weight decay into the gradient, bias correction through
+// beta powers) or, with kDecoupled, as mindspore.nn.AdamWeightDecay (decay added to the update, no bias
+// correction), preceded by the gradient factor and skipped whole on a non-finite step:
+//   k weights, k first moments, k second moments (float32, written in place), k gradients, decay [k], lr, beta1,
+//   beta2, eps, beta1_power, beta2_power (float32 scalars, written in place: times beta on a finite step),
+//   factor, finite, global_step -> flag. nparam = 4k + 11.
+template <bool kDecoupled>
+int adam_all(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  if (nparam < 15 || (nparam - 11) % 4 != 0) return 1;
+  const int k = (nparam - 11) / 4;
+  if (!all_float32(nparam - 3, dtypes) || std::strcmp(dtypes[nparam - 3], "bool") != 0 ||
+      std::strcmp(dtypes[nparam - 2], "int32") != 0)
+    return 2;
+  *static_cast<float *>(params[nparam - 1]) = 0.0f;
+  if (!*static_cast<const bool *>(params[nparam - 3])) return 0;  // not finite: nothing moves
+  const float *decay = static_cast<const float *>(params[4 * k]);
+  const float lr = *static_cast<const float *>(params[4 * k + 1]);
+  const float beta1 = *static_cast<const float *>(params[4 * k + 2]);
+  const float beta2 = *static_cast<const float *>(params[4 * k + 3]);
+  const float eps = *static_cast<const float *>(params[4 * k + 4]);
+  float *beta1_power = static_cast<float *>(params[4 * k + 5]);
+  float *beta2_power = static_cast<float *>(params[4 * k + 6]);
+  const float factor = *static_cast<const float *>(params[nparam - 4]);
+  const float power1 = *beta1_power * beta1, power2 = *beta2_power * beta2;
+  const float one = 1.0f;
+  const float step_lr = kDecoupled ? lr : lr * std::sqrt(one - power2) / (one - power1);
+  over_tensors(k, ndims, shapes, [&](int i, int64_t low, int64_t high) {
+    float *weight = static_cast<float *>(params[i]);
+    float *m = static_cast<float *>(params[k + i]);
+    float *v = static_cast<float *>(params[2 * k + i]);
+    const float *grad = static_cast<const float *>(params[3 * k + i]);
+    const float wd = decay[i];
+    for (int64_t j = low; j < high; ++j) {
+      float g = grad[j] * factor;
+      if (kDecoupled) {
+        m[j] = beta1 * m[j] + (one - beta1) * g;
+        v[j] = beta2 * v[j] + (one - beta2) * (g * g);
+        float update = m[j] / (std::sqrt(v[j]) + eps);
+        if (wd != 0.0f) update = update + wd * weight[j];
+        weight[j] = weight[j] - lr * update;
+      } else {
+        if (wd != 0.0f) g = weight[j] * wd + g;
+        m[j] = m[j] + (g - m[j]) * (one - beta1);
+        v[j] = v[j] + (g * g - v[j]) * (one - beta2);
+        weight[j] = weight[j] - step_lr * m[j] / (std::sqrt(v[j]) + eps);
+      }
+    }
+  });
+  *beta1_power = power1;
+  *beta2_power = power2;
+  *static_cast<int32_t *>(params[nparam - 2]) += 1;
+  return 0;
+}
+
+extern "C" int TrainkitAdamAll(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
+                               void *stream, void *extra) {
+  return adam_all<false>(nparam, params, ndims, shapes, dtypes);
+}
+
+extern "C" int TrainkitAdamWeightDecayAll(int nparam, void **params, int *ndims, int64_t **shapes,
+                                          const char **dtypes, void *stream, void *extra) {
+  return adam_all<true>(nparam, params, ndims, shapes, dtypes);
 }
 
 #ifndef TRAINKIT_DIGEST

@@ -41,6 +41,38 @@ def add_into_all_kernel():
     return None if path is None else _in_place_kernel(path, "TrainkitAddIntoAll")
 
 
+def ema_update_all_if_kernel():
+    """``ops.Custom`` as :func:`ema_update_all_kernel` with a last bool input: updates only when it is True (a
+    skipped window leaves the shadows alone with no branch in the graph), or None."""
+    path, _ = library()
+    return None if path is None else _in_place_kernel(path, "TrainkitEmaUpdateAllIf")
+
+
+def restore_all_unless_kernel():
+    """``ops.Custom`` writing k float32 saved values back into k Parameters in one call unless its last (bool)
+    input is True (inputs: the k Parameters, the k saved values, the flag), or None."""
+    path, _ = library()
+    return None if path is None else _in_place_kernel(path, "TrainkitRestoreAllUnless")
+
+
+#: The fused optimizer updates by entry point: SGD with momentum, Adam, AdamWeightDecay.
+OPTIMIZER_ENTRY_POINTS = ("TrainkitMomentumAll", "TrainkitAdamAll",
+                          "TrainkitAdamWeightDecayAll")
+
+
+def optimizer_update_kernel(entry_point: str):
+    """``ops.Custom`` taking one optimizer step over k float32 tensors in place in one call, or None.
+
+    `entry_point` is one of :data:`OPTIMIZER_ENTRY_POINTS`; its inputs are listed above it in ``fused.cc``. Each
+    takes the gradient factor (unscale x clip) and a finite flag: on a non-finite step nothing it writes moves
+    (weights, moments, beta powers, the step counter).
+    """
+    if entry_point not in OPTIMIZER_ENTRY_POINTS:
+        raise ValueError(f"entry_point must be one of {', '.join(OPTIMIZER_ENTRY_POINTS)}; got {entry_point!r}")
+    path, _ = library()
+    return None if path is None else _in_place_kernel(path, entry_point)
+
+
 @functools.lru_cache(maxsize=None)
 def _in_place_kernel(path: str, entry_point: str):
     """The library's `entry_point` as a primitive that writes its first input(s) (its output is a dummy flag)."""

@@ -1,8 +1,10 @@
 """Which kernels a run's fused passes took, kept in its checkpoints: a resume on the other path is not bitwise.
 
-The wrapper's EMA update, gradient accumulation and the unfolded convolutions' im2col run trainkit's C++ kernels
-where they build (:mod:`trainkit.kernels`), else MindSpore's own. The EMA and accumulation passes round alike on
-both paths; the convolutions do not: measured on the quick start, one epoch with the kernels and one with
+The wrapper's optimizer update (nn.Momentum, nn.Adam, nn.AdamWeightDecay), EMA update, gradient accumulation and
+the unfolded convolutions' im2col run trainkit's C++ kernels where they build (:mod:`trainkit.kernels`), else
+MindSpore's own. The EMA, accumulation and nn.Momentum passes round alike on both paths; Adam's does not
+(MindSpore's SIMD kernel differs from float32 operation by operation in the last bit of a few values a step), nor
+do the convolutions: measured on the quick start, one epoch with the kernels and one with
 ``TRAINKIT_FUSED_KERNELS=off`` end with 56 of 70 tensors apart, by up to 8.6e-7 (batch-norm statistics first).
 So a checkpoint records its path (``kernel_path``: ``fused`` or ``mindspore``, when the run takes a fused pass at
 all), and a resume on the other path is refused unless ``trainer.resume_kernels=any``.
@@ -17,6 +19,7 @@ from mindspore import nn
 from trainkit.errors import ConfigError
 from trainkit.kernels import describe, library
 from trainkit.models.conv import UnfoldConv2d
+from trainkit.step.fused_optimizer import repeats
 
 log = logging.getLogger("trainkit")
 
@@ -26,7 +29,9 @@ ENTRY = "kernel_path"  # the checkpoint's entry
 def fused_passes(wrapper: nn.Cell) -> List[str]:
     """The passes of `wrapper` (a TrainingWrapper) that run trainkit's kernels where they build."""
     im2col = any(isinstance(cell, UnfoldConv2d) and not cell.identity_columns for _, cell in wrapper.cells_and_names())
-    return [name for name, on in (("EMA update", getattr(wrapper, "ema", None) is not None),
+    optimizer = getattr(wrapper, "optimizer", None)
+    return [name for name, on in (("optimizer update", optimizer is not None and repeats(optimizer)),
+                                  ("EMA update", getattr(wrapper, "ema", None) is not None),
                                   ("gradient accumulation", getattr(wrapper, "accumulation_steps", 1) > 1),
                                   ("convolutions' im2col", im2col)) if on]
 

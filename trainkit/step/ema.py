@@ -84,6 +84,8 @@ class ExponentialMovingAverage(nn.Cell):
         # one set of threads for the whole update (ResNet-50: 5.0 against 12.8 ms for one call per tensor).
         all_float32 = len(self.sources) > 0 and all(p.dtype == mstype.float32 for p in self.sources)
         self.fused_all = kernels.ema_update_all_kernel() if all_float32 else None
+        # The same with a flag, for a wrapper whose optimizer step takes the finite flag (no branch in the graph).
+        self.fused_all_if = kernels.ema_update_all_if_kernel() if all_float32 else None
 
     def current_decay(self) -> Tensor:
         """The decay of one step the next update will use (before raising it to the power `every`)."""
@@ -118,6 +120,18 @@ class ExponentialMovingAverage(nn.Cell):
         if due:
             self.update()
         return due
+
+    def update_if(self, applied: Tensor):
+        """``construct`` on a step whose optimizer update was `applied` (a bool scalar); nothing at all otherwise,
+        with no branch in the graph: the shadows, ``ema_num_updates`` and ``ema_step`` stay. Needs
+        ``fused_all_if`` (every shadow float32, trainkit's kernels built)."""
+        due = applied
+        if self.every > 1:
+            step = self.step * 1  # read before the assign below
+            ops.assign(self.step, ops.select(applied, (step + 1) % self.every, step))
+            due = ops.logical_and(applied, step == self.every - 1)
+        updated = self.fused_all_if(*self.shadows, *self.sources, self.current_weight(), due)
+        return ops.depend(ops.assign_add(self.num_updates, due.astype(mstype.int32)), updated)
 
     def shadow_weights(self) -> dict:
         """``{original name: shadow value}``, ready for ``mindspore.load_param_into_net``."""

@@ -12,6 +12,7 @@ from mindspore.parallel._utils import _get_device_num, _get_gradients_mean, _get
 from trainkit import kernels
 from trainkit.checks import check_number
 from trainkit.step.ema import ExponentialMovingAverage, ema_source_parameters
+from trainkit.step.fused_optimizer import fused_step_kernels
 from trainkit.step.grad_ops import (
     add_into,
     add_into_fused,
@@ -86,6 +87,11 @@ class TrainingWrapper(nn.Cell):
             update_loss_scale(finite)            # dynamic scaling only
             if finite: apply_grads(clipped)      # optimizer, then EMA
             else: restore_moving_statistics(statistics)
+
+    Where trainkit's kernels build and the optimizer is ``nn.Momentum``, ``nn.Adam`` or ``nn.AdamWeightDecay``,
+    ``optimizer_step`` is one kernel call instead (``trainkit.step.fused_optimizer``): the still-scaled gradients,
+    the factor ``unscale_and_transform`` would multiply them by, and ``finite`` go in, and on a skipped window
+    nothing moves -- no branch in the graph (a subclass overriding a phase that call stands for keeps the above).
 
     The gradients stay multiplied by the loss scale until ``unscale_and_transform``, which
     unscales and clips in one multiply: ``g_s * min(1, c / (||g_s|| / s + 1e-6)) / s`` from the
@@ -201,6 +207,10 @@ class TrainingWrapper(nn.Cell):
         self.ema = None
         if ema_decay is not None:
             self.ema = ExponentialMovingAverage(ema_source_parameters(network), ema_decay, ema_warmup, ema_every)
+
+        # The optimizer step as one kernel call taking the gradient factor and the finite flag: no branch in the graph
+        # for the guard. (None, None): MindSpore's optimizer behind the branch (trainkit.step.fused_optimizer).
+        self.fused_update, self.restore_statistics_unless = fused_step_kernels(self, TrainingWrapper)
 
         self.grad_reducer = None
         if _get_parallel_mode() in (ParallelMode.DATA_PARALLEL, ParallelMode.HYBRID_PARALLEL):
@@ -409,6 +419,8 @@ class TrainingWrapper(nn.Cell):
         """
         if scale is None:
             scale = self._one
+        if self.fused_update is not None:
+            return self._fused_optimizer_step(grads, loss, statistics, scale)
         clipped, grad_norm = self.unscale_and_transform(grads, scale)
         finite = self.step_finite(grads, grad_norm, loss)
         if self.dynamic_loss_scale:  # decided here: a call that does nothing is an empty side-effect node in the graph
@@ -422,6 +434,34 @@ class TrainingWrapper(nn.Cell):
         else:
             self.restore_moving_statistics(statistics)
         return ops.logical_not(finite), grad_norm
+
+    def gradient_factor(self, grads: tuple, scale: Tensor) -> Tuple[Tensor, Tensor]:
+        """What ``unscale_and_transform`` multiplies the gradients by, and the unscaled norm: ``(factor, norm)``."""
+        grad_norm = self._zero
+        if self.compute_grad_norm:
+            grad_norm = self.global_norm(grads)
+            if self.unscaling:
+                grad_norm = grad_norm * ops.reciprocal(scale)
+        factor = self._one if self.max_grad_norm is None else self.clip_coefficient(grad_norm)
+        if self.unscaling:
+            factor = ops.reciprocal(scale) if self.max_grad_norm is None else factor * ops.reciprocal(scale)
+        return factor, grad_norm
+
+    def _fused_optimizer_step(self, grads: tuple, loss: Tensor, statistics: tuple,
+                              scale: Tensor) -> Tuple[Tensor, Tensor]:
+        """``optimizer_step`` as one kernel call with the factor and the finite flag: no branch in the graph."""
+        factor, grad_norm = self.gradient_factor(grads, scale)
+        finite = self.step_finite(grads, grad_norm, loss)
+        if self.dynamic_loss_scale:
+            self.update_loss_scale(finite)
+        applied = self.fused_update(grads, factor, finite)
+        if self.ema is not None:
+            applied = ops.depend(self.ema.update_if(finite), applied)
+        if not self.skip_nonfinite:
+            return ops.depend(self._false, applied), grad_norm
+        if self.guard_moving_statistics:
+            applied = ops.depend(self.restore_statistics_unless(*self.moving_statistics, *statistics, finite), applied)
+        return ops.depend(ops.logical_not(finite), applied), grad_norm
 
     # ------------------------------------------------------ metrics on the device
     def add_to_running_totals(self, loss: Tensor, overflow: Tensor, grad_norm: Tensor, scale: Tensor) -> None:
