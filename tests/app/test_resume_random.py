@@ -4,6 +4,7 @@ keeps inside the kernel (``nn.Dropout`` on CPU) cannot resume exactly, and the r
 import logging
 
 import numpy as np
+import pytest
 from mindspore import nn
 
 from trainkit.app import train
@@ -94,6 +95,8 @@ def test_a_layer_whose_stream_mindspore_keeps_is_named_and_the_resume_not_called
 
 
 
+@pytest.mark.slow  # 40 s: the default suite has single-process dropout resumes here and test_launch's bitwise
+# data-parallel resume
 def test_the_mlp_with_dropout_resumes_bitwise_in_data_parallel(tmp_path):
     """Two workers, each drawing masks of its own: the job cut back to a mid-epoch checkpoint and continued with
     trainer.resume=auto ends with the uninterrupted job's checkpoint, bit for bit."""
