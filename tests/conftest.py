@@ -43,3 +43,14 @@ def tiny_cifar10(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny_cifar10")
     write_cifar10(str(root), train_per_file=10, test_records=8, seed=5)
     return root
+
+
+@pytest.fixture
+def own_cache(tmp_path, monkeypatch):
+    """TRAINKIT_CACHE_DIR in the test's folder, the built library forgotten before and after: the cache folder."""
+    from trainkit import kernels
+
+    monkeypatch.setenv("TRAINKIT_CACHE_DIR", str(tmp_path / "cache"))
+    kernels.build._build.cache_clear()
+    yield tmp_path / "cache"
+    kernels.build._build.cache_clear()

@@ -10,19 +10,9 @@ import numpy as np
 import pytest
 from mindspore import Parameter, ParameterTuple, Tensor, nn
 
+from tests.common.kernels import needs_compiler
 from tests.common.models import TinyMLP, batches, loss_network, run, weights_of
 from trainkit import TrainingWrapper, kernels
-
-needs_compiler = pytest.mark.skipif(shutil.which(os.environ.get("CXX") or "g++") is None,
-                                    reason="no C++ compiler: the fused path cannot be built here")
-
-
-@pytest.fixture
-def own_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("TRAINKIT_CACHE_DIR", str(tmp_path / "cache"))
-    kernels.build._build.cache_clear()
-    yield tmp_path / "cache"
-    kernels.build._build.cache_clear()
 
 
 def numpy_update(shadow: np.ndarray, value: np.ndarray, weight: np.float32) -> np.ndarray:

@@ -1,31 +1,20 @@
 """The fused optimizer updates (trainkit/step/fused_optimizer.py, kernels in trainkit/kernels/fused.cc): SGD with
 momentum bitwise ``nn.Momentum``; Adam and AdamWeightDecay bitwise NumPy's float32 arithmetic written here (and
 within a float32 rounding of MindSpore's); a non-finite step moves nothing. Graph and pynative mode."""
-import os
-import shutil
 
 import numpy as np
 import pytest
 from mindspore import Parameter, Tensor, nn
 
-from trainkit import kernels
+from tests.common.kernels import needs_compiler
 from trainkit.step.fused_optimizer import fused_optimizer_update
 
-pytestmark = pytest.mark.skipif(shutil.which(os.environ.get("CXX") or "g++") is None,
-                                reason="no C++ compiler: the fused path cannot be built here")
+pytestmark = needs_compiler
 f32 = np.float32
 # Around the threads' split (256 Ki values): it falls inside a tensor; "gamma" is not decayed by MindSpore's filter.
 SHAPES = {"w0": (3, 4), "w1": (300_001,), "gamma": (7,), "w3": (2, 100_000), "w4": (1,)}
 RATES = [0.1, 0.05, 0.02, 0.01, 0.005]  # one per step: the schedule follows global_step
 FACTOR = f32(0.37)  # the wrapper's unscale x clip factor
-
-
-@pytest.fixture
-def own_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("TRAINKIT_CACHE_DIR", str(tmp_path / "cache"))
-    kernels.build._build.cache_clear()
-    yield
-    kernels.build._build.cache_clear()
 
 
 def initial() -> dict:

@@ -2,27 +2,17 @@
 the graph) is bitwise the step it replaces (MindSpore's nn.Momentum behind the guard's branch, with
 TRAINKIT_FUSED_KERNELS=0), every feature on, a non-finite window planted; and it is taken only where it stands
 for the same arithmetic."""
-import os
-import shutil
 
 import mindspore as ms
 import numpy as np
 import pytest
 from mindspore import amp, nn
 
+from tests.common.kernels import needs_compiler
 from tests.common.models import TinyMLP, batches, loss_network, run
-from trainkit import TrainingWrapper, kernels
+from trainkit import TrainingWrapper
 
-pytestmark = pytest.mark.skipif(shutil.which(os.environ.get("CXX") or "g++") is None,
-                                reason="no C++ compiler: the fused path cannot be built here")
-
-
-@pytest.fixture
-def own_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("TRAINKIT_CACHE_DIR", str(tmp_path / "cache"))
-    kernels.build._build.cache_clear()
-    yield
-    kernels.build._build.cache_clear()
+pytestmark = needs_compiler
 
 
 @pytest.mark.parametrize("accumulation_steps", [1, 2])

@@ -190,6 +190,17 @@ void over_pairs(int k, void **params, int *ndims, int64_t **shapes, Update updat
 }
 }  // namespace
 
+// The k shadows of params[0..k) moved towards the values of params[k..2k) by the weight params[2k]:
+// shadow - (shadow - value) * weight, rounded as MindSpore's three kernels (built with -ffp-contract=off).
+void ema_pairs(int k, void **params, int *ndims, int64_t **shapes) {
+  const float weight = *static_cast<const float *>(params[2 * k]);
+  over_pairs(k, params, ndims, shapes, [weight](float shadow, float value) {
+    float difference = shadow - value;
+    float step = difference * weight;
+    return shadow - step;
+  });
+}
+
 // k shadows (float32, written in place), k values (float32, the same shapes), weight (float32 scalar) -> flag:
 // TrainkitEmaUpdate over every pair in one call. nparam = 2k + 2.
 extern "C" int TrainkitEmaUpdateAll(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
@@ -197,12 +208,7 @@ extern "C" int TrainkitEmaUpdateAll(int nparam, void **params, int *ndims, int64
   if (nparam < 4 || nparam % 2 != 0) return 1;
   if (!all_float32(nparam - 1, dtypes)) return 2;
   const int k = (nparam - 2) / 2;
-  const float weight = *static_cast<const float *>(params[2 * k]);
-  over_pairs(k, params, ndims, shapes, [weight](float shadow, float value) {
-    float difference = shadow - value;
-    float step = difference * weight;
-    return shadow - step;
-  });
+  ema_pairs(k, params, ndims, shapes);
   *static_cast<float *>(params[nparam - 1]) = 0.0f;
   return 0;
 }
@@ -228,12 +234,7 @@ extern "C" int TrainkitEmaUpdateAllIf(int nparam, void **params, int *ndims, int
   *static_cast<float *>(params[nparam - 1]) = 0.0f;
   if (!*static_cast<const bool *>(params[nparam - 2])) return 0;
   const int k = (nparam - 3) / 2;
-  const float weight = *static_cast<const float *>(params[2 * k]);
-  over_pairs(k, params, ndims, shapes, [weight](float shadow, float value) {
-    float difference = shadow - value;
-    float step = difference * weight;
-    return shadow - step;
-  });
+  ema_pairs(k, params, ndims, shapes);
   return 0;
 }
 
