@@ -173,3 +173,18 @@ class AuxiliaryHead(nn.Module):
         if self.training:
             return out, self.aux(x)
         return out
+
+
+class IndexedBias(nn.Module):
+    """A bias gathered from a learned table by an index buffer read in forward (``self.index.view(-1)``), as
+    MaxViT's relative position bias is."""
+
+    def __init__(self, features: int = 6, num_classes: int = 3):
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(5, num_classes))
+        self.register_buffer("index", torch.tensor([[4, 0], [2, 2], [1, 3]]))
+        self.fc = nn.Linear(features, num_classes)
+
+    def forward(self, x):
+        bias = self.table[self.index.view(-1)].view(3, 2, -1).mean(1).mean(0)
+        return self.fc(x) + bias

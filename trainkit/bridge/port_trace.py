@@ -78,6 +78,9 @@ def tracer_for(module: Any, recording: Optional[Recording]) -> Any:
 
         def __init__(self):
             super().__init__()
+            # a buffer read in forward (`self.index.view(-1)`) stays the buffer, not a tensor constant fx folds
+            # (`_tensor_constant0`, which port cannot carry: MaxViT's relative position index)
+            self.proxy_buffer_attributes = True
             self.values: Dict[Any, Any] = {}
             self.decisions: List[str] = []  # branches taken on values computed from the inputs (their shapes)
             self.arguments: List[str] = []  # branches taken on an argument's value, as the parent passes it
