@@ -182,7 +182,8 @@ def test_a_forward_that_branches_on_training_mode_is_said_to_be_ported_in_eval_m
 def test_a_buffer_read_in_forward_stays_the_module_s_buffer(on_path, capsys):
     """An index buffer read with a method in forward (``self.index.view(-1)``, MaxViT's relative position index) is
     written as the module's buffer, not as a tensor constant fx folded (``self._tensor_constant0``, which the ported
-    Cell does not have). Mutation caught: fx's default, buffers not proxied (the port failed on the batch)."""
+    Cell does not have); Tensor.sum over an axis agrees (port compares with PyTorch). Mutation caught: fx's default,
+    buffers not proxied (the port failed on the batch)."""
     assert main([f"{MODELS}:IndexedBias", "--out", str(on_path / "indexed"), "--input-shape", "6"]) == 0, \
         capsys.readouterr().out
     source = (on_path / "indexed" / "model.py").read_text()

@@ -318,6 +318,12 @@ def _mean(input, dim="None", keepdim="False", dtype="None"):  # noqa: A002 - PyT
     return f"ops.mean({input}, {dim}, keep_dims={keepdim})" if dim != "None" else f"ops.mean({input})"
 
 
+def _sum(input, dim="None", keepdim="False", dtype="None"):  # noqa: A002
+    if dtype != "None":
+        raise Unsupported("Tensor.sum with dtype")
+    return f"ops.sum({input}, {dim}, keepdim={keepdim})" if dim != "None" else f"ops.sum({input})"
+
+
 def _add(input, other, alpha="1"):  # noqa: A002
     return f"{input} + {other}" if alpha == "1" else f"{input} + {alpha} * {other}"
 
@@ -402,7 +408,7 @@ FUNCTIONS: Dict[str, Callable[..., str]] = {
     "torch.permute": lambda input, dims: f"ops.permute({input}, {dims})",  # noqa: A002
     "torch.transpose": lambda input, dim0, dim1: f"ops.swapaxes({input}, {dim0}, {dim1})",  # noqa: A002
     "torch.swapaxes": lambda input, axis0, axis1: f"ops.swapaxes({input}, {axis0}, {axis1})",  # noqa: A002
-    "torch.mean": _mean, "torch.matmul": lambda input, other: f"ops.matmul({input}, {other})",  # noqa: A002
+    "torch.mean": _mean, "torch.sum": _sum, "torch.matmul": lambda input, other: f"ops.matmul({input}, {other})",  # noqa: A002
     "torch.relu": _unary("relu"), "torch.sigmoid": _unary("sigmoid"), "torch.tanh": _unary("tanh"),
     "torch.softmax": _softmax_call,
     "torch.nn.functional.relu": _unary("relu"), "torch.nn.functional.gelu": _gelu,
@@ -424,6 +430,7 @@ METHODS: Dict[str, Callable[..., str]] = {
     "transpose": lambda self, dim0, dim1: f"ops.swapaxes({self}, {dim0}, {dim1})",
     "swapaxes": lambda self, axis0, axis1: f"ops.swapaxes({self}, {axis0}, {axis1})",
     "mean": lambda self, dim="None", keepdim="False", dtype="None": _mean(self, dim, keepdim),
+    "sum": lambda self, dim="None", keepdim="False", dtype="None": _sum(self, dim, keepdim, dtype),
     "size": _size, "contiguous": lambda self: self,
     "relu": lambda self: f"ops.relu({self})", "sigmoid": lambda self: f"ops.sigmoid({self})",
     "tanh": lambda self: f"ops.tanh({self})", "softmax": lambda self, dim: f"ops.softmax({self}, axis={dim})",
