@@ -4,7 +4,7 @@ writes the values in place."""
 import mindspore as ms
 import numpy as np
 import pytest
-from mindspore import Tensor, nn
+from mindspore import Tensor, nn, ops
 
 from trainkit.app import graph_reuse
 
@@ -86,3 +86,82 @@ def test_no_sharing_for_a_resuming_run_or_with_the_cache_off(tmp_path, monkeypat
     assert graph_reuse.key_of(compose_config([*base, "trainer.resume=auto"])) is None
     monkeypatch.setenv("TRAINKIT_COMPILE_CACHE", "0")
     assert graph_reuse.key_of(compose_config(base)) is None
+
+
+class RandomInConstruct(nn.Cell):
+    """A functional dropout: MindSpore takes its seed from the global seed, as a constant, at compile time."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense = nn.Dense(4, 3)
+
+    def construct(self, x):
+        return ops.dropout(self.dense(x), p=0.5, training=True)
+
+
+class DrawnInInit(nn.Cell):
+    """A mask drawn from the seed in __init__ and kept as a Tensor, not a Parameter: a constant of the graph."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense = nn.Dense(4, 3)
+        self.mask = Tensor((np.random.default_rng(ms.get_seed()).random(3) > 0.5).astype(np.float32))
+
+    def construct(self, x):
+        return self.dense(x) * self.mask
+
+
+def cells_of(make, seed):
+    ms.set_seed(seed)
+    backbone = make()
+    loss_network = nn.WithLossCell(backbone, nn.MSELoss())
+    optimizer = nn.Momentum(backbone.trainable_params(), learning_rate=0.1, momentum=0.9)
+    return graph_reuse.CompiledCells(backbone, loss_network, optimizer, nn.TrainOneStepCell(loss_network, optimizer),
+                                     None)
+
+
+def step(built):
+    built.wrapper(Tensor(np.ones((2, 4), np.float32)), Tensor(np.zeros((2, 3), np.float32)))
+
+
+def test_a_job_of_another_seed_shares_where_the_seed_only_reaches_the_starting_weights(graph_mode):
+    """The seed is out of the sharing key (sweep.repeats). Mutation tried: seed_free returning False always (the
+    second seed compiled its own cells)."""
+    first = run_job("k", cells_of(lambda: nn.Dense(4, 3), seed=0))
+    step(first)
+    second = run_job("k", cells_of(lambda: nn.Dense(4, 3), seed=1))
+    assert second is first
+
+
+@pytest.mark.parametrize("make", [RandomInConstruct, DrawnInInit], ids=["random operator", "constant drawn"])
+def test_a_job_of_another_seed_gets_its_own_cells_where_the_graphs_hold_something_drawn_from_the_seed(
+        make, graph_mode):
+    """Mutations tried: the random-operator check removed from seed_free (the functional dropout shared: its mask
+    would be the first seed's); the constants' comparison removed (the drawn mask shared)."""
+    first = run_job("k", cells_of(make, seed=0))
+    step(first)
+    assert run_job("k", cells_of(make, seed=0)) is first  # the same seed: the same constants, shared
+    second_built = cells_of(make, seed=1)
+    assert run_job("k", second_built) is second_built
+
+
+def test_graphs_with_control_flow_are_not_vouched_for(graph_mode):
+    """A branch is a graph of its own the check does not read: another seed compiles (Mutation tried: Switch and
+    nameless call nodes taken as plain operators: shared)."""
+
+    class Branching(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.dense = nn.Dense(4, 3)
+            self.flag = ms.Parameter(Tensor(1, ms.int32), requires_grad=False)
+
+        def construct(self, x):
+            y = self.dense(x)
+            if self.flag > 0:
+                y = y * 2
+            return y
+
+    first = run_job("k", cells_of(Branching, seed=0))
+    step(first)
+    second_built = cells_of(Branching, seed=1)
+    assert run_job("k", second_built) is second_built

@@ -31,7 +31,7 @@ import os
 import platform
 import sys
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Tuple
 
 import mindspore as ms
 from omegaconf import DictConfig, OmegaConf
@@ -127,8 +127,9 @@ def _pop(container: dict, dotted: str) -> None:
         node.pop(last, None)
 
 
-def graph_config(cfg: DictConfig) -> dict:
-    """The resolved config less `run_dir` and the :data:`GRAPH_DATA_KEYS` that apply to it: what shapes a graph."""
+def graph_config(cfg: DictConfig, data_keys: Tuple[str, ...] = ()) -> dict:
+    """The resolved config less `run_dir`, the :data:`GRAPH_DATA_KEYS` that apply to it and `data_keys` (keys the
+    caller checks itself): what shapes a graph."""
     container = OmegaConf.to_container(cfg, resolve=True)  # what the run will see, not how it was spelled
     container.pop("run_dir", None)
     # Decided on the config as given, before anything is popped: optimizer.lr is data only under trainkit's own
@@ -138,14 +139,14 @@ def graph_config(cfg: DictConfig) -> dict:
                  if where is None or targets[where[0]].startswith(where[1])]
     if not targets["lr_schedule"].startswith("trainkit.lr_schedule."):
         data_only = [key for key in data_only if key != "optimizer.lr"]
-    for key in data_only:
+    for key in [*data_only, *data_keys]:
         _pop(container, key)
     return container
 
 
-def cache_key(cfg: DictConfig) -> str:
-    """A hash of what decides the graphs a run compiles (see the module's docstring)."""
-    container = graph_config(cfg)
+def cache_key(cfg: DictConfig, data_keys: Tuple[str, ...] = ()) -> str:
+    """A hash of what decides the graphs a run compiles (see the module's docstring), less `data_keys`."""
+    container = graph_config(cfg, data_keys)
     digest = hashlib.sha256()
     digest.update(OmegaConf.to_yaml(OmegaConf.create(container)).encode())
     digest.update(f"{ms.__version__} {sys.version} {platform.machine()}".encode())

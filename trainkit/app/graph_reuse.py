@@ -13,13 +13,21 @@ cells, never run) and then, when the last completed job of this process had the 
 values that only reach the graphs as data), copies every Parameter of its new cells into the kept ones and trains
 those. Where the two sets of Parameters differ in names, shapes or types the new cells are used and compiled.
 The same switches as the compile cache turn it off (``TRAINKIT_COMPILE_CACHE=0``, a data-parallel worker).
+
+The key here leaves out ``trainer.seed`` too (``sweep.repeats`` runs each configuration with several seeds): a
+seed reaches the graphs as data (the starting weights, copied in) except where the graphs hold something drawn from
+it as a constant. So a job of another seed shares only when (:func:`seed_free`) the kept train and evaluation
+graphs have no random operator (MindSpore's dropouts and samplers take their seeds as constants at compile time,
+whether built as layers or called as functions in ``construct``), and every constant the cells hold (Tensors that
+are not Parameters, NumPy arrays, numbers: trainkit's ``Dropout`` salt, a mask a model drew in ``__init__``) is
+equal in the two jobs' cells. Anything else compiles its own cells.
 """
 from __future__ import annotations
 
 import contextlib
 import logging
 from dataclasses import dataclass, fields
-from typing import Iterator, List, Optional, Tuple
+from typing import Any, Iterator, List, Optional, Tuple
 
 import mindspore as ms
 import numpy as np
@@ -43,8 +51,9 @@ class CompiledCells:
     eval_network: Optional[nn.Cell]  # None with trainer.evaluate=false
 
 
-_kept: Optional[Tuple[str, CompiledCells]] = None  # the last completed job's key and cells
+_kept: Optional[Tuple[str, CompiledCells, Any]] = None  # the last completed job's key, cells and seed
 _job: List[Optional[str]] = [None]  # the key of the job running now, inside sharing()
+_seed: List[Any] = [None]  # the seed of the job running now
 _built: List[Optional[CompiledCells]] = [None]  # the cells the job running now trains
 
 
@@ -54,7 +63,7 @@ def key_of(cfg: DictConfig) -> Optional[str]:
     if compile_cache.cache_root() is None or launched_by_msrun() or cfg.trainer.get("resume") is not None:
         return None
     try:
-        return compile_cache.cache_key(cfg)
+        return compile_cache.cache_key(cfg, data_keys=("trainer.seed",))
     except Exception as error:  # noqa: BLE001 -- bad input is the run's to report, with its own message
         log.debug("graph sharing off for this job: %s", error)
         return None
@@ -65,7 +74,7 @@ def sharing(key: Optional[str]) -> Iterator[None]:
     """Inside, :func:`reuse` may hand the run the cells the last job of this process compiled under `key`; a run
     that completes leaves its cells for the next job. A failed run leaves none (its cells may be half-way)."""
     global _kept
-    _job[0], _built[0] = key, None
+    _job[0], _built[0], _seed[0] = key, None, None
     try:
         yield
     except BaseException:
@@ -73,9 +82,9 @@ def sharing(key: Optional[str]) -> Iterator[None]:
         raise
     else:
         if key is not None and _built[0] is not None:
-            _kept = (key, _built[0])
+            _kept = (key, _built[0], _seed[0])
     finally:
-        _job[0], _built[0] = None, None
+        _job[0], _built[0], _seed[0] = None, None, None
 
 
 def reuse(cells: CompiledCells) -> CompiledCells:
@@ -84,9 +93,14 @@ def reuse(cells: CompiledCells) -> CompiledCells:
     key = _job[0]
     if key is None:
         return cells
+    _seed[0] = ms.get_seed()  # the run's trainer.seed, set before its cells were built
     chosen = cells
     if _kept is not None and _kept[0] == key:
         pairs = _parameter_pairs(_kept[1], cells)
+        if pairs is not None and _kept[2] != ms.get_seed() and not seed_free(_kept[1], cells):
+            log.info("graph sharing: not with the last job: its graphs hold something drawn from its seed (a random "
+                     "operator or a constant), so this job of another seed compiles its own")
+            pairs = None
         if pairs is not None:
             for kept, new in pairs:
                 assign_in_place(kept, new.asnumpy())
@@ -95,6 +109,87 @@ def reuse(cells: CompiledCells) -> CompiledCells:
                      "parameters set to this job's values)", key[:12], len(pairs))
     _built[0] = chosen
     return chosen
+
+
+def seed_free(kept: CompiledCells, new: CompiledCells) -> bool:
+    """Whether `new` (built under another seed) may run `kept`'s compiled graphs: no random operator in them, and
+    every constant of the cells equal. False where the graphs cannot be read."""
+    operators = _random_operators(kept)
+    if operators != set():
+        log.debug("graph sharing: the kept graphs' random operators: %s", operators or "unreadable")
+        return False
+    for field in fields(CompiledCells):
+        a, b = getattr(kept, field.name), getattr(new, field.name)
+        if (a is None) != (b is None):
+            return False
+        if a is not None:
+            differ = [x[0] for x, y in zip(_constants(a), _constants(b)) if x != y]
+            if differ or len(_constants(a)) != len(_constants(b)):
+                log.debug("graph sharing: constants differ: %s", differ[:5])
+                return False
+    return True
+
+
+def _random_operators(cells: CompiledCells) -> Optional[set]:
+    """The random operators of every graph compiled for the cells (None where one cannot be read)."""
+    from mindspore.graph import api
+    from mindspore.train import anf_ir_pb2
+
+    found: set = set()
+    for cell in (cells.wrapper, cells.eval_network):
+        if cell is None:
+            continue
+        phases = api.cells_compile_cache.get(id(cell), ())
+        if not phases:
+            return None  # never compiled (or compiled under a key MindSpore no longer keeps): nothing to vouch for
+        for phase in phases:
+            try:
+                model = anf_ir_pb2.ModelProto()
+                model.ParseFromString(api._cell_graph_executor._get_func_graph_proto(cell, phase, "anf_ir"))
+            except Exception as error:  # noqa: BLE001 -- unreadable: not shared
+                log.debug("graph sharing: %s's graph %s unreadable: %s", type(cell).__name__, phase, error)
+                return None
+            for node in model.graph.node:
+                names = {attribute.name for attribute in node.attribute}
+                # A call of another graph (control flow: Switch, Partial, a nameless call node) is not looked into.
+                if node.op_type in _RANDOM or node.op_type in _SUBGRAPH_CALLS or not node.op_type \
+                        or "side_effect_hidden" in names or "random_cache" in names:
+                    found.add(node.op_type or "an operator without a name")
+    return found
+
+
+def _random_operator_names() -> frozenset:
+    from mindspore.ops import Primitive
+    from mindspore.ops.operations import nn_ops, random_ops
+
+    names = {name for name, value in vars(random_ops).items()
+             if isinstance(value, type) and issubclass(value, Primitive) and value.__module__ == random_ops.__name__}
+    names |= {name for name in vars(nn_ops) if "Dropout" in name or "Random" in name}
+    return frozenset(names | {"Bernoulli", "Randperm", "RandInt", "RandLikeExt", "RandnLike", "Randn", "Rand"})
+
+
+_RANDOM = _random_operator_names()
+_SUBGRAPH_CALLS = frozenset({"Partial", "Switch", "SwitchLayer", "call"})
+
+
+_BOOKKEEPING = frozenset(vars(nn.Cell()))  # what MindSpore's Cell keeps of itself (its creation time, its id)
+
+
+def _constants(cell: nn.Cell) -> List[Tuple[str, str, bytes]]:
+    """The values a graph reads as constants from `cell` and the cells under it: Tensors that are not Parameters,
+    NumPy arrays and numbers, by path (what a model draws from the seed and keeps outside its Parameters)."""
+    out = []
+    for path, sub in cell.cells_and_names():
+        for name, value in sorted(vars(sub).items()):
+            if name in _BOOKKEEPING or isinstance(value, (Parameter, nn.Cell)):
+                continue
+            if isinstance(value, Tensor):
+                out.append((f"{path}.{name}", str(value.dtype), value.asnumpy().tobytes()))
+            elif isinstance(value, np.ndarray):
+                out.append((f"{path}.{name}", str(value.dtype), value.tobytes()))
+            elif isinstance(value, (int, float, np.generic)) and not isinstance(value, bool):
+                out.append((f"{path}.{name}", type(value).__name__, repr(value).encode()))
+    return out
 
 
 def forget() -> None:
