@@ -133,9 +133,26 @@ def test_a_job_of_another_seed_shares_where_the_seed_only_reaches_the_starting_w
     assert second is first
 
 
+class DrawnWhileCompiling(nn.Cell):
+    """NumPy's random in construct: MindSpore draws it once, as it compiles, into a constant of the graph."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense = nn.Dense(4, 3)
+
+    def construct(self, x):
+        return self.dense(x) * Tensor(np.random.rand(3).astype(np.float32))
+
+
+@pytest.fixture
+def known_code(monkeypatch):
+    """This module's cells taken as known code: the checks after the first one are the ones tried."""
+    monkeypatch.setattr(graph_reuse, "KNOWN_CODE", graph_reuse.KNOWN_CODE + (__name__,))
+
+
 @pytest.mark.parametrize("make", [RandomInConstruct, DrawnInInit], ids=["random operator", "constant drawn"])
 def test_a_job_of_another_seed_gets_its_own_cells_where_the_graphs_hold_something_drawn_from_the_seed(
-        make, graph_mode):
+        make, graph_mode, known_code):
     """Mutations tried: the random-operator check removed from seed_free (the functional dropout shared: its mask
     would be the first seed's); the constants' comparison removed (the drawn mask shared)."""
     first = run_job("k", cells_of(make, seed=0))
@@ -145,7 +162,16 @@ def test_a_job_of_another_seed_gets_its_own_cells_where_the_graphs_hold_somethin
     assert run_job("k", second_built) is second_built
 
 
-def test_graphs_with_control_flow_are_not_vouched_for(graph_mode):
+def test_a_cell_of_code_other_than_mindspores_or_trainkits_compiles_per_seed(graph_mode):
+    """A draw made while compiling is a constant nothing shows (not a random operator, not an attribute).
+    Mutation tried: the KNOWN_CODE rule removed from seed_free (the second seed got the first seed's draw)."""
+    first = run_job("k", cells_of(DrawnWhileCompiling, seed=0))
+    step(first)
+    second_built = cells_of(DrawnWhileCompiling, seed=1)
+    assert run_job("k", second_built) is second_built
+
+
+def test_graphs_with_control_flow_are_not_vouched_for(graph_mode, known_code):
     """A branch is a graph of its own the check does not read: another seed compiles (Mutation tried: Switch and
     nameless call nodes taken as plain operators: shared)."""
 

@@ -18,7 +18,8 @@ The key here leaves out ``trainer.seed`` too (``sweep.repeats`` runs each config
 seed reaches the graphs as data (the starting weights, copied in) except where the graphs hold something drawn from
 it as a constant. So a job of another seed shares only when (:func:`seed_free`) the kept train and evaluation
 graphs have no random operator (MindSpore's dropouts and samplers take their seeds as constants at compile time,
-whether built as layers or called as functions in ``construct``), and every constant the cells hold (Tensors that
+whether built as layers or called as functions in ``construct``), every cell is MindSpore's or trainkit's (other
+code may draw from the seed as it compiles, where nothing shows it), and every constant the cells hold (Tensors that
 are not Parameters, NumPy arrays, numbers: trainkit's ``Dropout`` salt, a mask a model drew in ``__init__``) is
 equal in the two jobs' cells. Anything else compiles its own cells.
 """
@@ -112,8 +113,15 @@ def reuse(cells: CompiledCells) -> CompiledCells:
 
 
 def seed_free(kept: CompiledCells, new: CompiledCells) -> bool:
-    """Whether `new` (built under another seed) may run `kept`'s compiled graphs: no random operator in them, and
-    every constant of the cells equal. False where the graphs cannot be read."""
+    """Whether `new` (built under another seed) may run `kept`'s compiled graphs: every cell MindSpore's or
+    trainkit's (:data:`KNOWN_CODE`), no random operator or call of another graph in them, and every constant of
+    the cells equal. False where the graphs cannot be read."""
+    foreign = sorted({f"{type(cell).__module__}.{type(cell).__qualname__}" for cell in _cells(new)
+                      if not type(cell).__module__.startswith(KNOWN_CODE)})
+    if foreign:
+        log.debug("graph sharing: another seed compiles: %s's construct may draw from the seed as it compiles",
+                  foreign[0])
+        return False
     operators = _random_operators(kept)
     if operators != set():
         log.debug("graph sharing: the kept graphs' random operators: %s", operators or "unreadable")
@@ -128,6 +136,14 @@ def seed_free(kept: CompiledCells, new: CompiledCells) -> bool:
                 log.debug("graph sharing: constants differ: %s", differ[:5])
                 return False
     return True
+
+
+def _cells(cells: CompiledCells) -> Iterator[nn.Cell]:
+    for field in fields(CompiledCells):
+        cell = getattr(cells, field.name)
+        if cell is not None:
+            for _, sub in cell.cells_and_names():
+                yield sub
 
 
 def _random_operators(cells: CompiledCells) -> Optional[set]:
@@ -169,6 +185,9 @@ def _random_operator_names() -> frozenset:
 
 
 _RANDOM = _random_operator_names()
+# Cells whose construct is known to draw nothing from the seed while it compiles. Any other code may (NumPy's
+# random in construct, ``ms.get_seed()``): MindSpore folds such a draw into a constant no check here can see.
+KNOWN_CODE: Tuple[str, ...] = ("mindspore.", "trainkit.")
 _SUBGRAPH_CALLS = frozenset({"Partial", "Switch", "SwitchLayer", "call"})
 
 
