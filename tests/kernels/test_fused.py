@@ -1,5 +1,6 @@
 """The fused C++ EMA kernel (trainkit/kernels/): bitwise NumPy's float32 arithmetic, in place in the
 Parameter, in graph and pynative mode; built once into the cache folder; MindSpore's kernels without a compiler."""
+import hashlib
 import os
 import shutil
 import subprocess
@@ -282,3 +283,18 @@ def test_a_cache_folder_others_can_write_is_not_loaded_from(own_cache, tmp_path,
     found, why = kernels.library()
     assert found is None and "is writable by other users (mode 777)" in why and "chmod go-w" in why
     assert "MindSpore's kernels" in kernels.describe() and not marker.exists()
+
+
+@needs_compiler
+def test_a_planted_library_with_its_hash_forged_is_not_said_to_be_unopened(own_cache, tmp_path, caplog):
+    """Whoever can write the cache folder can write a library and its recorded hash both (the folder check is the
+    guard for that); such a file is opened to read its digest, so the warning must not say it was never loaded.
+    Mutation tried: the forged-hash branch removed from _build (the "without loading that file" line came back)."""
+    path, reason = kernels.library()
+    assert path is not None, reason
+    plant_hostile_library(Path(path), tmp_path / "constructor-ran", "another-build")
+    Path(path + ".sha256").write_text(hashlib.sha256(Path(path).read_bytes()).hexdigest() + "\n")
+    kernels.build._build.cache_clear()  # a new process
+    assert kernels.library() == (path, "")
+    assert "carry their recorded SHA-256 but are not this build's" in caplog.text
+    assert "without loading that file" not in caplog.text

@@ -77,6 +77,14 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _hash_recorded(library: Path) -> bool:
+    """Whether `library`'s SHA-256 is the one recorded beside it (whoever wrote it)."""
+    try:
+        return _recorded(library).read_text().strip() == _sha256(library)
+    except OSError:
+        return False
+
+
 def _cached(library: Path, digest: str) -> bool:
     """Whether `library` is this build, checked without opening it as a library first (a foreign file's
     constructors would run), then loaded once to check its entry points."""
@@ -107,7 +115,11 @@ def _build(compiler: str) -> Tuple[Optional[str], str]:
         if os.path.lexists(library):
             if _cached(library, digest):
                 return str(library), ""
-            if not os.path.lexists(_recorded(library)):
+            if _hash_recorded(library):
+                log.warning("the cached kernels %s carry their recorded SHA-256 but are not this build's (no entry "
+                            "point or another build's digest: a file and hash written together by someone who can "
+                            "write %s, or another trainkit): building them again", library, folder)
+            elif not os.path.lexists(_recorded(library)):
                 log.info("the cached kernels %s have no recorded SHA-256 (an older trainkit built them): building "
                          "them again, without loading that file", library)
             else:
