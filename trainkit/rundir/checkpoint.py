@@ -37,7 +37,7 @@ from trainkit.rundir.kernel_path import ENTRY as KERNEL_PATH
 from trainkit.rundir.kernel_path import check_same_kernels, kernel_path
 from trainkit.rundir.parameter_fit import fit_problems, listing
 from trainkit.rundir.trust import check_data_only, check_trusted, targets
-from trainkit.step.wrapper import RUNNING_TOTALS
+from trainkit.step.running_totals import RUNNING_TOTALS
 
 log = logging.getLogger("trainkit")
 

@@ -1,6 +1,6 @@
 """The step library: the Cells a user composes or subclasses to take one training step.
 
-``wrapper`` (TrainingWrapper), ``ema`` (the shadow weights), ``loss_scale`` (static/dynamic scaling),
+``wrapper`` (TrainingWrapper; ``running_totals``, what it logs without a read per step), ``ema`` (the shadow weights), ``loss_scale`` (static/dynamic scaling),
 ``grad_ops`` (the per-tensor maps and grouped reductions the wrapper runs) and ``mixed_precision`` (AMP levels).
 
 Import rule: this wing imports nothing of trainkit but ``trainkit.errors`` and ``trainkit.checks``; a user's loop

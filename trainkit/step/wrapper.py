@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Dict, Optional, Tuple
+from typing import Optional, Tuple
 
 from mindspore import Parameter, ParameterTuple, Tensor, amp, nn, ops
 from mindspore import dtype as mstype
@@ -27,11 +27,8 @@ from trainkit.step.grad_ops import (
     use_fused_add,
 )
 from trainkit.step.loss_scale import LossScaleArg, make_loss_scaler, next_dynamic_scale
+from trainkit.step.running_totals import RUNNING_TOTALS, RunningTotals  # noqa: F401 -- RUNNING_TOTALS: also here
 
-#: The Parameters of ``metrics_on_device``: always finite (a non-finite loss is counted, not summed; a non-finite
-#: norm is not kept), so a checkpoint of a diverging run's last good state stays finite. Saved with the rest;
-#: a resume tolerates their absence on either side (``checkpoint.restore``).
-RUNNING_TOTALS = ("_loss_total", "_nonfinite_losses", "_skipped_total", "_last_grad_norm", "_last_loss_scale")
 
 class _ScaledLoss(nn.Cell):
     """Returns ``(loss * sens, loss)`` so one backward pass yields scaled gradients and the plain loss."""
@@ -45,7 +42,7 @@ class _ScaledLoss(nn.Cell):
         return loss * sens.astype(loss.dtype), loss
 
 
-class TrainingWrapper(nn.Cell):
+class TrainingWrapper(RunningTotals, nn.Cell):
     """One optimizer step (or one micro-step of an accumulation window) per call.
 
     Features, each turned on by one argument and free when off (decided here in Python,
@@ -462,50 +459,6 @@ class TrainingWrapper(nn.Cell):
         if self.guard_moving_statistics:
             applied = ops.depend(self.restore_statistics_unless(*self.moving_statistics, *statistics, finite), applied)
         return ops.depend(ops.logical_not(finite), applied), grad_norm
-
-    # ------------------------------------------------------ metrics on the device
-    def add_to_running_totals(self, loss: Tensor, overflow: Tensor, grad_norm: Tensor, scale: Tensor) -> None:
-        """Add this call to ``running_totals`` (``metrics_on_device`` only)."""
-        loss = loss.astype(mstype.float32)
-        finite = ops.isfinite(loss)
-        ops.assign_add(self._loss_total, ops.select(finite, loss, self._zero))
-        ops.assign_add(self._nonfinite_losses, ops.logical_not(finite).astype(mstype.int32))
-        ops.assign_add(self._skipped_total, overflow.astype(mstype.int32))
-        if self.compute_grad_norm:
-            kept = ops.logical_and(grad_norm != 0, ops.isfinite(grad_norm))
-            ops.assign(self._last_grad_norm, ops.select(kept, grad_norm, self._last_grad_norm))
-        if self.loss_scaling:
-            ops.assign(self._last_loss_scale, scale)
-
-    def running_totals(self) -> Dict[str, Parameter]:
-        """What ``TrainMetrics`` reads at record time when ``metrics_on_device`` is on (else ``{}``).
-
-        * ``loss_sum``: the sum of the calls' finite losses since ``TrainMetrics`` last set it to 0;
-        * ``nonfinite_losses``: how many calls' losses were not finite, so far;
-        * ``skipped_steps``: the number of skipped windows so far;
-        * ``grad_norm``: the finite gradient norm of the latest window that computed one (0 before);
-        * ``loss_scale``: the scale the latest call was computed with (with loss scaling).
-        """
-        if not self.metrics_on_device:
-            return {}
-        totals = {"loss_sum": self._loss_total, "nonfinite_losses": self._nonfinite_losses,
-                  "skipped_steps": self._skipped_total}
-        if self.compute_grad_norm:
-            totals["grad_norm"] = self._last_grad_norm
-        if self.loss_scaling:
-            totals["loss_scale"] = self._last_loss_scale
-        return totals
-
-    # ----------------------------------------------------------------- what the app records (issue 12's hook)
-    def logged_scalars(self) -> Dict[str, Parameter]:
-        """Scalars to record as ``train/<name>`` at each record (TensorBoard and metrics.jsonl); none here.
-
-        Override in a subclass to log state of your own: return one-element Parameters that ``construct`` updates
-        (``ops.assign``/``ops.assign_add``). ``TrainMetrics`` reads them only when it records, every
-        ``logger.log_every_n_steps`` steps, so logging them costs no device sync per step. Being Parameters of the
-        wrapper, they are saved in checkpoints and restored on resume too.
-        """
-        return {}
 
 
 def moving_statistics_parameters(network: nn.Cell, weights) -> list:
