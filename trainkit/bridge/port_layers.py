@@ -4,8 +4,9 @@ A layer becomes a :class:`Call` (the constructor with every argument written out
 between the two are carried explicitly: convolution padding (MindSpore's default is ``same``), ``has_bias``,
 batch norm's momentum (MindSpore's is ``1 -`` PyTorch's), the epsilons, GELU's approximation (MindSpore's
 default is tanh). Where MindSpore's layer names or lays out its parameters differently from PyTorch (Conv1d
-adds an axis, Embedding calls its table ``embedding_table``, the Transformer layer names its linears
-``dense1``/``dense2``), a small Cell written into the generated module (:data:`HELPERS`) keeps PyTorch's names.
+adds an axis, Embedding calls its table ``embedding_table``), a small Cell written into the generated module
+(:data:`HELPERS`) keeps PyTorch's names. The Transformer's layers, attention and dropout are
+:mod:`trainkit.bridge.port_transformers`' (looked up first).
 A function or method becomes one line of MindSpore code from its arguments, bound to PyTorch's signature.
 """
 from __future__ import annotations
@@ -57,58 +58,6 @@ class Embedding(nn.Cell):
 
     def construct(self, ids):
         return ops.gather(self.weight, ids, 0)
-''',
-    "TransformerEncoderLayer": '''
-class TransformerEncoderLayer(nn.Cell):
-    """PyTorch's TransformerEncoderLayer with its names (linear1/linear2, norm1/norm2) and its order of operations."""
-
-    def __init__(self, d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first,
-                 norm_first, bias=True):
-        super().__init__()
-        self.self_attn = nn.MultiheadAttention(d_model, nhead, dropout=dropout, has_bias=bias, batch_first=batch_first)
-        self.linear1 = nn.Dense(d_model, dim_feedforward, has_bias=bias)
-        self.dropout = nn.Dropout(p=dropout)
-        self.linear2 = nn.Dense(dim_feedforward, d_model, has_bias=bias)
-        self.norm1 = nn.LayerNorm((d_model,), epsilon=layer_norm_eps)
-        self.norm2 = nn.LayerNorm((d_model,), epsilon=layer_norm_eps)
-        self.dropout1 = nn.Dropout(p=dropout)
-        self.dropout2 = nn.Dropout(p=dropout)
-        self.activation = nn.GELU(approximate=False) if activation == "gelu" else nn.ReLU()
-        self.norm_first = norm_first
-
-    def construct(self, src, src_mask=None, src_key_padding_mask=None):
-        x = src
-        if self.norm_first:
-            x = x + self._attention(self.norm1(x), src_mask, src_key_padding_mask)
-            x = x + self._feed_forward(self.norm2(x))
-        else:
-            x = self.norm1(x + self._attention(x, src_mask, src_key_padding_mask))
-            x = self.norm2(x + self._feed_forward(x))
-        return x
-
-    def _attention(self, x, mask, key_padding_mask):
-        x = self.self_attn(x, x, x, key_padding_mask=key_padding_mask, need_weights=False, attn_mask=mask)[0]
-        return self.dropout1(x)
-
-    def _feed_forward(self, x):
-        return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
-''',
-    "TransformerEncoder": '''
-class TransformerEncoder(nn.Cell):
-    """PyTorch's TransformerEncoder: its layers in turn (``layers.N``), then the optional final norm."""
-
-    def __init__(self, layers, norm=None):
-        super().__init__()
-        self.layers = nn.CellList(layers)
-        self.norm = norm
-
-    def construct(self, src, mask=None, src_key_padding_mask=None):
-        x = src
-        for layer in self.layers:
-            x = layer(x, mask, src_key_padding_mask)
-        if self.norm is not None:
-            x = self.norm(x)
-        return x
 ''',
 }
 #: The imports each helper needs beyond ``from mindspore import nn, ops``.
@@ -202,30 +151,6 @@ def _recurrent(callee: str) -> Callable:
     return spec
 
 
-def _attention(m) -> Call:
-    if not m._qkv_same_embed_dim or m.bias_k is not None or m.add_zero_attn:
-        raise Unsupported("kdim/vdim, add_bias_kv or add_zero_attn")
-    return Call("nn.MultiheadAttention", {"embed_dim": m.embed_dim, "num_heads": m.num_heads, "dropout": m.dropout,
-                                          "has_bias": m.in_proj_bias is not None, "batch_first": m.batch_first})
-
-
-def _encoder_layer(m) -> Call:
-    activation = {1: "relu", 2: "gelu"}.get(getattr(m, "activation_relu_or_gelu", 0))
-    if activation is None:
-        raise Unsupported("an activation other than relu or gelu")
-    return Call("TransformerEncoderLayer", {
-        "d_model": m.linear1.in_features, "nhead": m.self_attn.num_heads,
-        "dim_feedforward": m.linear1.out_features, "dropout": m.dropout.p, "activation": activation,
-        "layer_norm_eps": m.norm1.eps, "batch_first": m.self_attn.batch_first, "norm_first": m.norm_first,
-        "bias": m.linear1.bias is not None}, helper="TransformerEncoderLayer")
-
-
-def _encoder(m) -> Call:
-    return Call("TransformerEncoder", {"layers": [_encoder_layer(layer) for layer in m.layers],
-                                       "norm": _layer_norm(m.norm) if m.norm is not None else None},
-                helper="TransformerEncoder")
-
-
 def _pool(callee: str, average: bool, dims: int) -> Callable:
     def spec(m) -> Call:
         size = (lambda value: _short(_pair(value))) if dims == 2 else _single
@@ -270,8 +195,6 @@ LAYERS: Dict[str, Callable[[Any], Call]] = {
     "Linear": lambda m: Call("nn.Dense", {"in_channels": m.in_features, "out_channels": m.out_features,
                                           "has_bias": m.bias is not None}),
     "Embedding": _embedding, "LSTM": _recurrent("nn.LSTM"), "GRU": _recurrent("nn.GRU"),
-    "MultiheadAttention": _attention, "TransformerEncoderLayer": _encoder_layer, "TransformerEncoder": _encoder,
-    "Dropout": lambda m: Call("nn.Dropout", {"p": m.p}),
     "MaxPool1d": _pool("nn.MaxPool1d", False, 1), "MaxPool2d": _pool("nn.MaxPool2d", False, 2),
     "AvgPool1d": _pool("nn.AvgPool1d", True, 1), "AvgPool2d": _pool("nn.AvgPool2d", True, 2),
     "AdaptiveAvgPool1d": _adaptive("nn.AdaptiveAvgPool1d", 1),
