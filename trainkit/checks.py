@@ -40,6 +40,19 @@ def check_bool(name: str, value: Any) -> bool:
     return bool(value)
 
 
+def check_split_fractions(test_fraction: Any, val_fraction: Any) -> Tuple[float, float]:
+    """(test_fraction, val_fraction) of a data module that carves both from one set: each in (0, 1), their sum
+    below 1 so that something is left to train on."""
+    if (isinstance(test_fraction, bool) or not isinstance(test_fraction, numbers.Real)
+            or not 0.0 < float(test_fraction) < 1.0):
+        raise ConfigError(f"test_fraction must be a number in (0, 1); got {test_fraction!r}")
+    if (isinstance(val_fraction, bool) or not isinstance(val_fraction, numbers.Real)
+            or not 0.0 < float(val_fraction) < 1.0 or float(val_fraction) + float(test_fraction) >= 1.0):
+        raise ConfigError(f"val_fraction must be a number in (0, 1) with test_fraction + val_fraction < 1; got "
+                          f"{val_fraction!r} (test_fraction {float(test_fraction)})")
+    return float(test_fraction), float(val_fraction)
+
+
 def did_you_mean(name: str, valid: Iterable[str], prefix: str = "") -> str:
     """``"did you mean trainer.epochs? "`` for the closest of `valid` to `name`, or ``""``.
 

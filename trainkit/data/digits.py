@@ -9,7 +9,6 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import math
-import numbers
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, Optional, Tuple
 
@@ -17,7 +16,7 @@ import mindspore.dataset as ds
 import numpy as np
 from mindspore.dataset import vision
 
-from trainkit.checks import check_int
+from trainkit.checks import check_int, check_split_fractions
 from trainkit.data.cifar10 import check_shards, pipeline_workers
 from trainkit.data.predict_inputs import Sample, table_samples
 from trainkit.data.values import check_values
@@ -85,15 +84,7 @@ class DigitsData:
         self.batch_size = check_int("batch_size", batch_size, 1)
         self.eval_batch_size = self.batch_size if eval_batch_size is None else check_int(
             "eval_batch_size", eval_batch_size, 1)
-        if (isinstance(test_fraction, bool) or not isinstance(test_fraction, numbers.Real)
-                or not 0.0 < float(test_fraction) < 1.0):
-            raise ConfigError(f"test_fraction must be a number in (0, 1); got {test_fraction!r}")
-        self.test_fraction = float(test_fraction)
-        if (isinstance(val_fraction, bool) or not isinstance(val_fraction, numbers.Real)
-                or not 0.0 < float(val_fraction) < 1.0 or float(val_fraction) + self.test_fraction >= 1.0):
-            raise ConfigError(f"val_fraction must be a number in (0, 1) with test_fraction + val_fraction < 1; got "
-                              f"{val_fraction!r} (test_fraction {self.test_fraction})")
-        self.val_fraction = float(val_fraction)
+        self.test_fraction, self.val_fraction = check_split_fractions(test_fraction, val_fraction)
         self.split_seed = check_int("split_seed", split_seed, 0)
         self.image_size = check_int("image_size", image_size, MIN_IMAGE_SIZE)
         self.num_parallel_workers = check_int("num_parallel_workers", num_parallel_workers, 1)
