@@ -68,8 +68,8 @@ def test_the_ported_cell_agrees_its_buffers_are_no_parameters_and_it_goes_back_t
     """Built afresh, the Cell gives PyTorch's forward on another batch; its parameters are the state_dict's (the
     buffers are no Parameters: no gradient, no optimizer state, in no checkpoint); a checkpoint of it exported with
     ``export --to torch`` loads into PyTorch's model with strict=True and gives the same outputs. Mutations caught:
-    the buffers as Parameters with requires_grad=False (an extra key: the names differ, and PyTorch's strict load
-    would refuse it), the buffers' values dropped (port exits 1)."""
+    the buffers as Parameters with requires_grad=False, port letting the weights lack them (extra names: the
+    names differ), the buffers' values dropped (port exits 1)."""
     model = port_buffered(on_path / "buffered")
     ms.set_context(mode=ms.PYNATIVE_MODE)
     network = ported(on_path / "buffered")
@@ -128,7 +128,8 @@ def test_in_graph_mode_the_gradients_are_pytorch_s_and_a_step_leaves_the_buffers
 def test_a_ported_model_with_buffers_trains_and_resumes_bitwise_in_the_app(on_path, graph_mode):
     """Trained in the app 2 epochs of 2 steps with AdamW: a run resumed from the checkpoint at epoch 2 step 1 ends
     bitwise equal to the uninterrupted one, and no checkpoint holds a buffer (nor optimizer moments of one).
-    Mutation caught: the buffers as Parameters with requires_grad=False (the checkpoint holds them)."""
+    Mutation caught: the buffers as Parameters with requires_grad=False, port letting the weights lack them (the
+    checkpoint holds them, and their EMA copies)."""
     folder = on_path / "buffered"
     port_buffered(folder)
     data = folder / "conf" / "data" / "random.yaml"
