@@ -56,6 +56,8 @@ def test_non_persistent_buffers_are_saved_beside_the_port_an_index_as_integers(o
     with np.load(on_path / "buffered" / "buffers.npz") as saved:
         buffers = {name: saved[name] for name in saved.files}
     assert sorted(buffers) == ["blocks.0.index", "blocks.0.mask", "blocks.1.mask"]
+    source = (on_path / "buffered" / "model.py").read_text()
+    assert "self.index = buffer(name='blocks.0.index')" in source and "self.mask = buffer(name=mask_name)" in source
     assert buffers["blocks.0.index"].dtype == np.int64
     np.testing.assert_array_equal(buffers["blocks.0.index"], [[4, 0], [2, 2], [1, 3]])
     for block, masked in enumerate((1, 3)):  # the test's own arithmetic of BufferedBlock's mask
