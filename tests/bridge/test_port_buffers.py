@@ -203,3 +203,15 @@ def test_timm_swin_tiny_ports_and_computes_what_pytorch_computes(on_path, capsys
                  "num_heads": (3, 6, 12, 24), "num_classes": 10}
     unsaved = ports_and_agrees(arguments, (3, 224, 224), on_path / "swin_tiny", capsys)
     assert sorted(name.rsplit(".", 1)[1] for name in unsaved) == ["attn_mask"] * 5 + ["relative_position_index"] * 12
+
+
+def test_an_argument_that_moves_a_buffer_s_values_stays_a_number(on_path, capsys):
+    """A constructor argument moving a non-persistent buffer (``length``: ``torch.arange(length)``) is not made an
+    argument of the top class, whose buffer comes from buffers.npz as it was ported; one moving the layers only
+    (``num_classes``) is. Mutation caught: the buffers left out of the comparison of the rebuilt model (length=5
+    would build a 5-row table read at 4 positions)."""
+    assert main(["tests.common.torch_buffer_models:PositionTable", "--out", str(on_path / "positions"),
+                 "--input-shape", "4"]) == 0, capsys.readouterr().out
+    config = (on_path / "positions" / "conf" / "model" / "positions.yaml").read_text()
+    assert "num_classes: 3" in config and "length" not in config
+    assert "def __init__(self, num_classes=3):" in (on_path / "positions" / "model.py").read_text()

@@ -35,3 +35,16 @@ class NonPersistentBuffers(nn.Module):
 
     def forward(self, x):
         return self.head(self.blocks(x))
+
+
+class PositionTable(nn.Module):
+    """A table of `length` rows read at the positions 0..length-1, held in a non-persistent buffer: `length` moves
+    the top class's layer (the table's rows) and the buffer's values; `num_classes` the layer only."""
+
+    def __init__(self, length: int = 4, num_classes: int = 3):
+        super().__init__()
+        self.table = nn.Embedding(length, num_classes)
+        self.register_buffer("positions", torch.arange(length).flip(0), persistent=False)
+
+    def forward(self, x):
+        return x @ self.table(self.positions)

@@ -52,6 +52,13 @@ class Buffers:
         self.values.setdefault(key, array)
         return Call(HELPER, {"name": key}, helper=HELPER)  # differing between instances: an argument *_name
 
+    def same(self, other: "Buffers") -> bool:
+        """Whether `other` (the model rebuilt with an argument changed) holds the same values under the same names:
+        else that argument moves what buffers.npz fixes, and cannot be an argument of the ported Cell."""
+        return self.values.keys() == other.values.keys() and all(
+            self.values[key].dtype == other.values[key].dtype and np.array_equal(self.values[key], other.values[key])
+            for key in self.values)
+
     def save(self, folder: Path) -> None:
         """Write ``buffers.npz`` into `folder` (nothing when the model has no non-persistent buffer)."""
         if self.values:

@@ -83,7 +83,7 @@ class Port:
     arguments: Dict[str, Any] = field(default_factory=dict)  # the top class's constructor arguments
     specialised: List[str] = field(default_factory=list)  # modules whose code holds for the batch's shape only
     training_paths: List[str] = field(default_factory=list)  # classes whose forward branches on self.training
-    buffers: Any = None  # port_buffers.Buffers: the non-persistent buffers' values, for buffers.npz
+    buffers: port_buffers.Buffers = field(default_factory=port_buffers.Buffers)  # their values, for buffers.npz
 
 
 class _Generator:
@@ -417,8 +417,8 @@ def _take_arguments(generator: _Generator, top: Variant, values: Dict[str, Any],
                 break
             variant = again_top.kwargs["__instance__"][0]
             if [again.class_source(v) for v in again.order if v is not variant] != below \
-                    or variant.construct != top.construct:
-                break  # it moves more than the top class's layers: a literal
+                    or variant.construct != top.construct or not generator.buffers.same(again.buffers):
+                break  # it moves more than the top class's layers (or a buffer's values): a literal
             found = port_arguments.follow(slots, dict(port_code.slots(variant.instances[0], ())), name, value, other)
             if found and not set(found) & set(top.driven):
                 top.driven.update(found)
