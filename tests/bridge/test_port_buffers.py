@@ -101,7 +101,7 @@ class WeightedLoss(ms.nn.Cell):
 def test_in_graph_mode_the_gradients_are_pytorch_s_and_a_step_leaves_the_buffers_as_they_were(on_path, graph_mode):
     """Compiled (the buffers constants of the graph), the gradient of a weighted sum of the outputs with respect
     to every trainable parameter is PyTorch's; an SGD step moves every parameter and leaves the buffers as PyTorch
-    computed them. Mutation caught: the buffers' values dropped (the gradients differ)."""
+    computed them. Mutation caught: the buffers' values dropped (port exits 1)."""
     model = port_buffered(on_path / "buffered")
     network = ported(on_path / "buffered")
     batch = np.random.default_rng(7).normal(0, 1, (5, 6)).astype(np.float32)
@@ -155,23 +155,16 @@ def test_a_ported_model_with_buffers_trains_and_resumes_bitwise_in_the_app(on_pa
     assert [name for name in saved if name.endswith("blocks.1.fc.weight")]  # the names are the network's
 
 
-SWIN = "timm.models.swin_transformer:SwinTransformer"
-# two stages: the first's 8x8 tokens in 4x4 windows, its second block shifted by 2 (a mask buffer of its own);
-# the second's 4x4 tokens in one window (no shift, no mask); every block's relative position index equal
-SMALL_SWIN = {"img_size": 32, "patch_size": 4, "window_size": 4, "embed_dim": 16, "depths": (2, 2),
-              "num_heads": (2, 2), "num_classes": 10}
-
-
-def ports_and_agrees(arguments, shape, folder, capsys):
-    """timm's SwinTransformer(**arguments), its weights random, ported into `folder`: the ported Cell, built
-    afresh, gives PyTorch's forward on a batch port never saw; its parameters are the state_dict's."""
+def ports_and_agrees(target, arguments, shape, folder, capsys):
+    """`target` (timm's SwinTransformer) with `arguments`, its weights random, ported into `folder`: the ported
+    Cell, built afresh, gives PyTorch's forward on a batch port never saw; its parameters are the state_dict's.
+    The names of the non-persistent buffers."""
     import_zoo()
-    from timm.models.swin_transformer import SwinTransformer
-
+    module, _, factory = target.partition(":")
     torch.manual_seed(0)
-    model = SwinTransformer(**arguments).eval()
+    model = getattr(importlib.import_module(module), factory)(**arguments).eval()
     torch.save(model.state_dict(), folder.parent / "swin.pth")
-    assert port(SWIN, arguments, folder, list(shape), weights=folder.parent / "swin.pth") == 0, \
+    assert port(target, arguments, folder, list(shape), weights=folder.parent / "swin.pth") == 0, \
         capsys.readouterr().out
     network = importlib.import_module(f"{folder.name}.model").SwinTransformer()
     ms.load_param_into_net(network, ms.load_checkpoint(str(folder / "weights.ckpt")), strict_load=True)
@@ -191,7 +184,8 @@ def ports_and_agrees(arguments, shape, folder, capsys):
 def test_a_small_timm_swin_ports_and_computes_what_pytorch_computes(on_path, capsys):
     """timm's Swin, two stages: its relative position indices and the shifted block's mask are non-persistent.
     Mutation caught: the buffers' values dropped (port exits 1)."""
-    unsaved = ports_and_agrees(SMALL_SWIN, (3, 32, 32), on_path / "small_swin", capsys)
+    unsaved = ports_and_agrees("tests.common.torch_buffer_models:small_timm_swin", {}, (3, 32, 32),
+                               on_path / "small_swin", capsys)
     assert sorted(name.rsplit(".", 1)[1] for name in unsaved) == ["attn_mask"] + ["relative_position_index"] * 4
 
 
@@ -201,7 +195,8 @@ def test_timm_swin_tiny_ports_and_computes_what_pytorch_computes(on_path, capsys
     per shifted block of the first three stages; the last stage's 7x7 tokens fill one window, unshifted)."""
     arguments = {"patch_size": 4, "window_size": 7, "embed_dim": 96, "depths": (2, 2, 6, 2),
                  "num_heads": (3, 6, 12, 24), "num_classes": 10}
-    unsaved = ports_and_agrees(arguments, (3, 224, 224), on_path / "swin_tiny", capsys)
+    unsaved = ports_and_agrees("timm.models.swin_transformer:SwinTransformer", arguments, (3, 224, 224),
+                               on_path / "swin_tiny", capsys)
     assert sorted(name.rsplit(".", 1)[1] for name in unsaved) == ["attn_mask"] * 5 + ["relative_position_index"] * 12
 
 

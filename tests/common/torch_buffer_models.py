@@ -48,3 +48,13 @@ class PositionTable(nn.Module):
 
     def forward(self, x):
         return x @ self.table(self.positions)
+
+
+def small_timm_swin() -> nn.Module:
+    """timm's Swin in two stages: the first's 8x8 tokens in 4x4 windows, its second block shifted by 2 (a mask buffer
+    of its own); the second's 4x4 tokens in one window (no shift, no mask); every block's relative position index
+    equal. A factory without arguments: port has none to search (the test stays short)."""
+    from timm.models.swin_transformer import SwinTransformer
+
+    return SwinTransformer(img_size=32, patch_size=4, window_size=4, embed_dim=16, depths=(2, 2), num_heads=(2, 2),
+                           num_classes=10)
