@@ -8,6 +8,7 @@ batch. ``DIR`` gets::
     DIR/__init__.py
     DIR/model.py                  the Cells: yours to read, own and edit
     DIR/weights.ckpt              the converted weights (names identical to the state_dict's, batch norm renamed)
+    DIR/buffers.npz               non-persistent buffers' values (timm's Swin masks), where the model has any
     DIR/conf/model/DIR.yaml       _target_: DIR.model.<Class>: hydra.searchpath=[file://DIR/conf] model=DIR
     DIR/compare.csv               every layer's output next to PyTorch's
 
@@ -142,6 +143,7 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
     (out / "__init__.py").write_text(f'"""{target} ported to MindSpore by python -m trainkit.port."""\n',
                                      encoding="utf-8")
     (out / MODEL_FILE).write_text(ported.source, encoding="utf-8")
+    ported.buffers.save(out)  # buffers.npz, which model.py reads when its Cells are built
     try:
         module = load_generated(out / MODEL_FILE, f"{module_name}.model")
         ms.set_seed(0)

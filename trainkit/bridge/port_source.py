@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from trainkit.bridge import port_arguments, port_code, port_layers, port_transformers, port_windows
+from trainkit.bridge import port_arguments, port_buffers, port_code, port_layers, port_transformers, port_windows
 from trainkit.bridge.port_classes import CLASSES, IMPORTS, class_call
 from trainkit.bridge.port_classes import HELPERS as CLASS_HELPERS
 from trainkit.bridge.port_layers import CONTAINERS, Call, Unsupported, render_call, target_name
@@ -24,8 +24,10 @@ from trainkit.errors import ConfigError
 # port_transformers' entries take precedence over port_layers' where both name one (attention, dropout)
 FUNCTIONS = {**port_layers.FUNCTIONS, **port_transformers.FUNCTIONS, **port_windows.FUNCTIONS}
 METHODS = {**port_layers.METHODS, **port_transformers.METHODS, **port_windows.METHODS}
-HELPERS = {**port_layers.HELPERS, **port_transformers.HELPERS, **CLASS_HELPERS, **port_windows.HELPERS}
-HELPER_IMPORTS = {**port_layers.HELPER_IMPORTS, **port_transformers.HELPER_IMPORTS, **port_windows.HELPER_IMPORTS}
+HELPERS = {**port_layers.HELPERS, **port_transformers.HELPERS, **CLASS_HELPERS, **port_windows.HELPERS,
+           **port_buffers.HELPERS}
+HELPER_IMPORTS = {**port_layers.HELPER_IMPORTS, **port_transformers.HELPER_IMPORTS, **port_windows.HELPER_IMPORTS,
+                  **port_buffers.HELPER_IMPORTS}
 FUNCTION_HELPERS = {**port_transformers.FUNCTION_HELPERS, **port_windows.FUNCTION_HELPERS}
 HELPER_NEEDS = {**port_transformers.HELPER_NEEDS, **port_windows.HELPER_NEEDS}
 
@@ -81,6 +83,7 @@ class Port:
     arguments: Dict[str, Any] = field(default_factory=dict)  # the top class's constructor arguments
     specialised: List[str] = field(default_factory=list)  # modules whose code holds for the batch's shape only
     training_paths: List[str] = field(default_factory=list)  # classes whose forward branches on self.training
+    buffers: port_buffers.Buffers = field(default_factory=port_buffers.Buffers)  # their values, for buffers.npz
 
 
 class _Generator:
@@ -96,6 +99,7 @@ class _Generator:
         self.specialised: List[str] = []  # the modules whose construct holds for the batch's shape only
         self.training_paths: List[str] = []  # classes whose forward branches on self.training (eval's path written)
         self.functional_layers: Dict[str, Call] = {}  # the layers written for the traced module's functional calls
+        self.buffers = port_buffers.Buffers()  # the non-persistent buffers' values (port_buffers)
 
     # ---------------------------------------------------------------- the tree
     def spec(self, module: Any, path: str) -> Any:
@@ -178,16 +182,17 @@ class _Generator:
 
     def own_tensors(self, module: Any, path: str) -> Dict[str, Call]:
         """A module's own parameters (class tokens, position embeddings) and saved buffers (relative position
-        indices) as MindSpore Parameters of the same names and shapes; their values come with the weights."""
+        indices) as MindSpore Parameters of the same names and shapes, their values come with the weights; its
+        non-persistent buffers as constants read from buffers.npz (:mod:`trainkit.bridge.port_buffers`)."""
         tensors: Dict[str, Call] = {}
-        persistent = set(module.state_dict(keep_vars=True)) if list(module.named_buffers(recurse=False)) else set()
+        unsaved = dict(port_buffers.non_persistent(module))
         for name, value in module.named_parameters(recurse=False):
             tensors[name] = Call("Parameter", {"name": name}, [Call("initializer", args=[
                 "zeros", tuple(value.shape), port_code.Code(port_code.dtype(value.dtype))])])
         for name, value in module.named_buffers(recurse=False):
-            if name not in persistent:
-                self.problems.append(Problem(f"{type(module).__qualname__}'s buffer {name} (not saved in its "
-                                             "state_dict)", path or "(the model)"))
+            if name in unsaved:
+                tensors[name] = self.buffers.call(f"{path}.{name}" if path else name, value)
+                self.need(port_buffers.HELPER)
                 continue
             tensors[name] = Call("Parameter", {"name": name, "requires_grad": False}, [Call("initializer", args=[
                 "zeros", tuple(value.shape), port_code.Code(port_code.dtype(value.dtype))])])
@@ -412,8 +417,8 @@ def _take_arguments(generator: _Generator, top: Variant, values: Dict[str, Any],
                 break
             variant = again_top.kwargs["__instance__"][0]
             if [again.class_source(v) for v in again.order if v is not variant] != below \
-                    or variant.construct != top.construct:
-                break  # it moves more than the top class's layers: a literal
+                    or variant.construct != top.construct or not generator.buffers.same(again.buffers):
+                break  # it moves more than the top class's layers (or a buffer's values): a literal
             found = port_arguments.follow(slots, dict(port_code.slots(variant.instances[0], ())), name, value, other)
             if found and not set(found) & set(top.driven):
                 top.driven.update(found)
@@ -451,11 +456,15 @@ def generate(model: Any, origin: str, rebuild: Optional[Callable[[Dict[str, Any]
         header.append("import math")
     if "OrderedDict" in imports:
         header.append("from collections import OrderedDict")
-    if "math" in imports or "OrderedDict" in imports:
+    if "Path" in imports:
+        header.append("from pathlib import Path")
+    if imports & {"math", "OrderedDict", "Path"}:
         header.append("")
     if "ms" in imports:
         header.append("import mindspore as ms")
-    header.append("from mindspore import Parameter, nn, ops" if imports - {"ms", "dropout"}
+    if "numpy" in imports:
+        header.append("import numpy as np")
+    header.append("from mindspore import Parameter, nn, ops" if imports - {"ms", "dropout", "numpy", "Path"}
                   else "from mindspore import nn, ops")
     if "initializer" in imports:
         header.append("from mindspore.common.initializer import Normal, Uniform, initializer")
@@ -471,7 +480,7 @@ def generate(model: Any, origin: str, rebuild: Optional[Callable[[Dict[str, Any]
     return Port(source, top_variant.name, [],
                 [*(helper for helper in generator.helpers if helper in HELPERS),
                  *(variant.name for variant in generator.order)], dict(top_variant.arguments), generator.specialised,
-                generator.training_paths)
+                generator.training_paths, generator.buffers)
 
 
 def _first_line(error: BaseException) -> str:
