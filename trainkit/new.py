@@ -33,6 +33,7 @@ include = ["{name}*"]
 
 [tool.setuptools.package-data]
 "{name}" = ["conf/*.yaml", "conf/*/*.yaml"]
+"*" = ["weights.ckpt", "buffers.npz"]  # a package python -m trainkit.port --into wrote
 ''',
     "README.md": '''\
 # {name}

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -145,3 +146,19 @@ def test_a_project_config_named_like_one_of_trainkits_is_refused(tmp_path, name,
     renamed = Path(name).parent / ("my_" + Path(name).name)
     assert done.stderr.strip() == (f"trainkit: error: {shadowed} has the name of {twin}: Hydra would read one in "
                                    f"place of the other; rename it, e.g. {renamed}")
+
+
+def test_the_projects_wheel_carries_a_ported_packages_weights_and_buffers(tmp_path):
+    """A package ``python -m trainkit.port --into`` wrote holds weights.ckpt and buffers.npz beside model.py; a
+    wheel of the project (not an editable install) must carry them. Mutation tried: the template's
+    ``"*" = [...]`` package-data line removed (the wheel held only the .py files)."""
+    assert new_project(["wheeled", str(tmp_path / "wheeled")]) == 0
+    ported = tmp_path / "wheeled" / "wheeled" / "ported"
+    ported.mkdir()
+    for name, data in {"__init__.py": b"", "model.py": b"", "weights.ckpt": b"w", "buffers.npz": b"b"}.items():
+        (ported / name).write_bytes(data)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(tmp_path / "dist"), str(tmp_path / "wheeled")], check=True, capture_output=True, timeout=300)
+    (wheel,) = (tmp_path / "dist").glob("*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {"wheeled/ported/weights.ckpt", "wheeled/ported/buffers.npz", "wheeled/conf/recipe/wheeled.yaml"} <= names
