@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from trainkit.bridge import port_arguments, port_code, port_layers, port_transformers, port_windows
+from trainkit.bridge import port_arguments, port_code, port_depth, port_layers, port_transformers, port_windows
 from trainkit.bridge.port_classes import CLASSES, IMPORTS, class_call
 from trainkit.bridge.port_classes import HELPERS as CLASS_HELPERS
 from trainkit.bridge.port_layers import CONTAINERS, Call, Unsupported, render_call, target_name
@@ -67,7 +67,7 @@ class Variant:
     instances: List[Dict[str, Any]] = field(default_factory=list)  # each instance's children
     parameters: List[Tuple[Tuple[Any, ...], str]] = field(default_factory=list)  # (slot path, argument name)
     arguments: Dict[str, Any] = field(default_factory=dict)  # the top class's: PyTorch's name -> default
-    driven: Dict[Tuple[Any, ...], str] = field(default_factory=dict)  # slot path -> code from the arguments
+    driven: Dict[Tuple[Any, ...], Any] = field(default_factory=dict)  # slot path -> code from the arguments, or Run
 
 
 @dataclass
@@ -330,8 +330,10 @@ class _Generator:
         return list(dict.fromkeys(name for _, name in variant.parameters))
 
     def render_value(self, value: Any, path: Tuple, parameters: Dict[Tuple, str], indent: int) -> str:
-        if path in parameters:
-            return parameters[path]
+        if path in parameters:  # an argument's code, or a run of blocks built `depth` times (port_depth.Run)
+            found = parameters[path]
+            return found if isinstance(found, str) else found.render(
+                value, path, lambda item, at, pad: self.render_value(item, at, parameters, pad), indent)
         if isinstance(value, Call):
             if "__instance__" in value.kwargs:
                 value = self.instance_call(value)
@@ -411,14 +413,19 @@ def _take_arguments(generator: _Generator, top: Variant, values: Dict[str, Any],
             if again.problems or "__instance__" not in getattr(again_top, "kwargs", {}):
                 break
             variant = again_top.kwargs["__instance__"][0]
-            if [again.class_source(v) for v in again.order if v is not variant] != below \
-                    or variant.construct != top.construct:
+            if [again.class_source(v) for v in again.order if v is not variant] != below:
                 break  # it moves more than the top class's layers: a literal
-            found = port_arguments.follow(slots, dict(port_code.slots(variant.instances[0], ())), name, value, other)
+            found = port_arguments.follow(slots, dict(port_code.slots(variant.instances[0], ())), name, value,
+                                          other) if variant.construct == top.construct else None
+            if not found:  # a depth: lists of the top class's layers grow with it (port_depth)
+                found = port_depth.grown(top.instances[0], top.construct, variant.instances[0], variant.construct,
+                                         name, value, other)
             if found and not set(found) & set(top.driven):
                 top.driven.update(found)
                 top.arguments[name] = value
             break
+    port_depth.settle(top.driven, top.arguments)
+    top.construct = port_depth.roll(top.construct, port_depth.loops(top.driven))
 
 
 def generate(model: Any, origin: str, rebuild: Optional[Callable[[Dict[str, Any]], Any]] = None,

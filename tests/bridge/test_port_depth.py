@@ -1,0 +1,187 @@
+"""A depth (``depth=2``: how many blocks) becomes an argument of the ported top class, which builds its blocks
+``for _ in range(depth)``: the ported class built with another depth takes that PyTorch model's weights, under
+their state_dict names, and computes what it computes."""
+import importlib
+import inspect
+from pathlib import Path
+
+import mindspore as ms
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+from tests.bridge.test_port import dropout_counters, expected_names  # noqa: E402
+from tests.common.torch_port_models import randomised  # noqa: E402
+from trainkit.bridge.convert import convert_state_dict  # noqa: E402
+from trainkit.bridge.port import main  # noqa: E402
+from trainkit.bridge.state_dict import StateDict  # noqa: E402
+from trainkit.rundir.weights import load_weights  # noqa: E402
+
+
+class Attention(nn.Module):
+    """timm's: q, k, v from one Linear, unbind, scaled scores by @."""
+
+    def __init__(self, dim: int, num_heads: int):
+        super().__init__()
+        self.num_heads = num_heads
+        self.scale = (dim // num_heads) ** -0.5
+        self.qkv = nn.Linear(dim, dim * 3)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, n, c = x.shape
+        qkv = self.qkv(x).reshape(b, n, 3, self.num_heads, c // self.num_heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        attn = ((q @ k.transpose(-2, -1)) * self.scale).softmax(dim=-1)
+        return self.proj((attn @ v).transpose(1, 2).reshape(b, n, c))
+
+
+class Block(nn.Module):
+    def __init__(self, dim: int, num_heads: int):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.attn = Attention(dim, num_heads)
+        self.norm2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
+
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class TimmLikeViT(nn.Module):
+    """timm's VisionTransformer in small: its blocks an nn.Sequential of ``depth`` Blocks, called as one."""
+
+    def __init__(self, depth: int = 2, embed_dim: int = 16, num_heads: int = 2, num_classes: int = 5, seed: int = 0):
+        super().__init__()
+        self.patch_embed = nn.Conv2d(3, embed_dim, 4, stride=4)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
+        self.pos_embed = nn.Parameter(torch.zeros(1, 5, embed_dim))
+        self.blocks = nn.Sequential(*[Block(embed_dim, num_heads) for _ in range(depth)])
+        self.norm = nn.LayerNorm(embed_dim)
+        self.head = nn.Linear(embed_dim, num_classes)
+        randomised(self, seed)
+
+    def forward(self, images):
+        x = self.patch_embed(images).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
+        return self.head(self.norm(self.blocks(x))[:, 0])
+
+
+class LoopViT(TimmLikeViT):
+    """The blocks an nn.ModuleList, called in a Python loop (which torch.fx unrolls)."""
+
+    def __init__(self, depth: int = 2, num_classes: int = 5, seed: int = 0):
+        super().__init__(depth, num_classes=num_classes, seed=seed)
+        self.blocks = nn.ModuleList(list(self.blocks))
+
+    def forward(self, images):
+        x = self.patch_embed(images).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x)[:, 0])
+
+
+class EncoderViT(nn.Module):
+    """The guide's TinyViT: PyTorch's nn.TransformerEncoder of ``depth`` layers."""
+
+    def __init__(self, num_classes: int = 10, dim: int = 16, heads: int = 2, depth: int = 2, seed: int = 0):
+        super().__init__()
+        self.patch_embed = nn.Conv2d(3, dim, 4, stride=4)
+        layer = nn.TransformerEncoderLayer(dim, heads, 2 * dim, dropout=0.1, activation="gelu", batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
+        self.head = nn.Linear(dim, num_classes)
+        randomised(self, seed)
+
+    def forward(self, images):
+        return self.head(self.encoder(self.patch_embed(images).flatten(2).transpose(1, 2))[:, 0])
+
+
+class Down(nn.Module):
+    """A residual block that halves the size and doubles the channels (a strided conv, a projected shortcut)."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, 2 * channels, 3, stride=2, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(2 * channels)
+        self.shortcut = nn.Conv2d(channels, 2 * channels, 1, stride=2, bias=False)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x)) + self.shortcut(x))
+
+
+class Residual(nn.Module):
+    def __init__(self, channels: int):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(channels)
+
+    def forward(self, x):
+        return torch.relu(x + self.bn(self.conv(x)))
+
+
+class StagedNet(nn.Module):
+    """A ResNet stage: a first block that downsamples, then ``depth - 1`` identical ones."""
+
+    def __init__(self, depth: int = 2, width: int = 4, num_classes: int = 3, seed: int = 0):
+        super().__init__()
+        self.stem = nn.Conv2d(3, width, 3, padding=1)
+        self.stage = nn.Sequential(Down(width), *[Residual(2 * width) for _ in range(depth - 1)])
+        self.head = nn.Linear(2 * width, num_classes)
+        randomised(self, seed)
+
+    def forward(self, images):
+        return self.head(self.stage(self.stem(images)).mean((2, 3)))
+
+
+# name: (the class, the code its blocks are built with in the ported class)
+CASES = {
+    "timm_like_vit": (TimmLikeViT, "nn.SequentialCell([Block() for _ in range(depth)])"),
+    "loop_vit": (LoopViT, "nn.CellList([Block() for _ in range(depth)])"),
+    "encoder_vit": (EncoderViT, "for _ in range(depth)],"),
+    "staged_net": (StagedNet, "[Residual() for _ in range(depth - 1)]"),
+}
+
+
+def ported_with_depth(module, top: str, depth: int, model: nn.Module) -> ms.nn.Cell:
+    """The ported class built with `depth`, `model`'s weights loaded the way port loads PyTorch's."""
+    network = getattr(module, top)(depth=depth)
+    state = {name: value.detach().numpy() for name, value in model.state_dict().items()}
+    conversion = convert_state_dict(StateDict(Path("the d+1 model"), state, {n: str(v.dtype) for n, v in state.items()}),
+                                    network, allow_missing=sorted(dropout_counters(network)))
+    assert conversion.complete and not conversion.only_in_source, "\n".join(conversion.report())
+    load_weights(network, conversion.values, "the d+1 model")
+    network.set_train(False)
+    return network
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_ported_class_built_with_another_depth_computes_what_pytorch_s_model_of_that_depth_computes(
+        name, on_path, capsys):
+    """Port the depth-2 model; build the ported class with depth 3 and 4, load PyTorch's depth-3/4 model's weights
+    through the port's conversion: every parameter name is the state_dict's and the outputs are PyTorch's.
+    Mutations caught: the range hard-coded to the ported model's length (Run.render: range(2); the depth-3 model's
+    weights are not all taken), the tail's head dropped (StagedNet: Down lost, names differ), the loop written
+    without the CellList's later items (roll: the chain cut one short; LoopViT disagrees)."""
+    factory, code = CASES[name]
+    assert main([f"{__name__}:{factory.__name__}", "--out", str(on_path / name), "--input-shape", "3,8,8"]) == 0, \
+        capsys.readouterr().out
+    source = (on_path / name / "model.py").read_text()
+    compile(source, "model.py", "exec")
+    assert code in source
+    assert "depth: 2" in (on_path / name / "conf" / "model" / f"{name}.yaml").read_text()
+    module = importlib.import_module(f"{name}.model")
+    top = getattr(module, factory.__name__)
+    assert inspect.signature(top).parameters["depth"].default == 2
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    images = np.random.default_rng(7).normal(0, 1, (3, 3, 8, 8)).astype(np.float32)
+    for depth in (3, 4):
+        model = factory(depth=depth, seed=depth)
+        network = ported_with_depth(module, factory.__name__, depth, model)
+        assert {p.name for p in network.get_parameters()} - dropout_counters(network) == expected_names(model)
+        with torch.no_grad():
+            expected = model(torch.from_numpy(images)).numpy()
+        np.testing.assert_allclose(network(ms.Tensor(images)).asnumpy(), expected, rtol=1e-4, atol=1e-5)
