@@ -137,6 +137,33 @@ class StagedNet(nn.Module):
         return self.head(self.stage(self.stem(images)).mean((2, 3)))
 
 
+class WideFirst(nn.Module):
+    """Identical blocks at the defaults, but `hidden` is the first one's input only: it goes ahead of the loop."""
+
+    def __init__(self, depth: int = 2, hidden: int = 8, seed: int = 0):
+        super().__init__()
+        self.embed = nn.Linear(4, hidden)
+        self.blocks = nn.Sequential(nn.Linear(hidden, 8), *[nn.Linear(8, 8) for _ in range(depth - 1)])
+        self.head = nn.Linear(8, 3)
+        randomised(self, seed)
+
+    def forward(self, features):
+        return self.head(self.blocks(self.embed(features)))
+
+
+class ScorePerBlock(nn.Module):
+    """The head's width follows `depth` too (a score per block): depth changes more than the run, a literal."""
+
+    def __init__(self, depth: int = 2, seed: int = 0):
+        super().__init__()
+        self.blocks = nn.Sequential(*[nn.Linear(4, 4) for _ in range(depth)])
+        self.head = nn.Linear(4, depth)
+        randomised(self, seed)
+
+    def forward(self, features):
+        return self.head(self.blocks(features))
+
+
 # name: (the class, the code its blocks are built with in the ported class)
 CASES = {
     "timm_like_vit": (TimmLikeViT, "nn.SequentialCell([Block() for _ in range(depth)])"),
@@ -146,9 +173,9 @@ CASES = {
 }
 
 
-def ported_with_depth(module, top: str, depth: int, model: nn.Module) -> ms.nn.Cell:
-    """The ported class built with `depth`, `model`'s weights loaded the way port loads PyTorch's."""
-    network = getattr(module, top)(depth=depth)
+def ported_with(module, top: str, model: nn.Module, **arguments) -> ms.nn.Cell:
+    """The ported class built with `arguments`, `model`'s weights loaded the way port loads PyTorch's."""
+    network = getattr(module, top)(**arguments)
     state = {name: value.detach().numpy() for name, value in model.state_dict().items()}
     conversion = convert_state_dict(StateDict(Path("the d+1 model"), state, {n: str(v.dtype) for n, v in state.items()}),
                                     network, allow_missing=sorted(dropout_counters(network)))
@@ -180,8 +207,34 @@ def test_the_ported_class_built_with_another_depth_computes_what_pytorch_s_model
     images = np.random.default_rng(7).normal(0, 1, (3, 3, 8, 8)).astype(np.float32)
     for depth in (3, 4):
         model = factory(depth=depth, seed=depth)
-        network = ported_with_depth(module, factory.__name__, depth, model)
+        network = ported_with(module, factory.__name__, model, depth=depth)
         assert {p.name for p in network.get_parameters()} - dropout_counters(network) == expected_names(model)
         with torch.no_grad():
             expected = model(torch.from_numpy(images)).numpy()
         np.testing.assert_allclose(network(ms.Tensor(images)).asnumpy(), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_blocks_another_argument_drives_apart_go_ahead_of_the_loop_and_a_depth_that_moves_more_is_a_literal(
+        on_path, capsys):
+    """WideFirst: `hidden` drives the first block's input only, so the loop repeats the others (range(depth - 1))
+    and the class built with depth 3, hidden 16 computes what PyTorch's does. ScorePerBlock: depth also sets the
+    head's width, so it stays a literal and the blocks are listed. Mutations caught: port_depth.settle a no-op (every
+    block takes `hidden`: the shapes disagree), _walk taking a changed literal as unchanged (depth taken)."""
+    assert main([f"{__name__}:WideFirst", "--out", str(on_path / "wide"), "--input-shape", "4"]) == 0, \
+        capsys.readouterr().out
+    source = (on_path / "wide" / "model.py").read_text()
+    assert "[nn.Dense(in_channels=hidden, out_channels=8, has_bias=True)] + [" in source
+    assert "for _ in range(depth - 1)]" in source
+    module = importlib.import_module("wide.model")
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    features = np.random.default_rng(3).normal(0, 1, (5, 4)).astype(np.float32)
+    model = WideFirst(depth=3, hidden=16, seed=3)
+    network = ported_with(module, "WideFirst", model, depth=3, hidden=16)
+    with torch.no_grad():
+        expected = model(torch.from_numpy(features)).numpy()
+    np.testing.assert_allclose(network(ms.Tensor(features)).asnumpy(), expected, rtol=1e-4, atol=1e-5)
+
+    assert main([f"{__name__}:ScorePerBlock", "--out", str(on_path / "scores"), "--input-shape", "4"]) == 0
+    scores = importlib.import_module("scores.model")
+    assert "depth" not in inspect.signature(scores.ScorePerBlock).parameters
+    assert "range(" not in (on_path / "scores" / "model.py").read_text()

@@ -38,15 +38,13 @@ class Run:
         heads = [render(item, path + (index,), indent + 4) for index, item in enumerate(items[:self.head])]
         block = render(items[self.head], path + (self.head,), indent + 4)
         loop = f"for _ in range({self.count})"
-        run = f"[{block} {loop}]"
-        if len(run) + indent + 16 > LINE or "\n" in run:
-            run = f"[\n{pad}{block}\n{pad}{loop}]"
-        if not heads:
-            return run
-        first = f"[{', '.join(heads)}]"
+        first = f"[{', '.join(heads)}] + " if heads else ""
         if len(first) + indent + 16 > LINE or "\n" in first:
-            first = "[\n" + ",\n".join(pad + head for head in heads) + "]"
-        return f"{first} + {run}"
+            first = "[\n" + ",\n".join(pad + head for head in heads) + "] + "
+        line = f"{first}[{block} {loop}]"
+        if len(line) + indent + 16 <= LINE and "\n" not in line:
+            return line
+        return f"{first}[\n{pad}{block}\n{pad}{loop}]"
 
 
 def grown(before: Dict[str, Any], construct: List[str], after: Dict[str, Any], construct_after: List[str],
@@ -172,16 +170,20 @@ def _run(before: List[Any], after: List[Any], name: str, grown: int, value: int)
     head = len(keys)
     while head and keys[head - 1] == keys[-1]:
         head -= 1
-    offset = len(keys) - head - value
-    return Run(name, head, name if not offset else f"{name} {'+' if offset > 0 else '-'} {abs(offset)}", len(keys))
+    return _counted(name, head, len(keys), value)
+
+
+def _counted(name: str, head: int, length: int, value: int) -> Run:
+    """The Run of a list of `length` items, the last `length - head` of them repeated as `name` (= `value`) says."""
+    offset = length - head - value
+    return Run(name, head, name if not offset else f"{name} {'+' if offset > 0 else '-'} {abs(offset)}", length)
 
 
 def settle(driven: Dict[Tuple, Any], arguments: Dict[str, Any]) -> None:
-    """Drop from `driven` (slot path -> code or Run) the Runs whose repeated blocks another argument drives
-    differently (``dim`` in the first block, a constant in the second), which one block written `count` times would
-    get wrong, and the other Runs of their arguments, and those arguments: such lists are written out item by item."""
-    wrong = set()
-    for path, run in driven.items():
+    """Move the start of each Run of `driven` (slot path -> code or Run) past the blocks another argument drives
+    differently from the rest (``hidden`` the first block's input, the others' a constant): one block written
+    `count` times would get those wrong, so they are listed ahead of the loop."""
+    for path, run in list(driven.items()):
         if not isinstance(run, Run):
             continue
         codes: Dict[int, Dict[Tuple, Any]] = {index: {} for index in range(run.head, run.length)}
@@ -189,10 +191,8 @@ def settle(driven: Dict[Tuple, Any], arguments: Dict[str, Any]) -> None:
             if len(slot) > len(path) and slot[:len(path)] == path and isinstance(slot[len(path)], int) \
                     and slot[len(path)] >= run.head:
                 codes[slot[len(path)]][slot[len(path) + 1:]] = code
-        if len({repr(sorted(found.items(), key=repr)) for found in codes.values()}) > 1:
-            wrong.add(run.argument)
-    for path, run in list(driven.items()):
-        if isinstance(run, Run) and run.argument in wrong:
-            del driven[path]
-    for name in wrong:
-        arguments.pop(name, None)
+        head = run.length - 1
+        last = sorted(codes[run.length - 1].items(), key=repr)
+        while head > run.head and sorted(codes[head - 1].items(), key=repr) == last:
+            head -= 1
+        driven[path] = _counted(run.argument, head, run.length, arguments[run.argument])
