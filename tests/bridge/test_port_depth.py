@@ -177,8 +177,9 @@ def ported_with(module, top: str, model: nn.Module, **arguments) -> ms.nn.Cell:
     """The ported class built with `arguments`, `model`'s weights loaded the way port loads PyTorch's."""
     network = getattr(module, top)(**arguments)
     state = {name: value.detach().numpy() for name, value in model.state_dict().items()}
-    conversion = convert_state_dict(StateDict(Path("the d+1 model"), state, {n: str(v.dtype) for n, v in state.items()}),
-                                    network, allow_missing=sorted(dropout_counters(network)))
+    dtypes = {name: str(value.dtype) for name, value in state.items()}
+    conversion = convert_state_dict(StateDict(Path("the d+1 model"), state, dtypes), network,
+                                    allow_missing=sorted(dropout_counters(network)))
     assert conversion.complete and not conversion.only_in_source, "\n".join(conversion.report())
     load_weights(network, conversion.values, "the d+1 model")
     network.set_train(False)

@@ -20,7 +20,8 @@ from trainkit.bridge.port_layers import Call
 
 LINE = 116
 # one line of construct calling one item of a CellList: ``x = self.blocks[1](blocks)`` (then any further arguments)
-ITEM_CALL = re.compile(r"^(?P<indent>\s*)(?P<out>\w+) = self\.(?P<list>\w+)\[(?P<index>\d+)\]\((?P<input>\w+)(?P<rest>.*)\)$")
+ITEM_CALL = re.compile(r"^(?P<indent>\s*)(?P<out>\w+) = self\.(?P<list>\w+)\[(?P<index>\d+)\]"
+                       r"\((?P<input>\w+)(?P<rest>.*)\)$")
 
 
 @dataclass(frozen=True)
