@@ -3,6 +3,7 @@
 their state_dict names, and computes what it computes."""
 import importlib
 import inspect
+import re
 from pathlib import Path
 
 import mindspore as ms
@@ -195,8 +196,10 @@ def test_the_ported_class_built_with_another_depth_computes_what_pytorch_s_model
     weights are not all taken), the tail's head dropped (StagedNet: Down lost, names differ), the loop written
     without the CellList's later items (roll: the chain cut one short; LoopViT disagrees)."""
     factory, code = CASES[name]
-    assert main([f"{__name__}:{factory.__name__}", "--out", str(on_path / name), "--input-shape", "3,8,8"]) == 0, \
-        capsys.readouterr().out
+    status = main([f"{__name__}:{factory.__name__}", "--out", str(on_path / name), "--input-shape", "3,8,8"])
+    printed = capsys.readouterr().out
+    assert status == 0, printed
+    assert re.search(rf"^{factory.__name__} takes PyTorch's constructor arguments .*depth=2", printed, re.MULTILINE)
     source = (on_path / name / "model.py").read_text()
     compile(source, "model.py", "exec")
     assert code in source
