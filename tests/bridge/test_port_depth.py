@@ -9,12 +9,15 @@ from pathlib import Path
 import mindspore as ms
 import numpy as np
 import pytest
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
 
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from tests.bridge.test_port import dropout_counters, expected_names  # noqa: E402
 from tests.common.torch_port_models import randomised  # noqa: E402
+from tests.common.torch_zoo import import_zoo  # noqa: E402
 from trainkit.bridge.convert import convert_state_dict  # noqa: E402
 from trainkit.bridge.port import main  # noqa: E402
 from trainkit.bridge.state_dict import StateDict  # noqa: E402
@@ -165,6 +168,27 @@ class ScorePerBlock(nn.Module):
         return self.head(self.blocks(features))
 
 
+class TwoStageNet(nn.Module):
+    """ResNet's layout in small: a list argument, one depth per stage; the second stage starts with a Down block."""
+
+    def __init__(self, layers=(2, 2), num_classes: int = 3, seed: int = 0):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 4, 3, padding=1)
+        self.layer1 = nn.Sequential(*[Residual(4) for _ in range(layers[0])])
+        self.layer2 = nn.Sequential(Down(4), *[Residual(8) for _ in range(layers[1] - 1)])
+        self.head = nn.Linear(8, num_classes)
+        randomised(self, seed)
+
+    def forward(self, images):
+        return self.head(self.layer2(self.layer1(self.stem(images))).mean((2, 3)))
+
+
+def torchvision_resnet(layers=(2, 2, 2, 2), num_classes: int = 10, seed: int = 0) -> nn.Module:
+    """torchvision's ResNet-18 layout, built from its `layers` list (resnet18() itself takes none)."""
+    resnet = import_zoo()[0].models.resnet
+    return randomised(resnet.ResNet(resnet.BasicBlock, list(layers), num_classes=num_classes), seed)
+
+
 # name: (the class, the code its blocks are built with in the ported class)
 CASES = {
     "timm_like_vit": (TimmLikeViT, "nn.SequentialCell([Block() for _ in range(depth)])"),
@@ -176,7 +200,11 @@ CASES = {
 
 def ported_with(module, top: str, model: nn.Module, **arguments) -> ms.nn.Cell:
     """The ported class built with `arguments`, `model`'s weights loaded the way port loads PyTorch's."""
-    network = getattr(module, top)(**arguments)
+    return with_weights(getattr(module, top)(**arguments), model)
+
+
+def with_weights(network: ms.nn.Cell, model: nn.Module) -> ms.nn.Cell:
+    """`network` with `model`'s weights loaded the way port loads PyTorch's."""
     state = {name: value.detach().numpy() for name, value in model.state_dict().items()}
     dtypes = {name: str(value.dtype) for name, value in state.items()}
     conversion = convert_state_dict(StateDict(Path("the d+1 model"), state, dtypes), network,
@@ -227,8 +255,8 @@ def test_blocks_another_argument_drives_apart_go_ahead_of_the_loop_and_a_depth_t
     assert main([f"{__name__}:WideFirst", "--out", str(on_path / "wide"), "--input-shape", "4"]) == 0, \
         capsys.readouterr().out
     source = (on_path / "wide" / "model.py").read_text()
-    assert "[nn.Dense(in_channels=hidden, out_channels=8, has_bias=True)] + [" in source
-    assert "for _ in range(depth - 1)]" in source
+    first, loop = "nn.Dense(in_channels=hidden, out_channels=8, has_bias=True)", "for _ in range(depth - 1)"
+    assert f"[{first}]\n            + [nn.Dense(in_channels=8, out_channels=8, has_bias=True) {loop}])" in source
     module = importlib.import_module("wide.model")
     ms.set_context(mode=ms.PYNATIVE_MODE)
     features = np.random.default_rng(3).normal(0, 1, (5, 4)).astype(np.float32)
@@ -242,3 +270,44 @@ def test_blocks_another_argument_drives_apart_go_ahead_of_the_loop_and_a_depth_t
     scores = importlib.import_module("scores.model")
     assert "depth" not in inspect.signature(scores.ScorePerBlock).parameters
     assert "range(" not in (on_path / "scores" / "model.py").read_text()
+
+
+def agree(network: ms.nn.Cell, model: nn.Module, inputs: np.ndarray) -> None:
+    with torch.no_grad():
+        expected = model(torch.from_numpy(inputs)).numpy()
+    np.testing.assert_allclose(network(ms.Tensor(inputs)).asnumpy(), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_a_list_argument_drives_one_stage_per_item_and_the_model_config_builds_other_depths(on_path, capsys):
+    """layers=(2, 2): each item one stage's depth (the second after its Down block); the model config, built by
+    Hydra with layers=[3, 1], takes PyTorch's TwoStageNet(layers=(3, 1)) weights and agrees with it. Mutations
+    caught: the items' names without their index (port_arguments._followed: `code` = name; SyntaxError-free but
+    range(layers) fails), a list taken when one item is refused (part None ignored: see the ScorePerBlock-like
+    check below)."""
+    status = main([f"{__name__}:TwoStageNet", "--out", str(on_path / "two_stage"), "--input-shape", "3,8,8"])
+    assert status == 0, capsys.readouterr().out
+    source = (on_path / "two_stage" / "model.py").read_text()
+    assert "for _ in range(layers[0])]" in source and "for _ in range(layers[1] - 1)]" in source
+    config = OmegaConf.load(on_path / "two_stage" / "conf" / "model" / "two_stage.yaml")
+    assert list(config.layers) == [2, 2]
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    images = np.random.default_rng(5).normal(0, 1, (2, 3, 8, 8)).astype(np.float32)
+    for layers in ((3, 1), (1, 4)):
+        model = TwoStageNet(layers=layers, seed=sum(layers))
+        network = with_weights(instantiate(config, layers=list(layers)), model)
+        agree(network, model, images)
+
+
+@pytest.mark.slow
+def test_torchvision_resnet_layers_drive_its_four_stages(on_path, capsys):
+    """torchvision's ResNet(BasicBlock, layers): the ported class built with layers=[3, 1, 2, 1] takes PyTorch's
+    weights of that layout and agrees (each later stage: its downsampling block, then range(layers[i] - 1))."""
+    status = main([f"{__name__}:torchvision_resnet", "--out", str(on_path / "resnet"), "--input-shape", "3,16,16"])
+    assert status == 0, capsys.readouterr().out
+    source = (on_path / "resnet" / "model.py").read_text()
+    assert "for _ in range(layers[0])]" in source and "for _ in range(layers[3] - 1)]" in source
+    module = importlib.import_module("resnet.model")
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    model = torchvision_resnet(layers=(3, 1, 2, 1), seed=4)
+    agree(ported_with(module, "ResNet", model, layers=[3, 1, 2, 1]), model,
+          np.random.default_rng(6).normal(0, 1, (2, 3, 16, 16)).astype(np.float32))

@@ -28,7 +28,8 @@ ITEM_CALL = re.compile(r"^(?P<indent>\s*)(?P<out>\w+) = self\.(?P<list>\w+)\[(?P
 class Run:
     """A list of the top class written as its first `head` items, then its last item `count` times."""
 
-    argument: str  # the constructor argument it follows
+    argument: str  # the code of the constructor argument it follows: ``depth``, ``layers[0]``
+    value: int  # the argument's value in the model ported
     head: int
     count: str  # the code of how many: ``depth``, ``depth - 1``
     length: int  # the list's length in the model ported
@@ -45,6 +46,9 @@ class Run:
         line = f"{first}[{block} {loop}]"
         if len(line) + indent + 16 <= LINE and "\n" not in line:
             return line
+        run = f"[{block} {loop}]"
+        if first and "\n" not in first + run and len(run) + indent + 4 <= LINE:  # the loop on a line of its own
+            return f"{first[:-3]}\n{' ' * indent}+ {run}"
         return f"{first}[\n{pad}{block}\n{pad}{loop}]"
 
 
@@ -177,10 +181,10 @@ def _run(before: List[Any], after: List[Any], name: str, grown: int, value: int)
 def _counted(name: str, head: int, length: int, value: int) -> Run:
     """The Run of a list of `length` items, the last `length - head` of them repeated as `name` (= `value`) says."""
     offset = length - head - value
-    return Run(name, head, name if not offset else f"{name} {'+' if offset > 0 else '-'} {abs(offset)}", length)
+    return Run(name, value, head, name if not offset else f"{name} {'+' if offset > 0 else '-'} {abs(offset)}", length)
 
 
-def settle(driven: Dict[Tuple, Any], arguments: Dict[str, Any]) -> None:
+def settle(driven: Dict[Tuple, Any]) -> None:
     """Move the start of each Run of `driven` (slot path -> code or Run) past the blocks another argument drives
     differently from the rest (``hidden`` the first block's input, the others' a constant): one block written
     `count` times would get those wrong, so they are listed ahead of the loop."""
@@ -196,4 +200,4 @@ def settle(driven: Dict[Tuple, Any], arguments: Dict[str, Any]) -> None:
         last = sorted(codes[run.length - 1].items(), key=repr)
         while head > run.head and sorted(codes[head - 1].items(), key=repr) == last:
             head -= 1
-        driven[path] = _counted(run.argument, head, run.length, arguments[run.argument])
+        driven[path] = _counted(run.argument, head, run.length, run.value)

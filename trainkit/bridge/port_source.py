@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from trainkit.bridge import port_arguments, port_code, port_depth, port_layers, port_transformers, port_windows
+from trainkit.bridge import port_arguments, port_code, port_layers, port_transformers, port_windows
 from trainkit.bridge.port_classes import CLASSES, IMPORTS, class_call
 from trainkit.bridge.port_classes import HELPERS as CLASS_HELPERS
 from trainkit.bridge.port_layers import CONTAINERS, Call, Unsupported, render_call, target_name
@@ -400,32 +400,17 @@ def _generated(model: Any, batch: Any = None) -> Tuple[_Generator, Any]:
 
 def _take_arguments(generator: _Generator, top: Variant, values: Dict[str, Any],
                     rebuild: Callable[[Dict[str, Any]], Any], batch: Any = None) -> None:
-    """The top class's constructor arguments (:mod:`trainkit.bridge.port_arguments`): each argument of `values`
-    whose change moves only literals of the top class's layers."""
-    slots = dict(port_code.slots(top.instances[0], ()))
-    below = [generator.class_source(variant) for variant in generator.order if variant is not top]
-    for name, value in values.items():
-        for other in port_arguments.changed(value):
-            try:
-                again, again_top = _generated(rebuild({name: other}).eval(), batch)
-            except Exception:  # noqa: BLE001 - the model refuses the changed value: try the next
-                continue
-            if again.problems or "__instance__" not in getattr(again_top, "kwargs", {}):
-                break
-            variant = again_top.kwargs["__instance__"][0]
-            if [again.class_source(v) for v in again.order if v is not variant] != below:
-                break  # it moves more than the top class's layers: a literal
-            found = port_arguments.follow(slots, dict(port_code.slots(variant.instances[0], ())), name, value,
-                                          other) if variant.construct == top.construct else None
-            if not found:  # a depth: lists of the top class's layers grow with it (port_depth)
-                found = port_depth.grown(top.instances[0], top.construct, variant.instances[0], variant.construct,
-                                         name, value, other)
-            if found and not set(found) & set(top.driven):
-                top.driven.update(found)
-                top.arguments[name] = value
-            break
-    port_depth.settle(top.driven, top.arguments)
-    top.construct = port_depth.roll(top.construct, port_depth.loops(top.driven))
+    """The top class's constructor arguments (:func:`trainkit.bridge.port_arguments.take`)."""
+
+    def again(changes: Dict[str, Any]) -> Optional[Tuple[Variant, List[str]]]:
+        generated, again_top = _generated(rebuild(changes).eval(), batch)
+        if generated.problems or "__instance__" not in getattr(again_top, "kwargs", {}):
+            return None
+        variant = again_top.kwargs["__instance__"][0]
+        return variant, [generated.class_source(other) for other in generated.order if other is not variant]
+
+    port_arguments.take(top, [generator.class_source(variant) for variant in generator.order if variant is not top],
+                        values, again)
 
 
 def generate(model: Any, origin: str, rebuild: Optional[Callable[[Dict[str, Any]], Any]] = None,
