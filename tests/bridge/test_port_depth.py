@@ -189,6 +189,20 @@ def torchvision_resnet(layers=(2, 2, 2, 2), num_classes: int = 10, seed: int = 0
     return randomised(resnet.ResNet(resnet.BasicBlock, list(layers), num_classes=num_classes), seed)
 
 
+class MixedList(nn.Module):
+    """sizes[0] is a depth, but sizes[1] a factor forward multiplies by (a literal of construct): the list is
+    not an argument, since the ported class could not follow its second item."""
+
+    def __init__(self, sizes=(2, 3), seed: int = 0):
+        super().__init__()
+        self.blocks = nn.Sequential(*[nn.Linear(4, 4) for _ in range(sizes[0])])
+        self.factor = sizes[1]
+        randomised(self, seed)
+
+    def forward(self, features):
+        return self.blocks(features) * self.factor
+
+
 # name: (the class, the code its blocks are built with in the ported class)
 CASES = {
     "timm_like_vit": (TimmLikeViT, "nn.SequentialCell([Block() for _ in range(depth)])"),
@@ -281,9 +295,9 @@ def agree(network: ms.nn.Cell, model: nn.Module, inputs: np.ndarray) -> None:
 def test_a_list_argument_drives_one_stage_per_item_and_the_model_config_builds_other_depths(on_path, capsys):
     """layers=(2, 2): each item one stage's depth (the second after its Down block); the model config, built by
     Hydra with layers=[3, 1], takes PyTorch's TwoStageNet(layers=(3, 1)) weights and agrees with it. Mutations
-    caught: the items' names without their index (port_arguments._followed: `code` = name; SyntaxError-free but
-    range(layers) fails), a list taken when one item is refused (part None ignored: see the ScorePerBlock-like
-    check below)."""
+    caught: the items written without their index (port_arguments._followed's `code` = name: range(layers), the
+    ported class cannot be built), a list taken though an item moves construct (MixedList: `part is None` ignored,
+    sizes taken)."""
     status = main([f"{__name__}:TwoStageNet", "--out", str(on_path / "two_stage"), "--input-shape", "3,8,8"])
     assert status == 0, capsys.readouterr().out
     source = (on_path / "two_stage" / "model.py").read_text()
@@ -296,6 +310,9 @@ def test_a_list_argument_drives_one_stage_per_item_and_the_model_config_builds_o
         model = TwoStageNet(layers=layers, seed=sum(layers))
         network = with_weights(instantiate(config, layers=list(layers)), model)
         agree(network, model, images)
+
+    assert main([f"{__name__}:MixedList", "--out", str(on_path / "mixed"), "--input-shape", "4"]) == 0
+    assert "sizes" not in inspect.signature(importlib.import_module("mixed.model").MixedList).parameters
 
 
 @pytest.mark.slow
