@@ -329,7 +329,7 @@ class _Generator:
     def arguments(self, variant: Variant) -> List[str]:
         return list(dict.fromkeys(name for _, name in variant.parameters))
 
-    def render_value(self, value: Any, path: Tuple, parameters: Dict[Tuple, str], indent: int) -> str:
+    def render_value(self, value: Any, path: Tuple, parameters: Dict[Tuple, Any], indent: int) -> str:
         if path in parameters:  # an argument's code, or a run of blocks built `depth` times (port_depth.Run)
             found = parameters[path]
             return found if isinstance(found, str) else found.render(
