@@ -18,7 +18,7 @@ from trainkit.bridge import port_code, port_depth
 
 
 def constructor_values(factory: Callable, given: Dict[str, Any]) -> Dict[str, Any]:
-    """The numeric arguments `factory` was called with, and the lists of numbers: `given`, else its defaults
+    """The numeric arguments `factory` was called with, and the lists of integers: `given`, else its defaults
     (``seed``-like flags too)."""
     try:
         signature = inspect.signature(factory)
@@ -29,7 +29,8 @@ def constructor_values(factory: Callable, given: Dict[str, Any]) -> Dict[str, An
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD) or name == "self":
             continue
         value = given.get(name, parameter.default)
-        if _number(value) or isinstance(value, (list, tuple)) and value and all(map(_number, value)):
+        if _number(value) or isinstance(value, (list, tuple)) and value and all(
+                isinstance(item, int) and not isinstance(item, bool) for item in value):  # depths, widths
             values[name] = value
     return values
 
