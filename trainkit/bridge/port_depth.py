@@ -84,7 +84,9 @@ def roll(construct: List[str], lengths: Dict[str, int]) -> List[str]:
             index += 1
             continue
         first, last = chain[0], chain[-1]
-        indent, out, loop = first["indent"], last["out"], _free("block", construct)
+        plural = first["list"]  # ``for layer in self.layers``, else ``for block in self.stage``
+        indent, out = first["indent"], last["out"]
+        loop = _free(plural[:-1] if plural.endswith("s") and not plural.endswith("ss") else "block", construct)
         if out != first["input"]:
             lines.append(f"{indent}{out} = {first['input']}")
         lines += [f"{indent}for {loop} in self.{first['list']}:", f"{indent}    {out} = {loop}({out}{first['rest']})"]
