@@ -203,6 +203,15 @@ class MixedList(nn.Module):
         return self.blocks(features) * self.factor
 
 
+def timm_vision_transformer(depth: int = 2, num_classes: int = 10, seed: int = 0) -> nn.Module:
+    """timm's own VisionTransformer class, small (its blocks an nn.Sequential, as in TimmLikeViT)."""
+    import_zoo()
+    from timm.models.vision_transformer import VisionTransformer
+
+    return randomised(VisionTransformer(img_size=16, patch_size=8, embed_dim=16, depth=depth, num_heads=2,
+                                        num_classes=num_classes), seed)
+
+
 # name: (the class, the code its blocks are built and run with in the ported class)
 CASES = {
     "timm_like_vit": (TimmLikeViT, ["nn.SequentialCell([Block() for _ in range(depth)])"]),
@@ -310,6 +319,20 @@ def test_a_list_argument_drives_one_stage_per_item_and_the_model_config_builds_o
 
     assert main([f"{__name__}:MixedList", "--out", str(on_path / "mixed"), "--input-shape", "4"]) == 0
     assert "sizes" not in inspect.signature(importlib.import_module("mixed.model").MixedList).parameters
+
+
+@pytest.mark.slow
+def test_timm_s_vision_transformer_depth_builds_its_blocks(on_path, capsys):
+    """timm's VisionTransformer (TimmLikeViT covers its layout fast): depth 3 takes PyTorch's depth-3 weights."""
+    status = main([f"{__name__}:timm_vision_transformer", "--out", str(on_path / "timm_vit"), "--input-shape",
+                   "3,16,16"])
+    assert status == 0, capsys.readouterr().out
+    assert "nn.SequentialCell([Block() for _ in range(depth)])" in (on_path / "timm_vit" / "model.py").read_text()
+    module = importlib.import_module("timm_vit.model")
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    model = timm_vision_transformer(depth=3, seed=3)
+    agree(ported_with(module, "VisionTransformer", model, depth=3), model,
+          np.random.default_rng(8).normal(0, 1, (2, 3, 16, 16)).astype(np.float32))
 
 
 @pytest.mark.slow
