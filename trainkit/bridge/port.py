@@ -169,7 +169,8 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
                f"model.pretrained={out / WEIGHTS_FILE} data=...")
     config.write_text(f"# {target} ported by python -m trainkit.port; train it from PyTorch's weights with\n"
                       f"#   {command}\n_target_: {module_name}.model.{ported.top}\n"
-                      + "".join(f"{name}: {value!r}\n" for name, value in ported.arguments.items()), encoding="utf-8")
+                      + "".join(f"{name}: {list(value) if isinstance(value, tuple) else value!r}\n"  # YAML has no tuple
+                              for name, value in ported.arguments.items()), encoding="utf-8")
     try:
         rows = compare_layers(network, model, batch)
     except Exception as error:  # noqa: BLE001 - whatever MindSpore raises, in one line naming the Cell
@@ -186,6 +187,9 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
           + (f" ({conversion.mapping.renamed_batch_norm} norm names renamed)" if conversion.mapping.renamed_batch_norm
              else ""))
     print(f"model config: {config} (_target_: {module_name}.model.{ported.top})")
+    if ported.arguments:
+        print(f"{ported.top} takes PyTorch's constructor arguments "
+              f"{', '.join(f'{name}={value!r}' for name, value in ported.arguments.items())} (in the model config)")
     if project:
         print(f"train it in the project: cd {into} && {command}")
     if ported.specialised:

@@ -5,16 +5,21 @@ with ``num_classes`` written where the value came from it, not as the number ``1
 which argument is not guessed from equal numbers: the model is built again with the argument changed (``10`` ->
 ``11``, else ``20``) and ported again; the literals that changed with it (``11``, or ``2 * 11`` for ``20``) take the
 argument's name. An argument is kept only when everything it changes can be written so: the layers of the top
-class (not its ``construct``, nor a class below it, whose constants would then disagree with it).
+class (not its ``construct``, nor a class below it, whose constants would then disagree with it), or the number of
+blocks in a list of them (a depth, :mod:`trainkit.bridge.port_depth`). A list argument (``layers=[2, 2, 2, 2]``) is
+changed one item at a time, each item followed as ``layers[0]``; it is kept when every item is.
 """
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from trainkit.bridge import port_code, port_depth
 
 
 def constructor_values(factory: Callable, given: Dict[str, Any]) -> Dict[str, Any]:
-    """The numeric arguments `factory` was called with: `given`, else its defaults (``seed``-like flags too)."""
+    """The numeric arguments `factory` was called with, and the lists of integers: `given`, else its defaults
+    (``seed``-like flags too)."""
     try:
         signature = inspect.signature(factory)
     except (TypeError, ValueError):
@@ -24,9 +29,64 @@ def constructor_values(factory: Callable, given: Dict[str, Any]) -> Dict[str, An
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD) or name == "self":
             continue
         value = given.get(name, parameter.default)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if _number(value) or isinstance(value, (list, tuple)) and value and all(
+                isinstance(item, int) and not isinstance(item, bool) for item in value):  # depths, widths
             values[name] = value
     return values
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def take(top: Any, below: List[str], values: Dict[str, Any],
+         again: Callable[[Dict[str, Any]], Optional[Tuple[Any, List[str]]]]) -> None:
+    """Give `top` (the top class's :class:`~trainkit.bridge.port_source.Variant`) the arguments of `values` that
+    only its own layers follow. `below` is the source of the other classes; `again` ports the model built with some
+    arguments changed: its top Variant and the other classes' source, None when it does not port (it raises when
+    the model refuses the values)."""
+    slots = dict(port_code.slots(top.instances[0], ()))
+    for name, value in values.items():
+        if isinstance(value, (list, tuple)):
+            found: Optional[Dict[Tuple, Any]] = {}
+            for index in range(len(value)):
+                part = _followed(top, slots, below, name, value, index, again)
+                if part is None:
+                    found = None
+                    break
+                found.update(part)
+        else:
+            found = _followed(top, slots, below, name, value, None, again)
+        if found and not set(found) & set(top.driven):
+            top.driven.update(found)
+            top.arguments[name] = value
+    port_depth.settle(top.driven)
+    top.construct = port_depth.roll(top.construct, port_depth.loops(top.driven))
+
+
+def _followed(top: Any, slots: Dict[Tuple, Any], below: List[str], name: str, value: Any, index: Optional[int],
+              again: Callable[[Dict[str, Any]], Optional[Tuple[Any, List[str]]]]) -> Optional[Dict[Tuple, Any]]:
+    """slot path -> code (or :class:`~trainkit.bridge.port_depth.Run`) of what follows the argument `name` (its
+    item `index` for a list, written ``name[index]``); {} when nothing changes with it; None when something else
+    does, or the model takes none of the changed values."""
+    code, current = (name, value) if index is None else (f"{name}[{index}]", value[index])
+    for other in changed(current):
+        try:
+            ported = again({name: other if index is None else
+                            type(value)([*value[:index], other, *value[index + 1:]])})
+        except Exception:  # noqa: BLE001 - the model refuses the changed value: try the next
+            continue
+        if ported is None or ported[1] != below:
+            return None  # it moves more than the top class's layers: a literal
+        variant = ported[0]
+        found = follow(slots, dict(port_code.slots(variant.instances[0], ())), code, current, other) \
+            if variant.construct == top.construct else None
+        if found:
+            return found
+        runs = port_depth.grown(top.instances[0], top.construct, variant.instances[0], variant.construct, code,
+                                current, other)  # a depth: lists of the top class's layers grow with it
+        return runs if runs is not None else found
+    return None
 
 
 def changed(value: Any) -> Tuple[Any, ...]:

@@ -69,7 +69,7 @@ class Variant:
     instances: List[Dict[str, Any]] = field(default_factory=list)  # each instance's children
     parameters: List[Tuple[Tuple[Any, ...], str]] = field(default_factory=list)  # (slot path, argument name)
     arguments: Dict[str, Any] = field(default_factory=dict)  # the top class's: PyTorch's name -> default
-    driven: Dict[Tuple[Any, ...], str] = field(default_factory=dict)  # slot path -> code from the arguments
+    driven: Dict[Tuple[Any, ...], Any] = field(default_factory=dict)  # slot path -> code from the arguments, or Run
 
 
 @dataclass
@@ -334,9 +334,11 @@ class _Generator:
     def arguments(self, variant: Variant) -> List[str]:
         return list(dict.fromkeys(name for _, name in variant.parameters))
 
-    def render_value(self, value: Any, path: Tuple, parameters: Dict[Tuple, str], indent: int) -> str:
-        if path in parameters:
-            return parameters[path]
+    def render_value(self, value: Any, path: Tuple, parameters: Dict[Tuple, Any], indent: int) -> str:
+        if path in parameters:  # an argument's code, or a run of blocks built `depth` times (port_depth.Run)
+            found = parameters[path]
+            return found if isinstance(found, str) else found.render(
+                value, path, lambda item, at, pad: self.render_value(item, at, parameters, pad), indent)
         if isinstance(value, Call):
             if "__instance__" in value.kwargs:
                 value = self.instance_call(value)
@@ -403,27 +405,18 @@ def _generated(model: Any, batch: Any = None) -> Tuple[_Generator, Any]:
 
 def _take_arguments(generator: _Generator, top: Variant, values: Dict[str, Any],
                     rebuild: Callable[[Dict[str, Any]], Any], batch: Any = None) -> None:
-    """The top class's constructor arguments (:mod:`trainkit.bridge.port_arguments`): each argument of `values`
-    whose change moves only literals of the top class's layers."""
-    slots = dict(port_code.slots(top.instances[0], ()))
-    below = [generator.class_source(variant) for variant in generator.order if variant is not top]
-    for name, value in values.items():
-        for other in port_arguments.changed(value):
-            try:
-                again, again_top = _generated(rebuild({name: other}).eval(), batch)
-            except Exception:  # noqa: BLE001 - the model refuses the changed value: try the next
-                continue
-            if again.problems or "__instance__" not in getattr(again_top, "kwargs", {}):
-                break
-            variant = again_top.kwargs["__instance__"][0]
-            if [again.class_source(v) for v in again.order if v is not variant] != below \
-                    or variant.construct != top.construct or not generator.buffers.same(again.buffers):
-                break  # it moves more than the top class's layers (or a buffer's values): a literal
-            found = port_arguments.follow(slots, dict(port_code.slots(variant.instances[0], ())), name, value, other)
-            if found and not set(found) & set(top.driven):
-                top.driven.update(found)
-                top.arguments[name] = value
-            break
+    """The top class's constructor arguments (:func:`trainkit.bridge.port_arguments.take`)."""
+
+    def again(changes: Dict[str, Any]) -> Optional[Tuple[Variant, List[str]]]:
+        generated, again_top = _generated(rebuild(changes).eval(), batch)
+        if generated.problems or "__instance__" not in getattr(again_top, "kwargs", {}) \
+                or not generator.buffers.same(generated.buffers):
+            return None  # (a buffer's values moved with it: buffers.npz holds one set, so a literal)
+        variant = again_top.kwargs["__instance__"][0]
+        return variant, [generated.class_source(other) for other in generated.order if other is not variant]
+
+    port_arguments.take(top, [generator.class_source(variant) for variant in generator.order if variant is not top],
+                        values, again)
 
 
 def generate(model: Any, origin: str, rebuild: Optional[Callable[[Dict[str, Any]], Any]] = None,
