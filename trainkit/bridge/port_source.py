@@ -13,35 +13,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from trainkit.bridge import port_arguments, port_buffers, port_code, port_layers, port_transformers, port_windows
+from trainkit.bridge import port_arguments, port_buffers, port_code, port_layers, port_transformers
 from trainkit.bridge.port_classes import CLASSES, IMPORTS, class_call
-from trainkit.bridge.port_classes import HELPERS as CLASS_HELPERS
 from trainkit.bridge.port_layers import CONTAINERS, Call, Unsupported, render_call, target_name
 from trainkit.bridge.port_names import Namer
+from trainkit.bridge.port_tables import (
+    FUNCTION_HELPERS,
+    FUNCTIONS,
+    HELPER_IMPORTS,
+    HELPER_NEEDS,
+    HELPERS,
+    METHODS,
+    layer_call,
+)
 from trainkit.bridge.port_trace import Recording, branches_on_training, record, tracer_for
 from trainkit.errors import ConfigError
-
-# port_transformers' entries take precedence over port_layers' where both name one (attention, dropout)
-FUNCTIONS = {**port_layers.FUNCTIONS, **port_transformers.FUNCTIONS, **port_windows.FUNCTIONS}
-METHODS = {**port_layers.METHODS, **port_transformers.METHODS, **port_windows.METHODS}
-HELPERS = {**port_layers.HELPERS, **port_transformers.HELPERS, **CLASS_HELPERS, **port_windows.HELPERS,
-           **port_buffers.HELPERS}
-HELPER_IMPORTS = {**port_layers.HELPER_IMPORTS, **port_transformers.HELPER_IMPORTS, **port_windows.HELPER_IMPORTS,
-                  **port_buffers.HELPER_IMPORTS}
-FUNCTION_HELPERS = {**port_transformers.FUNCTION_HELPERS, **port_windows.FUNCTION_HELPERS}
-HELPER_NEEDS = {**port_transformers.HELPER_NEEDS, **port_windows.HELPER_NEEDS}
-
-
-def layer_call(module: Any) -> Call:
-    """The MindSpore constructor call of a torch.nn layer (port_transformers' tables first, then port_layers')."""
-    name = type(module).__name__
-    if name in port_transformers.LAYERS and type(module).__module__.startswith("torch.nn"):
-        try:
-            return port_transformers.LAYERS[name](module)
-        except Unsupported as error:
-            raise Unsupported(f"torch.nn.{name} with {error}") from error
-    return port_layers.layer_call(module)
-
 
 LINE = 116
 
