@@ -17,26 +17,47 @@ once the main thread is outside any import: a signal during one waits for its en
 back (an in-process command, as in the tests). :func:`start` and :func:`finish` wrap a command: :func:`finish`
 returns a signal that came while only the hold handlers were there, so that the command still ends as it.
 
+A command that owns its process (``python -m trainkit``, not a test's in-process run) says so with
+:func:`own_process`: from then on a signal that finds only the hold handler -- anywhere but the training loop,
+whose ``SignalStop`` takes it politely: start-up, Hydra, compile, data preparation, the test-set evaluation -- ends
+the process from the forwarding thread (its one line, 128 + N, ``os._exit``), never an exception at an arbitrary
+bytecode of a library (an ``UnboundLocalError`` inside a ``try/finally``, MindSpore's ``analyze_fail.ir`` notice
+inside a compile). Writes that must be whole first hold :func:`completing`; :func:`exit_process` ends the command
+once its work is done, with Python's ``atexit`` functions run and MindSpore's C++ clean-up (the 0.6-1.2 s of
+interpreter finalization where a signal was lost) skipped.
+
 A child inherits the mask: a forked one (``os.fork``: multiprocessing's workers) unblocks the signals at once, and a
 command started with ``subprocess`` (msrun) is started inside :func:`unblocked`, else it would never see them.
 """
 from __future__ import annotations
 
 import _thread
+import atexit
 import contextlib
 import os
 import signal
 import sys
 import threading
-from typing import Iterator, List, Optional
+import time
+
+TYPE_CHECKING = False  # typing is not imported at run time: this module loads before the command's first imports
+if TYPE_CHECKING:
+    from typing import Callable, Iterator, List, NoReturn, Optional
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _POLL_SECONDS = 0.05  # how often the forwarding thread looks for a signal, and at a main thread that is importing
 _IMPORTING = ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
 
+_TEARDOWN_GRACE_SECONDS = 10.0  # a signal waits at most this long for exit_process's clean-up, then ends it anyway
+
 _forwarder: Optional[threading.Thread] = None
 _fork_hook = False
 _stop = threading.Event()
+_pending: List[int] = []  # taken by the forwarder, not yet delivered (under _taking: exit_process reads them)
+_taking = threading.Lock()
+_ending = threading.RLock()  # held by whoever ends the process, and by the main thread's writes (completing)
+_farewell: Optional[Callable[[int, bool], None]] = None  # the owning command's one line (own_process)
+_done = False  # the command's work is done: exit_process ends it
 
 
 def route() -> bool:
@@ -94,17 +115,28 @@ def _unblock_in_child() -> None:
 
 
 def _forward(main_ident: int) -> None:
-    pending: List[int] = []
+    pending = _pending
     while not _stop.is_set():
-        signum = _take()
-        if signum is not None:
-            pending.append(signum)
+        with _taking:
+            signum = _take()
+            if signum is not None:
+                pending.append(signum)
+        if pending and _ends_process(pending[0]):
+            _end_process(pending[0])  # never returns
         if len(pending) > 1 and _importing(main_ident):  # sent again while an import holds the first: at once
             _end_now(pending[-1])
-        while pending and not _importing(main_ident):
-            _deliver(pending.pop(0))
+        while pending and not _importing(main_ident) and not _ends_process(pending[0]):
+            with _taking:
+                delivered = pending.pop(0)
+            _deliver(delivered)
         if signum is None:
             _stop.wait(_POLL_SECONDS)
+
+
+def _ends_process(signum: int) -> bool:
+    """Whether `signum` ends the process from this thread: the command owns it and only the hold handler is there
+    (not the training loop's SignalStop, nor another handler that takes the signal politely)."""
+    return _farewell is not None and signal.getsignal(signum) is _hold
 
 
 def _take() -> Optional[int]:
@@ -136,6 +168,41 @@ def _deliver(signum: int) -> None:
         _thread.interrupt_main(signum)  # the main thread runs `handler` at its next bytecode
         return
     _end_now(signum)  # SIG_DFL (SignalStop's second signal sets it, then re-sends it)
+
+
+def _end_process(signum: int) -> NoReturn:
+    """End the owning command's process for `signum` from this thread: after the main thread's write in progress
+    (:func:`completing`), with the command's one line, the log handlers flushed and held (no record half-written),
+    exit status 128 + signum. Once :func:`exit_process` holds the process, it answers the signal itself, unless its
+    clean-up takes longer than ``_TEARDOWN_GRACE_SECONDS`` (then this ends it)."""
+    began = time.monotonic()
+    while not _ending.acquire(timeout=_POLL_SECONDS):
+        if _done and time.monotonic() - began > _TEARDOWN_GRACE_SECONDS:
+            _exit_for(signum, done=True)
+    _exit_for(signum, done=_done)
+
+
+def _exit_for(signum: int, done: bool) -> NoReturn:
+    try:
+        if _farewell is not None:
+            _farewell(signum, done)
+    finally:
+        _flush()
+        os._exit(128 + signum)
+
+
+def _flush() -> None:
+    """Flush the standard streams and every logging handler, and keep the handlers' locks: a record another
+    thread is writing is finished first, and none starts before ``os._exit``."""
+    logging = sys.modules.get("logging")  # not imported here: start() runs before the command's first imports
+    for reference in list(logging._handlerList if logging is not None else ()):  # noqa: SLF001 -- as shutdown()
+        handler = reference()
+        if handler is not None and handler.lock is not None and handler.lock.acquire(timeout=1.0):
+            with contextlib.suppress(Exception):
+                handler.flush()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
 
 
 def _end_now(signum: int) -> None:
@@ -179,3 +246,69 @@ def finish() -> Optional[int]:
 
 def _hold(signum, frame) -> None:
     _held.append(signum)
+
+
+def start_command(package: str) -> None:
+    """:func:`start`, if this process is ``python -m PACKAGE``: what the package's ``__init__`` calls, so that the
+    signals are routed before anything else is imported (``python -m`` imports the package before its
+    ``__main__``)."""
+    if command_package() == package:
+        start()
+
+
+def command_package() -> Optional[str]:
+    """The package (or module) this process was started to run with ``python -m``, or None (``python -c``, a
+    script, the interpreter's own options only); ``sys.orig_argv`` is the interpreter's own command line."""
+    argv = getattr(sys, "orig_argv", [])
+    for index, argument in enumerate(argv[1:], start=1):
+        if argument == "-m":
+            return argv[index + 1] if index + 1 < len(argv) else None
+        if argument.startswith("-m"):
+            return argument[2:]
+        if argument in ("-c", "-") or not argument.startswith("-"):
+            return None
+    return None
+
+
+def owned() -> bool:
+    """Whether the command owns the process (:func:`own_process`): a signal outside the training loop ends it."""
+    return _farewell is not None
+
+
+def own_process(farewell: Callable[[int, bool], None]) -> bool:
+    """The command owns this process: from now on a signal that finds only the hold handler ends the process from
+    the forwarding thread, after ``farewell(signum, done)`` (the command's one line; ``done``: its work was done)
+    and with exit status 128 + signum. Returns whether that is on (it needs :func:`start`'s routing)."""
+    global _farewell
+    if _forwarder is None or not _original:
+        return False
+    _farewell = farewell
+    return True
+
+
+@contextlib.contextmanager
+def completing() -> Iterator[None]:
+    """A write that must be whole: a signal that would end the process waits for the end of it."""
+    with _ending:
+        yield
+
+
+def exit_process(status: int) -> NoReturn:
+    """End the owning command's process once its work is done: Python's ``atexit`` functions (``logging``'s
+    shutdown, MindSpore's asynchronous checkpoint save and summary close, ``multiprocessing``'s children), the
+    standard streams flushed, then ``os._exit``, skipping the interpreter's finalization (module clean-up,
+    MindSpore's C++ destructors: 0.6-1.2 s in which a signal was lost or killed the process as -15). A signal that
+    came meanwhile, or before, ends it as 128 + N with the farewell saying the work was done."""
+    global _done
+    with _ending:  # the forwarder, if it is ending the process already, finishes that first
+        _done = True
+        try:
+            threading._shutdown()  # noqa: SLF001 -- what finalization does first: wait for non-daemon threads
+            atexit._run_exitfuncs()  # noqa: SLF001
+        finally:
+            with _taking:
+                signum = _pending[0] if _pending else (_held[0] if _held else _take())
+            if signum is not None:
+                _exit_for(signum, done=True)
+            _flush()
+            os._exit(status)
