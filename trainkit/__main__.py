@@ -39,21 +39,30 @@ def _farewell(signum: int, done: bool) -> None:
     print(f"trainkit: {message}", file=sys.stderr, flush=True)
 
 
-def _owns_process() -> bool:
-    """Whether a signal may end this process from trainkit.signals' thread: it was started to run this command
-    (``python -m trainkit``, a project's ``python -m`` through trainkit.cli), not a test or a notebook running it
-    in-process; one job at a time (a ``-m`` sweep's launcher writes its summary on the way out); not under msrun
-    (a worker's MindSpore clean-up tells the scheduler it is done)."""
-    module = sys.modules.get("__main__")
-    name = getattr(getattr(module, "__spec__", None), "name", None) or ""
+def _owns_process(entry: dict) -> bool:
+    """Whether a signal may end this process from trainkit.signals' thread: `entry` (the globals of the code that
+    runs the command) is the top level of the module ``python -m`` started (``python -m trainkit``, a project's
+    ``python -m`` through trainkit.cli), not a test or a notebook running the command in-process; one job at a
+    time (a ``-m`` sweep's launcher writes its summary on the way out); not under msrun (a worker's MindSpore
+    clean-up tells the scheduler it is done)."""
+    name = getattr(entry.get("__spec__"), "name", None) or ""
     package = name[:-len(".__main__")] if name.endswith(".__main__") else name
     sweep = any(a in ("-m", "--multirun") or a.startswith("hydra.mode=") for a in sys.argv[1:])
-    return bool(package) and signals.command_package() == package and not sweep and "MS_ROLE" not in os.environ
+    return (entry.get("__name__") == "__main__" and bool(package) and signals.command_package() == package
+            and not sweep and "MS_ROLE" not in os.environ)
+
+
+def _entry() -> dict:
+    """The globals of the module-level code that called main() (through trainkit.cli.main for a project), or {}."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_globals.get("__name__") == "trainkit.cli":
+        frame = frame.f_back
+    return frame.f_globals if frame is not None and frame.f_code.co_name == "<module>" else {}
 
 
 if __name__ == "__main__":  # before the imports below: a signal during one ends the process (trainkit/signals.py)
     signals.start()
-    if _owns_process():
+    if _owns_process(globals()):
         signals.own_process(_farewell)
 
 _WARNINGS_KEY = "logger.mindspore_warnings="
@@ -232,7 +241,7 @@ def main() -> None:
     A command that owns its process ends it with ``signals.exit_process``: its ``atexit`` functions run, the
     interpreter's finalization (MindSpore's C++ clean-up, 0.6-1.2 s in which a signal was lost) does not."""
     signals.start()  # idempotent: python -m trainkit did it before its imports, a project's command (cli) too
-    if _owns_process():
+    if _owns_process(_entry()):
         signals.own_process(_farewell)
         try:
             _main()
