@@ -9,7 +9,9 @@ a traceback, a "Fatal Python error", more lines. ``--stop`` also stops the proce
 continues it (SIGCONT) just before the signal, as Ctrl-Z then ``fg`` would: that interrupts the forwarding thread's
 wait, which is what lost signals before the fix (DEVELOPERS.md, "Signals").
 ``--whole`` first times one unsignalled run (when the signals are routed, when the "finished" line comes, when the
-process ends) and then spreads the delays over that whole run, its teardown after "finished" included.
+process ends) and then spreads the delays over that whole run, its teardown after "finished" included;
+``--after-finished`` counts the delays from the run's "finished" line instead (the teardown alone). A run that had
+ended before its signal is tallied apart ("none").
 Not a speed benchmark: it measures whether a signal can be lost.
 """
 from __future__ import annotations
@@ -63,10 +65,17 @@ def timeline(run_dir: Path, overrides: List[str]) -> Dict[str, float]:
     return moments
 
 
-def one_run(run_dir: Path, signum: int, delay: float, stop: bool,
-            overrides: List[str]) -> Tuple[Optional[int], str, str]:
-    """The exit status, stdout and stderr of one run signalled ``delay`` seconds after its start."""
+def one_run(run_dir: Path, signum: int, delay: float, stop: bool, overrides: List[str],
+            after_finished: bool = False) -> Tuple[Optional[int], str, str]:
+    """The exit status, stdout and stderr of one run signalled ``delay`` seconds after its start (or after its
+    "finished" line)."""
     process = _start(run_dir, overrides, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    before = []
+    if after_finished:  # the delay counts from the "finished" line: the teardown, window (2) of DEVELOPERS.md
+        for line in process.stdout:
+            before.append(line)
+            if "] - finished: " in line:
+                break
     time.sleep(delay)  # a random moment is the point here (a reproduction, not a test)
     if stop and process.poll() is None:
         process.send_signal(signal.SIGSTOP)
@@ -74,15 +83,15 @@ def one_run(run_dir: Path, signum: int, delay: float, stop: bool,
         process.send_signal(signal.SIGCONT)
     if process.poll() is not None:  # ended before the signal: nothing to tally
         stdout, stderr = process.communicate()
-        return process.returncode, stdout, stderr + "\n(ended before the signal)"
+        return process.returncode, "".join(before) + stdout, stderr + "\n(ended before the signal)"
     process.send_signal(signum)
     try:
         stdout, stderr = process.communicate(timeout=300)
     except subprocess.TimeoutExpired:
         process.kill()
         stdout, stderr = process.communicate()
-        return None, stdout, stderr
-    return process.returncode, stdout, stderr
+        return None, "".join(before) + stdout, stderr
+    return process.returncode, "".join(before) + stdout, stderr
 
 
 def verdict(signum: int, status: int, stdout: str, stderr: str) -> str:
@@ -113,6 +122,8 @@ def main(argv: List[str] = None) -> int:
     parser.add_argument("--runs", type=int, default=60)
     parser.add_argument("--min-delay", type=float, default=0.0, help="seconds")
     parser.add_argument("--max-delay", type=float, default=7.0, help="seconds; delays are uniform in between")
+    parser.add_argument("--after-finished", action="store_true",
+                        help="count the delays from the run's \"finished\" line (the teardown)")
     parser.add_argument("--whole", action="store_true",
                         help="time one unsignalled run first; delays then span all of it, teardown included")
     parser.add_argument("--signal", choices=["both", "SIGTERM", "SIGINT"], default="both",
@@ -133,7 +144,7 @@ def main(argv: List[str] = None) -> int:
             sent = SENT if args.signal == "both" else (signal.Signals[args.signal],)
             signum, delay = sent[index % len(sent)], chosen.uniform(args.min_delay, args.max_delay)
             status, stdout, stderr = one_run(Path(scratch) / f"run{index}", signum, delay, args.stop,
-                                             args.overrides)
+                                             args.overrides, args.after_finished)
             outcome = verdict(signum, status, stdout, stderr)
             tally[outcome] += 1
             print(f"{index:3d} {signal.Signals(signum).name:7s} at {delay:4.2f}s: exit {status} {outcome}"

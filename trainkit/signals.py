@@ -283,6 +283,8 @@ def own_process(farewell: Callable[[int, bool], None]) -> bool:
     if _forwarder is None or not _original:
         return False
     _farewell = farewell
+    if _held:  # came before: the hold handler kept it, nothing of the command's has run yet
+        _exit_for(_held[0], done=False)
     return True
 
 
@@ -307,7 +309,7 @@ def exit_process(status: int) -> NoReturn:
             atexit._run_exitfuncs()  # noqa: SLF001
         finally:
             with _taking:
-                signum = _pending[0] if _pending else (_held[0] if _held else _take())
+                signum = _pending[0] if _pending else _take()
             if signum is not None:
                 _exit_for(signum, done=True)
             _flush()
