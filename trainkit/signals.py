@@ -186,6 +186,9 @@ def _exit_for(signum: int, done: bool) -> NoReturn:
     try:
         if _farewell is not None:
             _farewell(signum, done)
+        multiprocessing = sys.modules.get("multiprocessing")
+        for child in multiprocessing.active_children() if multiprocessing is not None else ():
+            child.terminate()  # what multiprocessing's atexit function would do, which os._exit skips
     finally:
         _flush()
         os._exit(128 + signum)
