@@ -151,3 +151,21 @@ def test_a_signal_after_the_commands_work_is_one_line_and_143(monkeypatch, capsy
     assert ended.value.code == 143
     assert capsys.readouterr().err == ("trainkit: stopped by SIGTERM outside the training loop, after the command had "
                                        "done its work (what it wrote is complete)\n")
+
+
+@pytest.mark.parametrize("orig_argv,package", [
+    (["python", "-m", "trainkit", "-m", "model=mlp"], "trainkit"),
+    (["python", "-X", "importtime", "-W", "ignore", "-m", "trainkit"], "trainkit"),
+    (["python", "-Ximporttime", "-Bm", "myproject.sub", "x"], "myproject.sub"),
+    (["python", "-mtrainkit"], "trainkit"),
+    (["python", "-c", "import trainkit", "-m", "trainkit"], None),
+    (["python", "script.py", "-m", "trainkit"], None),
+    (["python", "-", "-m", "trainkit"], None),
+    (["python", "-I"], None),
+])
+def test_command_package_reads_the_interpreters_options(monkeypatch, orig_argv, package):
+    """The module ``python -m`` runs, from the interpreter's own command line: only then is the command the process
+    (trainkit/__init__.py routes the signals, __main__ may end the process). Mutation caught: a parser that took the
+    first argument not starting with ``-`` as the end of the options (``-X importtime`` read as a script: None)."""
+    monkeypatch.setattr(sys, "orig_argv", orig_argv)
+    assert signals.command_package() == package

@@ -261,15 +261,26 @@ def start_command(package: str) -> None:
 
 def command_package() -> Optional[str]:
     """The package (or module) this process was started to run with ``python -m``, or None (``python -c``, a
-    script, the interpreter's own options only); ``sys.orig_argv`` is the interpreter's own command line."""
-    argv = getattr(sys, "orig_argv", [])
-    for index, argument in enumerate(argv[1:], start=1):
-        if argument == "-m":
-            return argv[index + 1] if index + 1 < len(argv) else None
-        if argument.startswith("-m"):
-            return argument[2:]
-        if argument in ("-c", "-") or not argument.startswith("-"):
+    script, the interpreter's own options only); ``sys.orig_argv`` is the interpreter's own command line, whose
+    options end at ``-m``, ``-c``, ``-`` or the script, and where ``-W`` and ``-X`` take a value."""
+    argv = list(getattr(sys, "orig_argv", []))[1:]
+    while argv:
+        argument = argv.pop(0)
+        if argument == "--check-hash-based-pycs":
+            argv[:1] = []
+            continue
+        if not argument.startswith("-") or argument in ("-", "--"):
             return None
+        if argument.startswith("--"):
+            continue
+        for index, letter in enumerate(argument[1:], start=2):
+            if letter in "mcWX":  # the rest of the cluster, or the next argument, is its value
+                value = argument[index:] or (argv.pop(0) if argv else None)
+                if letter == "m":
+                    return value
+                if letter == "c":
+                    return None
+                break
     return None
 
 
