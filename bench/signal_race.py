@@ -49,6 +49,17 @@ def _routed(pid: int) -> bool:
     return all(mask & (1 << (signum - 1)) for signum in SENT)
 
 
+def _exiting(pid: int) -> bool:
+    """Whether the process is in its exit already (PF_EXITING in /proc/PID/stat's flags): the kernel no longer
+    delivers a signal to it, and it is not a zombie yet, so ``poll()`` still says it runs (a large process's exit
+    takes tens of milliseconds to unmap its memory)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return True
+    return bool(int(fields[6]) & 0x4)
+
+
 def timeline(run_dir: Path, overrides: List[str]) -> Dict[str, float]:
     """Seconds from the start of an unsignalled run to: its signals routed, its "finished" line, its end."""
     started = time.monotonic()
@@ -81,7 +92,7 @@ def one_run(run_dir: Path, signum: int, delay: float, stop: bool, overrides: Lis
         process.send_signal(signal.SIGSTOP)
         time.sleep(0.2)
         process.send_signal(signal.SIGCONT)
-    if process.poll() is not None:  # ended before the signal: nothing to tally
+    if process.poll() is not None or _exiting(process.pid):  # ended (or ending) before the signal: nothing to tally
         stdout, stderr = process.communicate()
         return process.returncode, "".join(before) + stdout, stderr + "\n(ended before the signal)"
     process.send_signal(signum)

@@ -322,9 +322,9 @@ def exit_process(status: int) -> NoReturn:
             threading._shutdown()  # noqa: SLF001 -- what finalization does first: wait for non-daemon threads
             atexit._run_exitfuncs()  # noqa: SLF001
         finally:
+            _flush()  # before the last look: a signal taken after it has microseconds to land, not a flush's time
             with _taking:
                 signum = _pending[0] if _pending else _take()
-            if signum is not None:
-                _exit_for(signum, done=True)
-            _flush()
-            os._exit(status)
+                if signum is None:
+                    os._exit(status)
+            _exit_for(signum, done=True)
