@@ -42,14 +42,13 @@ def _farewell(signum: int, done: bool) -> None:
 def _owns_process(entry: dict) -> bool:
     """Whether a signal may end this process from trainkit.signals' thread: `entry` (the globals of the code that
     runs the command) is the top level of the module ``python -m`` started (``python -m trainkit``, a project's
-    ``python -m`` through trainkit.cli), not a test or a notebook running the command in-process; one job at a
-    time (a ``-m`` sweep's launcher writes its summary on the way out); not under msrun (a worker's MindSpore
-    clean-up tells the scheduler it is done)."""
+    ``python -m`` through trainkit.cli), not a test or a notebook running the command in-process; not under msrun
+    (a worker's MindSpore clean-up tells the scheduler it is done). A ``-m`` sweep's launcher takes the signals
+    back as exceptions while its jobs run, to write its summary (``signals.stop_by_exception``)."""
     name = getattr(entry.get("__spec__"), "name", None) or ""
     package = name[:-len(".__main__")] if name.endswith(".__main__") else name
-    sweep = any(a in ("-m", "--multirun") or a.startswith("hydra.mode=") for a in sys.argv[1:])
     return (entry.get("__name__") == "__main__" and bool(package) and signals.command_package() == package
-            and not sweep and "MS_ROLE" not in os.environ)
+            and "MS_ROLE" not in os.environ)
 
 
 def _entry() -> dict:
@@ -63,7 +62,7 @@ def _entry() -> dict:
 if __name__ == "__main__":  # before the imports below: a signal during one ends the process (trainkit/signals.py)
     signals.start()
     if _owns_process(globals()):
-        signals.own_process(_farewell)
+        signals.own_process(_farewell)  # and _stop, defined below, from main()
 
 _WARNINGS_KEY = "logger.mindspore_warnings="
 
@@ -242,7 +241,7 @@ def main() -> None:
     interpreter's finalization (MindSpore's C++ clean-up, 0.6-1.2 s in which a signal was lost) does not."""
     signals.start()  # idempotent: python -m trainkit did it before its imports, a project's command (cli) too
     if _owns_process(_entry()):
-        signals.own_process(_farewell)
+        signals.own_process(_farewell, _stop)
         try:
             _main()
         except SystemExit as end:
@@ -284,8 +283,9 @@ def _main() -> None:
     if problem:
         print(f"trainkit: error: {problem}", file=sys.stderr)
         sys.exit(2)
-    raising = not signals.owned()  # in-process: _stop raises at the next bytecode; else a signal ends the process
-    previous = {signum: signal.signal(signum, _stop) for signum in (signal.SIGTERM, signal.SIGINT) if raising}
+    # _stop raises at the next bytecode: for in-process commands and a sweep's jobs; else trainkit.signals' thread
+    # ends the process when it finds _stop (or the hold handler) in place
+    previous = {signum: signal.signal(signum, _stop) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
         if signals.held() is not None:  # it came during the imports: stop as soon as the handler could
             raise _Stopped(signals.held())

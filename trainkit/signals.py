@@ -58,6 +58,8 @@ _taking = threading.Lock()
 _ending = threading.RLock()  # held by whoever ends the process, and by the main thread's writes (completing)
 _farewell: Optional[Callable[[int, bool], None]] = None  # the owning command's one line (own_process)
 _done = False  # the command's work is done: exit_process ends it
+_stop_handler: Optional[Callable] = None  # the owning command's own handler (it raises): ended like the hold one
+_by_exception = False  # a sweep's jobs: the command's handler raises, so that the launcher writes its summary
 
 
 def route() -> bool:
@@ -136,7 +138,10 @@ def _forward(main_ident: int) -> None:
 def _ends_process(signum: int) -> bool:
     """Whether `signum` ends the process from this thread: the command owns it and only the hold handler is there
     (not the training loop's SignalStop, nor another handler that takes the signal politely)."""
-    return _farewell is not None and signal.getsignal(signum) is _hold
+    if _farewell is None or (_by_exception and not _done):
+        return False
+    handler = signal.getsignal(signum)
+    return handler is _hold or (handler is _stop_handler and _stop_handler is not None)
 
 
 def _take() -> Optional[int]:
@@ -284,19 +289,22 @@ def command_package() -> Optional[str]:
     return None
 
 
-def owned() -> bool:
-    """Whether the command owns the process (:func:`own_process`): a signal outside the training loop ends it."""
-    return _farewell is not None
+def stop_by_exception() -> None:
+    """From now on until :func:`exit_process`, a signal outside the training loop reaches the command's handler
+    (which raises) instead of ending the process: a sweep's launcher writes the summary of its jobs on the way out."""
+    global _by_exception
+    _by_exception = True
 
 
-def own_process(farewell: Callable[[int, bool], None]) -> bool:
-    """The command owns this process: from now on a signal that finds only the hold handler ends the process from
-    the forwarding thread, after ``farewell(signum, done)`` (the command's one line; ``done``: its work was done)
-    and with exit status 128 + signum. Returns whether that is on (it needs :func:`start`'s routing)."""
-    global _farewell
+def own_process(farewell: Callable[[int, bool], None], stop_handler: Optional[Callable] = None) -> bool:
+    """The command owns this process: from now on a signal that finds only the hold handler (or `stop_handler`, the
+    command's own, which would raise) ends the process from the forwarding thread, after ``farewell(signum, done)``
+    (the command's one line; ``done``: its work was done) and with exit status 128 + signum. Returns whether that is
+    on (it needs :func:`start`'s routing)."""
+    global _farewell, _stop_handler
     if _forwarder is None or not _original:
         return False
-    _farewell = farewell
+    _farewell, _stop_handler = farewell, stop_handler
     if _held:  # came before: the hold handler kept it, nothing of the command's has run yet
         _exit_for(_held[0], done=False)
     return True
@@ -324,7 +332,7 @@ def exit_process(status: int) -> NoReturn:
         finally:
             _flush()  # before the last look: a signal taken after it has microseconds to land, not a flush's time
             with _taking:
-                signum = _pending[0] if _pending else _take()
+                signum = _pending[0] if _pending else (_held[0] if _held and not status else _take())
                 if signum is None:
                     os._exit(status)
             _exit_for(signum, done=True)

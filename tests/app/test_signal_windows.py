@@ -67,3 +67,27 @@ def test_a_signal_in_the_teardown_is_one_line_and_130_and_loses_nothing(tmp_path
     assert (run / "train.log").read_text().splitlines()[-1] == finished[0]
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert "test/accuracy" in records[-1] and records[-1]["epoch"] == 1
+
+
+def test_a_sweep_stopped_outside_the_training_loop_says_how_to_continue_it(tmp_path):
+    """A ``-m`` sweep takes the signals back as exceptions (signals.stop_by_exception), so that its launcher writes
+    the summary of the jobs so far and the command that continues them: SIGTERM while job 0 prepares its data (no
+    job has a record yet, so there is no summary to write, only the command). Mutation caught: the launcher's setup
+    without ``stop_by_exception()`` (the process ended from the forwarding thread: only trainkit's line)."""
+    marker, sweep = tmp_path / "preparing", tmp_path / "sweep"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "trainkit", "-m", "trainer.seed=0,1", "recipe=digits_quickstart",
+         "data._target_=tests.common.start_up.PreparesUntilSignalled", f"+data.marker={marker}",
+         f"hydra.sweep.dir={sweep}"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "GLOG_v": "3", "PYTHONPATH": str(REPO)})
+    deadline = time.monotonic() + 300
+    while not marker.exists() and process.poll() is None and time.monotonic() < deadline:  # wait on the disk
+        time.sleep(0.05)
+    assert marker.exists(), process.communicate()
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=240)
+    assert process.returncode == 143, stderr[-3000:]
+    launcher, command = stderr.splitlines()
+    assert launcher.startswith("trainkit: the sweep was stopped by a signal") and launcher.endswith(
+        f"hydra.sweep.dir={sweep} trainer.resume=auto")
+    assert command.startswith("trainkit: stopped by SIGTERM outside the training loop")
