@@ -24,7 +24,8 @@ the process from the forwarding thread (its one line, 128 + N, ``os._exit``), ne
 bytecode of a library (an ``UnboundLocalError`` inside a ``try/finally``, MindSpore's ``analyze_fail.ir`` notice
 inside a compile). Writes that must be whole first hold :func:`completing`; :func:`exit_process` ends the command
 once its work is done, with Python's ``atexit`` functions run and MindSpore's C++ clean-up (the 0.6-1.2 s of
-interpreter finalization where a signal was lost) skipped.
+interpreter finalization where a signal was lost) skipped. A ``-m`` sweep's jobs take the signals as exceptions
+again (:func:`stop_by_exception`): the sweep's launcher writes its summary on the way out.
 
 A child inherits the mask: a forked one (``os.fork``: multiprocessing's workers) unblocks the signals at once, and a
 command started with ``subprocess`` (msrun) is started inside :func:`unblocked`, else it would never see them.
@@ -242,6 +243,9 @@ def held() -> Optional[int]:
 def finish() -> Optional[int]:
     """Stop routing and put back the handlers :func:`start` found. Returns :func:`held` (None once finished): a
     signal that came while the command's own handlers were not in place, so that the command can still end as it."""
+    global _farewell, _stop_handler, _by_exception
+    _farewell, _stop_handler, _by_exception = None, None, False  # only an owning command ends without finish()
+    _pending.clear()
     if not _original:
         unroute()
         return None
