@@ -7,8 +7,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from tests.common.processes import wait_for_marker
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -22,10 +23,7 @@ def _held_run(tmp_path, model):
          f"model._target_=tests.common.start_up.{model}", f"+model.marker={marker}", f"+model.gate={gate}",
          f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, env={**os.environ, "GLOG_v": "3", "PYTHONPATH": str(REPO), "TRAINKIT_COMPILE_CACHE": "0"})
-    deadline = time.monotonic() + 300
-    while not marker.exists() and process.poll() is None and time.monotonic() < deadline:  # wait on the disk
-        time.sleep(0.05)
-    assert marker.exists(), process.communicate()
+    wait_for_marker(marker, process)
     return process, gate
 
 
@@ -80,10 +78,7 @@ def test_a_sweep_stopped_outside_the_training_loop_says_how_to_continue_it(tmp_p
          "data._target_=tests.common.start_up.PreparesUntilSignalled", f"+data.marker={marker}",
          f"hydra.sweep.dir={sweep}"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "GLOG_v": "3", "PYTHONPATH": str(REPO)})
-    deadline = time.monotonic() + 300
-    while not marker.exists() and process.poll() is None and time.monotonic() < deadline:  # wait on the disk
-        time.sleep(0.05)
-    assert marker.exists(), process.communicate()
+    wait_for_marker(marker, process)
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=240)
     assert process.returncode == 143, stderr[-3000:]
