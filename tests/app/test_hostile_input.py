@@ -89,6 +89,10 @@ def test_a_full_disk_during_a_checkpoint_save_leaves_no_temporary_file_and_says_
 
 
 def test_sigterm_during_start_up_is_one_line_and_status_143(tmp_path):
+    """While the data prepares, in a run directory an earlier run's train.log is in: the one line, 143, and that log
+    as it was (trainkit.signals' thread ends the process after held_log's refusal, which writes nothing into an
+    earlier log). Mutation caught: the farewell releasing the held lines and logging its message instead of
+    ``held_log.drop`` (the earlier log got the refusal's line)."""
     import signal
     import subprocess
     import sys
@@ -96,6 +100,8 @@ def test_sigterm_during_start_up_is_one_line_and_status_143(tmp_path):
 
     repo = Path(__file__).resolve().parents[2]
     marker = tmp_path / "preparing"
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "train.log").write_text("an earlier run's line\n")
     process = subprocess.Popen(
         [sys.executable, "-m", "trainkit", "recipe=digits_quickstart",
          "data._target_=tests.common.start_up.PreparesUntilSignalled", f"+data.marker={marker}",
@@ -106,6 +112,7 @@ def test_sigterm_during_start_up_is_one_line_and_status_143(tmp_path):
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 143, stderr
     assert stderr.count("\n") == 1 and stderr.startswith("trainkit: stopped by SIGTERM outside the training loop")
+    assert (tmp_path / "run" / "train.log").read_text() == "an earlier run's line\n"
 
 
 def test_a_clone_folder_named_trainkit_in_the_current_directory_is_named(tmp_path):
