@@ -151,3 +151,67 @@ def test_a_signal_after_the_commands_work_is_one_line_and_143(monkeypatch, capsy
     assert ended.value.code == 143
     assert capsys.readouterr().err == ("trainkit: stopped by SIGTERM outside the training loop, after the command had "
                                        "done its work (what it wrote is complete)\n")
+
+
+@pytest.mark.parametrize("orig_argv,package", [
+    (["python", "-m", "trainkit", "-m", "model=mlp"], "trainkit"),
+    (["python", "-X", "importtime", "-W", "ignore", "-m", "trainkit"], "trainkit"),
+    (["python", "-Ximporttime", "-Bm", "myproject.sub", "x"], "myproject.sub"),
+    (["python", "-mtrainkit"], "trainkit"),
+    (["python", "-c", "import trainkit", "-m", "trainkit"], None),
+    (["python", "script.py", "-m", "trainkit"], None),
+    (["python", "-", "-m", "trainkit"], None),
+    (["python", "-I"], None),
+])
+def test_command_package_reads_the_interpreters_options(monkeypatch, orig_argv, package):
+    """The module ``python -m`` runs, from the interpreter's own command line: only then is the command the process
+    (trainkit/__init__.py routes the signals, __main__ may end the process). Mutation caught: a parser that took the
+    first argument not starting with ``-`` as the end of the options (``-X importtime`` read as a script: None)."""
+    monkeypatch.setattr(sys, "orig_argv", orig_argv)
+    assert signals.command_package() == package
+
+
+COMPLETING = """
+import os, sys, time
+from pathlib import Path
+from trainkit import signals
+signals.start()
+assert signals.own_process(lambda signum, done: print(f"farewell {signum} {done}", file=sys.stderr, flush=True))
+marker, gate, written = (Path(name) for name in sys.argv[1:])
+with signals.completing():
+    marker.write_text("in")
+    while not gate.exists():
+        time.sleep(0.01)
+    written.write_text("whole")
+time.sleep(60)  # a safety net: the forwarder ends the process as soon as the block is done
+"""
+
+
+def test_a_signal_waits_for_a_completing_block_then_ends_the_process(tmp_path):
+    """An owning command's write inside ``completing()`` is finished before the forwarding thread ends the process
+    (128 + N, the farewell called once). Mutation caught: ``completing()`` without its lock (the process ended at
+    once, while the write waited for its gate: no file written)."""
+    marker, gate, written = tmp_path / "marker", tmp_path / "gate", tmp_path / "written"
+    child = subprocess.Popen([sys.executable, "-c", COMPLETING, str(marker), str(gate), str(written)],
+                             stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        while not marker.exists() and child.poll() is None:  # wait on the disk
+            threading.Event().wait(0.01)
+        child.send_signal(signal.SIGTERM)
+        while child.poll() is None and not _taken(child.pid):  # its forwarding thread has it: waits on the block
+            threading.Event().wait(0.01)
+        gate.write_text("go")
+        _, err = child.communicate(timeout=60)
+    finally:
+        child.kill()
+    assert child.returncode == 143, err
+    assert err == "farewell 15 False\n"
+    assert written.read_text() == "whole"
+
+
+def _taken(pid):
+    """Whether SIGTERM is no longer pending in the process (its forwarding thread has taken it)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    (shared,) = [line for line in status.splitlines() if line.startswith("ShdPnd:")]
+    return not int(shared.split()[1], 16) & (1 << (signal.SIGTERM - 1))

@@ -4,13 +4,18 @@
 use, not with the package: importing MindSpore reads its log level (``GLOG_v``) once, and ``python -m trainkit``
 sets that level before it imports anything of MindSpore (``trainkit/__main__.py``).
 """
-from typing import Any
+import sys
+
+if sys.argv[:1] == ["-m"]:  # python -m is importing the package before its __main__: route the signals first
+    from trainkit import signals as _signals
+
+    _signals.start_command("trainkit")
 
 __all__ = ["Callback", "CallbackState", "TrainingWrapper", "ExponentialMovingAverage"]
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name == "TrainingWrapper":
         from trainkit.step.wrapper import TrainingWrapper
 

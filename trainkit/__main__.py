@@ -19,8 +19,50 @@ from typing import Optional
 
 from trainkit import signals
 
-if __name__ == "__main__":  # before the imports below: a signal during one waits for its end (trainkit/signals.py)
+_STOPPED = ("stopped by {} outside the training loop (while starting up or finishing), so no checkpoint was written "
+            "for it: run the command again (with trainer.resume=auto to continue a run)")
+_STOPPED_DONE = ("stopped by {} outside the training loop, after the command had done its work (what it wrote is "
+                 "complete)")
+
+
+def _farewell(signum: int, done: bool) -> None:
+    """The one line of a signal that ends the process outside the training loop (trainkit.signals.own_process
+    calls it from its thread): the refusal goes into a new train.log only, as for bad input."""
+    name = signal.Signals(signum).name
+    if done:
+        message = _STOPPED_DONE.format(name)
+    else:
+        message = _STOPPED.format(name)
+        held_log = sys.modules.get("trainkit.rundir.held_log")  # not imported yet: nothing held, nothing to drop
+        if held_log is not None:
+            held_log.drop(RuntimeError(message))  # an earlier run's train.log keeps its bytes
+    print(f"trainkit: {message}", file=sys.stderr, flush=True)
+
+
+def _owns_process(entry: dict) -> bool:
+    """Whether a signal may end this process from trainkit.signals' thread: `entry` (the globals of the code that
+    runs the command) is the top level of the module ``python -m`` started (``python -m trainkit``, a project's
+    ``python -m`` through trainkit.cli), not a test or a notebook running the command in-process; not under msrun
+    (a worker's MindSpore clean-up tells the scheduler it is done). A ``-m`` sweep's launcher takes the signals
+    back as exceptions while its jobs run, to write its summary (``signals.stop_by_exception``)."""
+    name = getattr(entry.get("__spec__"), "name", None) or ""
+    package = name[:-len(".__main__")] if name.endswith(".__main__") else name
+    return (entry.get("__name__") == "__main__" and bool(package) and signals.command_package() == package
+            and "MS_ROLE" not in os.environ)
+
+
+def _entry() -> dict:
+    """The globals of the module-level code that called main() (through trainkit.cli.main for a project), or {}."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_globals.get("__name__") == "trainkit.cli":
+        frame = frame.f_back
+    return frame.f_globals if frame is not None and frame.f_code.co_name == "<module>" else {}
+
+
+if __name__ == "__main__":  # before the imports below: a signal during one ends the process (trainkit/signals.py)
     signals.start()
+    if _owns_process(globals()):
+        signals.own_process(_farewell)  # and _stop, defined below, from main()
 
 _WARNINGS_KEY = "logger.mindspore_warnings="
 
@@ -193,16 +235,35 @@ def _shadowing_folder() -> Optional[str]:
 
 
 def main() -> None:
-    """The command line: msrun also runs the training command as its cluster's scheduler, which only serves."""
+    """The command line: msrun also runs the training command as its cluster's scheduler, which only serves.
+
+    A command that owns its process ends it with ``signals.exit_process``: its ``atexit`` functions run, the
+    interpreter's finalization (MindSpore's C++ clean-up, 0.6-1.2 s in which a signal was lost) does not."""
     signals.start()  # idempotent: python -m trainkit did it before its imports, a project's command (cli) too
+    if _owns_process(_entry()):
+        signals.own_process(_farewell, _stop)
+        try:
+            _main()
+        except SystemExit as end:
+            signals.exit_process(_exit_status(end.code))
+        signals.exit_process(0)
     try:
         _main()
     finally:  # every way out: an in-process command (tests, a notebook) leaves the signals as it found them
         late = signals.finish()
     if late is not None:  # came after _main put back the hold handlers: the work is done, the signal still counts
-        print(f"trainkit: stopped by {signal.Signals(late).name} outside the training loop, after the command had "
-              "done its work (what it wrote is complete)", file=sys.stderr)
+        print(f"trainkit: {_STOPPED_DONE.format(signal.Signals(late).name)}", file=sys.stderr)
         sys.exit(128 + late)
+
+
+def _exit_status(code: object) -> int:
+    """The exit status Python gives ``sys.exit(code)``: None is 0, a number itself, anything else printed and 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
 
 
 def _main() -> None:
@@ -222,6 +283,8 @@ def _main() -> None:
     if problem:
         print(f"trainkit: error: {problem}", file=sys.stderr)
         sys.exit(2)
+    # _stop raises at the next bytecode: for in-process commands and a sweep's jobs; else trainkit.signals' thread
+    # ends the process when it finds _stop (or the hold handler) in place
     previous = {signum: signal.signal(signum, _stop) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
         if signals.held() is not None:  # it came during the imports: stop as soon as the handler could
@@ -230,8 +293,7 @@ def _main() -> None:
     except _Stopped as stop:
         from trainkit.rundir import held_log
 
-        message = (f"stopped by {stop} outside the training loop (while starting up or finishing), so no checkpoint "
-                   "was written for it: run the command again (with trainer.resume=auto to continue a run)")
+        message = _STOPPED.format(stop)
         held_log.drop(RuntimeError(message))  # an earlier run's train.log keeps its bytes
         print(f"trainkit: {message}", file=sys.stderr)
         sys.exit(128 + stop.signum)

@@ -1,5 +1,6 @@
-"""Finding the processes of a job, so a test can check that none outlives it."""
+"""Finding the processes of a job, so a test can check that none outlives it; waiting for a process to get somewhere."""
 import os
+import time
 
 import psutil
 
@@ -12,3 +13,11 @@ def processes_mentioning(text):
         if text in cmdline and process.info["status"] != psutil.STATUS_ZOMBIE and process.pid != os.getpid():
             found.append((process.pid, cmdline))
     return found
+
+
+def wait_for_marker(marker, process, seconds=300):
+    """Wait until `process` has written `marker` (a file: it is where the test wants it), or fail with its output."""
+    deadline = time.monotonic() + seconds
+    while not marker.exists() and process.poll() is None and time.monotonic() < deadline:  # wait on the disk
+        time.sleep(0.05)
+    assert marker.exists(), process.communicate()

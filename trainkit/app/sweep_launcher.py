@@ -21,6 +21,7 @@ from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, OmegaConf
 
+from trainkit import signals
 from trainkit.app.sweep_records import JOB_RECORD, objective, read_record
 from trainkit.rundir.command import sweep_continue_command
 
@@ -38,6 +39,7 @@ class RepeatingLauncher(BasicLauncher):
 
     def setup(self, *, config: DictConfig, **kwargs: Any) -> None:
         super().setup(config=config, **kwargs)
+        signals.stop_by_exception()  # a signal between or inside jobs reaches launch(), which writes the summary
         self.repeats = int(OmegaConf.select(config, "sweep.repeats", default=1) or 1)
         self.base_seed = int(OmegaConf.select(config, SEED, default=0) or 0)
         self.continuing = OmegaConf.select(config, RESUME, default=None) == "auto"

@@ -51,6 +51,7 @@ from trainkit.rundir.class_names import class_names_of, save_class_names
 from trainkit.rundir.data_state import data_state_of, save_data_state
 from trainkit.rundir.lock import RunDirectoryLock, held_by_launcher
 from trainkit.rundir.random_state import unrestorable_random_layers
+from trainkit.signals import completing
 from trainkit.step.mixed_precision import applied_amp_level
 from trainkit.step.wrapper import TrainingWrapper
 
@@ -157,15 +158,16 @@ def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResul
     lock.commit()
     held_log.release()  # the lines held since start-up (python -m trainkit) go into train.log
     if writer:
-        if resumed and resumed.path.parent == run_dir / "checkpoints":
-            run.set_aside_later_checkpoints(resumed)
-        elif not resumed and run.continues_run_dir(trainer.resume, run_dir):
-            run.set_aside_earlier_attempt(run_dir / "checkpoints")
-        run.save_config(cfg, run_dir)
-        if class_names is not None:
-            save_class_names(run_dir, class_names)
-        if state is not None:
-            save_data_state(run_dir, state)
+        with completing():  # a signal now ends the process after these moves and writes, not half-way
+            if resumed and resumed.path.parent == run_dir / "checkpoints":
+                run.set_aside_later_checkpoints(resumed)
+            elif not resumed and run.continues_run_dir(trainer.resume, run_dir):
+                run.set_aside_earlier_attempt(run_dir / "checkpoints")
+            run.save_config(cfg, run_dir)
+            if class_names is not None:
+                save_class_names(run_dir, class_names)
+            if state is not None:
+                save_data_state(run_dir, state)
     if done:
         train_set.set_init_step(done)  # Model.train then continues the data mid-epoch where the checkpoint left it
         if choice(trainer.resume_data) == "exact":
@@ -231,9 +233,11 @@ def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResul
                                              run_log))
         if choice(cfg.parallel.mode) != "stand_alone":
             metrics.update(job_metrics(parallel, samples_per_step // group_size, accumulation_steps))
-        run_log.hparams(run.hyper_parameters(cfg), {f"final/{k}": v for k, v in metrics.items()})
+        with completing():
+            run_log.hparams(run.hyper_parameters(cfg), {f"final/{k}": v for k, v in metrics.items()})
     finally:
-        run_log.close()
+        with completing():  # the event files and metrics.jsonl closed whole before a signal ends the process
+            run_log.close()
     log.info("finished: %s", ", ".join(f"{k} {v:.4g}" for k, v in metrics.items()))
     return TrainResult(metrics, run_dir, model, wrapper, loss_network.backbone, optimizer, data, hooks.callbacks)
 
