@@ -256,6 +256,17 @@ def main() -> None:
         sys.exit(128 + late)
 
 
+def _mistyped_override(argv) -> Optional[str]:
+    """A value of trainkit's own groups its type refuses, in one line (before Hydra's six and status 1)."""
+    from trainkit.app.config import check_override_types
+
+    try:
+        check_override_types(argv)
+    except ConfigError as error:
+        return str(error)
+    return None
+
+
 def _exit_status(code: object) -> int:
     """The exit status Python gives ``sys.exit(code)``: None is 0, a number itself, anything else printed and 1."""
     if code is None:
@@ -279,7 +290,7 @@ def _main() -> None:
         signals.finish()  # the scheduler keeps the default actions: the launcher ends it with SIGTERM
         init()  # returns when the workers are done
         return
-    problem = _unusable_run_dir(sys.argv[1:])
+    problem = _unusable_run_dir(sys.argv[1:]) or _mistyped_override(sys.argv[1:])
     if problem:
         print(f"trainkit: error: {problem}", file=sys.stderr)
         sys.exit(2)

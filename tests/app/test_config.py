@@ -1,11 +1,19 @@
 """Every shipped config composes and builds; bad values stop with a message naming the key."""
+import re
 from importlib import resources
 
 import pytest
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from hydra.utils import instantiate
 
-from trainkit.app.config import best_metric, best_mode, check_config, compose_config, recipe_names
+from trainkit.app.config import (
+    best_metric,
+    best_mode,
+    check_config,
+    check_override_types,
+    compose_config,
+    recipe_names,
+)
 from trainkit.app.finetune import model_arguments
 from trainkit.errors import ConfigError
 
@@ -154,3 +162,23 @@ def test_best_metric_null_is_the_first_metric():
     assert best_metric(compose_config(["run_dir=unused"])) == "accuracy"
     assert best_metric(compose_config(["metrics=regression", "run_dir=unused"])) == "mae"
     assert best_metric(compose_config(["metrics=loss_only", "run_dir=unused"])) == "loss"
+
+
+@pytest.mark.parametrize("override, message", [
+    ("trainer.epochs=abc", "trainer.epochs=abc: trainer.epochs takes an integer, not 'abc'"),
+    ("trainer.best_mode=sideways", "trainer.best_mode takes one of auto, min, max, not 'sideways'"),
+    ("wrapper.ema_decay=x", "wrapper.ema_decay takes null or a number, not 'x'"),
+    ("sweep.repeats=1,2,two", "sweep.repeats takes an integer, not 'two'"),
+    ("amp.level=O9", "amp.level takes one of O0, O1, O2, O3, not 'O9'"),
+])
+def test_a_value_its_type_refuses_is_named_before_hydra_composes(override, message):
+    """Mutation tried: the sweep's values not enumerated (only the first checked): the sweep cases pass."""
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        check_override_types(["recipe=digits_quickstart", override])
+
+
+@pytest.mark.parametrize("override", ["trainer.epochs=3", "trainer.epochs=${oc.env:E,1}", "wrapper.ema_decay=null",
+                                      "trainer.unknown=1", "model.width=abc", "~trainer.seed",
+                                      "optimizer.lr=interval(0.1,1)", "hydra.run.dir=x", "trainer.epochs=range(1,3)"])
+def test_values_the_types_take_and_keys_checked_elsewhere_pass(override):
+    check_override_types([override])

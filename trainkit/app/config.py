@@ -285,6 +285,65 @@ def compose_config(overrides: Iterable[str] = ()) -> DictConfig:
 
 
 # --------------------------------------------------------------------------- checks
+def check_override_types(arguments: Iterable[str]) -> None:
+    """Raise ConfigError for a command-line value of trainkit's own groups that its type refuses (``trainer.epochs=
+    abc``), each value of a choice or range sweep too, before Hydra's composition turns it into its six lines and
+    status 1. Interpolations, deletions, Hydra's own keys and the ``_target_`` groups are left to later checks."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf.errors import OmegaConfBaseException
+
+    given = [a for a in arguments if "=" in a and not a.startswith("-") and not a.lstrip("~+").startswith("hydra")]
+    try:
+        overrides = OverridesParser.create().parse_overrides(given)
+    except Exception:  # noqa: BLE001 -- Hydra's own parser reports a malformed override as it always has
+        return
+    schema = None
+    for override in overrides:
+        key = override.key_or_group
+        group = key.split(".", 1)[0]
+        if override.is_delete() or group not in _TYPED_GROUPS or "." not in key:
+            continue
+        try:
+            values = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]
+        except Exception:  # noqa: BLE001 -- an interval sweep (Optuna's): its bounds are Optuna's to check
+            continue
+        schema = schema if schema is not None else OmegaConf.structured(TrainkitConfig)
+        for value in values:
+            if isinstance(value, str) and "${" in value:
+                continue
+            try:
+                OmegaConf.update(schema.copy(), key, value, merge=True)
+            except OmegaConfBaseException as error:
+                if OmegaConf.select(schema, key, default=_ABSENT) is _ABSENT:
+                    break  # an unknown key: check_closed_keys names it, with a suggestion
+                wanted = _type_name(schema, key)
+                raise ConfigError(f"{key}={override.input_line.split('=', 1)[1] if override.input_line else value}: "
+                                  f"{key} takes {wanted}, not {value!r} ({type(error).__name__})") from None
+
+
+_ABSENT = object()
+_TYPED_GROUPS = {name for name, hint in typing.get_type_hints(TrainkitConfig).items() if is_dataclass(hint)}
+
+
+def _type_name(schema: DictConfig, key: str) -> str:
+    """What the schema's `key` holds, in words: an integer, a number, true or false, one of its enum's names."""
+    parent_key, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(schema, parent_key) if parent_key else schema
+    kind = OmegaConf.get_type(node, leaf) if isinstance(node, DictConfig) else None
+    hints = typing.get_type_hints(OmegaConf.get_type(node)) if isinstance(node, DictConfig) else {}
+    hint = hints.get(leaf, kind)
+    if typing.get_origin(hint) is typing.Union:  # Optional[X]
+        hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
+        return f"null or {_type_name_of(hint)}"
+    return _type_name_of(hint)
+
+
+def _type_name_of(hint: Any) -> str:
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        return "one of " + ", ".join(member.name for member in hint)
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(hint, str(hint))
+
+
 MAX_MICRO_BATCHES = 10 ** 8  # trainer.epochs x steps per epoch: the learning-rate table is 400 MB there
 MAX_IMAGE_SIZE = 4096  # a side; a 4096 x 4096 float32 RGB image is 192 MiB
 
