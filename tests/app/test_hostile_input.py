@@ -75,6 +75,7 @@ def test_a_full_disk_during_a_checkpoint_save_leaves_no_temporary_file_and_says_
     callback = TrainingCheckpoint(nn.Dense(2, 2), tmp_path, steps_per_epoch=4, every_n_steps=1, keep=2)
     callback.on_train_begin(Context(0))
     callback.on_train_step_end(Context(1))
+    callback.wait()
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
 
     def disk_full(network, name, **kwargs):  # MindSpore had written part of its temporary file
@@ -82,8 +83,9 @@ def test_a_full_disk_during_a_checkpoint_save_leaves_no_temporary_file_and_says_
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), name)
 
     monkeypatch.setattr(ms, "save_checkpoint", disk_full)
+    callback.on_train_step_end(Context(2))  # written on the callback's thread: the error comes at the next wait
     with pytest.raises(TrainingError, match=r"trainkit-1_2.ckpt could not be written: the disk is full \(No space"):
-        callback.on_train_step_end(Context(2))
+        callback.wait()  # what the next save and the train's end do first
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # no .tmp, the earlier one intact
     assert [p.name for p in checkpoint_files(tmp_path)] == ["trainkit-1_1.ckpt"]
 

@@ -290,8 +290,9 @@ def test_retention_keeps_the_newest_k_and_a_failed_save_deletes_nothing(tmp_path
         raise KeyboardInterrupt
 
     monkeypatch.setattr(ms, "save_checkpoint", crash)
+    callback.on_train_step_end(_Context(6))  # written on the callback's thread
     with pytest.raises(KeyboardInterrupt):
-        callback.on_train_step_end(_Context(6))
+        callback.wait()
     assert [p.name for p in checkpoint_files(tmp_path)] == ["trainkit-1_4.ckpt", "trainkit-2_1.ckpt"]
     found = newest_valid_checkpoint(tmp_path)
     assert found.path.name == "trainkit-2_1.ckpt" and found.position.micro_steps == 5

@@ -92,3 +92,45 @@ def test_an_epoch_end_save_leaves_its_fsync_and_pruning_to_a_thread(tmp_path, mo
     path = checkpoint.save()  # on this thread: durable when it returns
     assert durable[-1] == path.name and on_main_thread[-1]
     assert on_main_thread[:2] == [False, False]
+
+
+def test_a_background_save_writes_the_values_of_its_step_while_training_moves_on(tmp_path, monkeypatch):
+    """The epoch's checkpoint is serialised on the callback's thread from a copy taken at the step; the writer is
+    held until the Parameters have moved on. Mutation tried: the snapshot left out (the live Parameters written):
+    the file held the later values."""
+    import threading
+
+    import mindspore as ms
+    import numpy as np
+    from mindspore import nn, ops
+
+    from trainkit.callbacks.training_checkpoint import TrainingCheckpoint
+
+    class Context:
+        def __init__(self, step):
+            self.step = step
+
+        def original_args(self):
+            return type("Params", (), {"cur_step_num": self.step})()
+
+    network = nn.Dense(2, 3)
+    at_step = {p.name: p.asnumpy().copy() for p in network.get_parameters()}
+    moved_on = threading.Event()
+    real_save = ms.save_checkpoint
+
+    def held_save(*args, **kwargs):
+        assert moved_on.wait(timeout=60)
+        return real_save(*args, **kwargs)
+
+    monkeypatch.setattr(ms, "save_checkpoint", held_save)
+    callback = TrainingCheckpoint(network, tmp_path, steps_per_epoch=1, keep=2)
+    callback.on_train_begin(Context(0))
+    callback.on_train_step_end(Context(1))
+    callback.on_train_epoch_end(Context(1))
+    for parameter in network.get_parameters():  # the next steps change the weights
+        ops.assign(parameter, parameter + 1.0)
+    moved_on.set()
+    callback.wait()
+    saved = ms.load_checkpoint(str(tmp_path / "trainkit-1_1.ckpt"))
+    for name, value in at_step.items():
+        np.testing.assert_array_equal(saved[name].asnumpy(), value, err_msg=name)

@@ -109,13 +109,16 @@ def config_text(config: Optional[DictConfig]) -> Optional[str]:
 
 def save_training_checkpoint(wrapper: nn.Cell, path: Path, position: Position, *, skipped_steps: int,
                              group_size: int, config_text: Optional[str],
-                             metadata: Optional[Dict[str, str]] = None, durable: bool = True) -> Path:
+                             metadata: Optional[Dict[str, str]] = None, durable: bool = True,
+                             values: Optional[List[dict]] = None) -> Path:
     """Write `wrapper` and the run's position to `path`, durably (renamed into place, then fsync'ed).
 
     `config_text` is :func:`config_text` of the run's config (made once per run: it costs more than the save of
     a small model), or None. `metadata`: more entries to append (the class names:
     :func:`trainkit.rundir.class_names.checkpoint_entries`). `durable=False` leaves the fsyncs to the caller
     (:func:`make_durable`, e.g. on another thread): the file is complete and in place when this returns.
+    `values`: :func:`parameter_snapshot` of `wrapper`, taken earlier, written instead of its Parameters' values
+    now (a save on another thread while training goes on).
     """
     append = {
         "micro_steps": int(position.micro_steps),
@@ -131,7 +134,7 @@ def save_training_checkpoint(wrapper: nn.Cell, path: Path, position: Position, *
     append.update(metadata or {})
     path = Path(path)
     try:
-        save_checksummed(wrapper, path, append)  # written as <name>.tmp, then renamed
+        save_checksummed(wrapper if values is None else values, path, append)  # written as <name>.tmp, renamed
     except BaseException as error:
         _remove_partial(path.with_suffix(".tmp"))
         if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -144,6 +147,23 @@ def save_training_checkpoint(wrapper: nn.Cell, path: Path, position: Position, *
     if durable:
         make_durable(path)
     return path
+
+
+def parameter_snapshot(wrapper: nn.Cell) -> Optional[List[dict]]:
+    """What ``mindspore.save_checkpoint(wrapper)`` would write, copied now (``[{"name", "data"}]``, the order and
+    names it uses): a save from it on another thread holds the values of this moment while training moves on.
+    None where MindSpore's own save must read the Cell (model parallel layouts, bfloat16 that NumPy cannot copy)."""
+    from mindspore.parallel._utils import _is_in_auto_parallel_mode
+
+    if _is_in_auto_parallel_mode():
+        return None
+    chosen: Dict[str, object] = {}
+    for _, parameter in wrapper.parameters_and_names():
+        if parameter.dtype == ms.bfloat16 or parameter.cache_enable:
+            return None
+        chosen.setdefault(parameter.name, parameter)
+    wrapper.init_parameters_data()
+    return [{"name": name, "data": ms.Tensor(parameter.asnumpy().copy())} for name, parameter in chosen.items()]
 
 
 def make_durable(path: Path) -> None:
