@@ -163,7 +163,8 @@ def parameter_snapshot(wrapper: nn.Cell) -> Optional[List[dict]]:
             return None
         chosen.setdefault(parameter.name, parameter)
     wrapper.init_parameters_data()
-    return [{"name": name, "data": ms.Tensor(parameter.asnumpy().copy())} for name, parameter in chosen.items()]
+    return [{"name": name, "data": ms.Tensor.from_numpy(parameter.asnumpy().copy())}  # the copy is the Tensor's
+            for name, parameter in chosen.items()]
 
 
 def make_durable(path: Path) -> None:
