@@ -148,33 +148,44 @@ extern "C" int TrainkitIm2Col(int nparam, void **params, int *ndims, int64_t **s
 }
 
 // d_columns (float32 C*kh*kw, N*OH*OW), x (its shape only), geometry (int64 [9]) -> dx (x's shape and layout).
-// The gradient of TrainkitIm2Col: each column value added back where it was read from, kernel offsets in
-// order (i, j), one thread per channel range (no two threads write the same values). An input value receives at
-// most one value per kernel offset, so its sum is the same float32 sum, in the same order, as NumPy's scatter-add.
+// The gradient of TrainkitIm2Col: each input value is the sum of the column values read from it, kernel offsets
+// in order (i, j), from 0 -- the float32 sum NumPy's scatter-add over the offsets gives (an input value is read at
+// most once per offset). Gathered, not scattered: each value is written once, from a list of where it was read
+// (built once a call), one thread per channel range.
 extern "C" int TrainkitCol2Im(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
                               void *stream, void *extra) {
   if (nparam != 4 || ndims[1] != 4) return 1;
   const float *d_cols = static_cast<const float *>(params[0]);
   const Geometry g(shapes[1], static_cast<const int64_t *>(params[2]));
   float *dx = static_cast<float *>(params[3]);
-  const int64_t length = g.length(), per_image = g.oh * g.ow, taps = g.kh * g.kw;
+  const int64_t length = g.length(), per_image = g.oh * g.ow, taps = g.kh * g.kw, pixels = g.h * g.w;
   const Offsets offsets(g);
-  const Offsets *where = &offsets;
+  // reads[first[p] .. first[p + 1]): where input pixel p went, as offsets into a channel's rows of one image, in
+  // kernel-offset order.
+  std::vector<int64_t> first(pixels + 1, 0), reads;
+  {
+    std::vector<int32_t> read_at(pixels * taps, -1);
+    for (int64_t tap = 0; tap < taps; ++tap) {
+      const int32_t *table = offsets.table(tap);
+      for (int64_t t = 0; t < per_image; ++t)
+        if (table[t] >= 0) read_at[table[t] * taps + tap] = int32_t(t);
+    }
+    for (int64_t p = 0; p < pixels; ++p) {
+      for (int64_t tap = 0; tap < taps; ++tap)
+        if (read_at[p * taps + tap] >= 0) reads.push_back(tap * length + read_at[p * taps + tap]);
+      first[p + 1] = int64_t(reads.size());
+    }
+  }
+  const int64_t *starts = first.data(), *sources = reads.data();
   parallel_rows(g.c, taps * length, [=](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
       for (int64_t n = 0; n < g.n; ++n) {
+        const float *columns = d_cols + c * taps * length + n * per_image;
         float *plane = dx + g.plane(n, c);
-        std::fill(plane, plane + g.h * g.w, 0.0f);
-      }
-      for (int64_t tap = 0; tap < taps; ++tap) {
-        if (!where->reads[tap]) continue;
-        const int32_t *table = where->table(tap);
-        const float *row = d_cols + (c * taps + tap) * length;
-        for (int64_t n = 0; n < g.n; ++n) {
-          float *plane = dx + g.plane(n, c);
-          const float *source = row + n * per_image;
-          for (int64_t t = 0; t < per_image; ++t)
-            if (table[t] >= 0) plane[table[t]] += source[t];
+        for (int64_t p = 0; p < pixels; ++p) {
+          float sum = 0.0f;
+          for (int64_t e = starts[p]; e < starts[p + 1]; ++e) sum += columns[sources[e]];
+          plane[p] = sum;
         }
       }
     }
