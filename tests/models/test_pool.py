@@ -94,8 +94,10 @@ def test_the_app_swaps_max_pooling_with_the_convolutions(graph_mode, conv_impl, 
 
 
 def test_a_trainkit_resnet_pools_on_the_kernel_in_its_channel_major_layout(graph_mode):
-    """trainkit's resnet18 (channel-major under auto) built by the app: its max pooling swapped, its outputs those
-    of the same weights built with conv_impl=native (to float32 rounding)."""
+    """trainkit's resnet18 (channel-major under auto), built by the app or not: its max pooling on the kernel, its
+    outputs those of the same weights built with conv_impl=native (to float32 rounding).
+
+    Mutation caught: conv.max_pool2d returning ChannelMajorMaxPool2d again (the type assertions fail)."""
     def built(conv_impl):
         ms.set_seed(0)
         network = build.build_model(OmegaConf.create({"model": {"_target_": "trainkit.models.resnet18",
@@ -104,6 +106,9 @@ def test_a_trainkit_resnet_pools_on_the_kernel_in_its_channel_major_layout(graph
         network.set_train(False)
         return network
 
+    from trainkit.models import resnet18
+
+    assert type(resnet18(num_classes=2, conv_impl="channel_major").maxpool) is KernelMaxPool2d  # outside the app too
     native, swapped = built("native"), built("auto")
     assert type(swapped.maxpool) is KernelMaxPool2d and type(native.maxpool) is nn.MaxPool2d
     ms.load_param_into_net(swapped, {p.name: p for p in native.get_parameters()})
