@@ -75,8 +75,9 @@ class PooledLoss(nn.Cell):
 def test_max_pooling_and_its_gradient_are_numpys_bit_for_bit(mode, channel_major, n, c, h, w, geometry):
     """Half the input is 0 (a ReLU's output): ties, where the first maximum takes the gradient (as torch's).
 
-    Mutations caught: `>=` for `>` in window_argmax (the last tie takes the gradient) and the padding read as 0
-    instead of skipped (a window of negatives pools to 0) both fail here."""
+    Mutations caught: `>=` for `>` in row_argmax (the last tie takes the gradient), the padding read as 0 instead
+    of skipped (a window of negatives pools to 0), and PoolWindows letting a column of padding into the windows
+    all fail here."""
     ms.set_context(mode=mode)
     rng = np.random.default_rng(sum(geometry) + n)
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)

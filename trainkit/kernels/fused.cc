@@ -194,26 +194,54 @@ extern "C" int TrainkitCol2Im(int nparam, void **params, int *ndims, int64_t **s
 }
 
 namespace {
-// The window of output (oh, ow) of a max pooling: where its first maximum is in the plane (row-major order over the
-// window, later values taking over only when strictly greater or NaN, as torch's max_pool2d), or -1 for a window
-// of padding only (which the callers refuse before it can occur).
-inline int64_t window_argmax(const float *plane, const Geometry &g, int64_t oh, int64_t ow) {
-  int64_t best = -1;
-  float value = 0.0f;
-  for (int64_t i = 0; i < g.kh; ++i) {
-    const int64_t ih = oh * g.sh - g.ph + i * g.dh;
-    if (ih < 0 || ih >= g.h) continue;
+// Which kernel rows each output row of a max pooling reads inside the input ([row_first, row_last)), and which
+// output columns read inside the input at each kernel column ([column_from, column_to)): the loops over windows
+// then test no bounds.
+struct PoolWindows {
+  std::vector<int64_t> row_first, row_last, column_from, column_to;
+  explicit PoolWindows(const Geometry &g)
+      : row_first(g.oh, g.kh), row_last(g.oh, 0), column_from(g.kw, g.ow), column_to(g.kw, 0) {
+    for (int64_t oh = 0; oh < g.oh; ++oh)
+      for (int64_t i = 0; i < g.kh; ++i) {
+        const int64_t ih = oh * g.sh - g.ph + i * g.dh;
+        if (ih >= 0 && ih < g.h) {
+          row_first[oh] = std::min(row_first[oh], i);
+          row_last[oh] = i + 1;
+        }
+      }
+    for (int64_t j = 0; j < g.kw; ++j)
+      for (int64_t ow = 0; ow < g.ow; ++ow) {
+        const int64_t iw = ow * g.sw - g.pw + j * g.dw;
+        if (iw >= 0 && iw < g.w) {
+          column_from[j] = std::min(column_from[j], ow);
+          column_to[j] = ow + 1;
+        }
+      }
+  }
+};
+
+// For output row oh of one plane: where each window's first maximum is (best[ow], -1 for a window of padding only,
+// which the callers refuse), in row-major order over the window, later values taking over only when strictly
+// greater or NaN, as torch's max_pool2d; value[ow] its value. The output columns are the innermost loop: each
+// window's comparisons depend on each other, the columns' do not. Selects, not branches: on real activations the
+// comparison is a coin toss.
+inline void row_argmax(const float *plane, const Geometry &g, const PoolWindows &windows, int64_t oh, int64_t *best,
+                       float *value) {
+  std::fill(best, best + g.ow, int64_t(-1));
+  std::fill(value, value + g.ow, 0.0f);
+  for (int64_t i = windows.row_first[oh]; i < windows.row_last[oh]; ++i) {
+    const int64_t row = (oh * g.sh - g.ph + i * g.dh) * g.w;
     for (int64_t j = 0; j < g.kw; ++j) {
-      const int64_t iw = ow * g.sw - g.pw + j * g.dw;
-      if (iw < 0 || iw >= g.w) continue;
-      const float candidate = plane[ih * g.w + iw];
-      if (best < 0 || candidate > value || std::isnan(candidate)) {
-        best = ih * g.w + iw;
-        value = candidate;
+      const int64_t shift = row - g.pw + j * g.dw;
+      for (int64_t ow = windows.column_from[j]; ow < windows.column_to[j]; ++ow) {
+        const int64_t at = shift + ow * g.sw;
+        const float candidate = plane[at];
+        const bool take = best[ow] < 0 || candidate > value[ow] || candidate != candidate;
+        best[ow] = take ? at : best[ow];
+        value[ow] = take ? candidate : value[ow];
       }
     }
   }
-  return best;
 }
 }  // namespace
 
@@ -228,15 +256,17 @@ extern "C" int TrainkitMaxPool(int nparam, void **params, int *ndims, int64_t **
   const Geometry g(shapes[0], static_cast<const int64_t *>(params[1]));
   float *y = static_cast<float *>(params[2]);
   const int64_t planes = shapes[0][0] * shapes[0][1], in_plane = g.h * g.w, out_plane = g.oh * g.ow;
+  const PoolWindows windows(g);
+  const PoolWindows *spans = &windows;
   parallel_rows(planes, in_plane, [=](int64_t begin, int64_t end) {
+    std::vector<int64_t> best(g.ow);
+    std::vector<float> value(g.ow);
     for (int64_t p = begin; p < end; ++p) {
-      const float *plane = x + p * in_plane;
-      float *out = y + p * out_plane;
-      for (int64_t oh = 0; oh < g.oh; ++oh)
-        for (int64_t ow = 0; ow < g.ow; ++ow) {
-          const int64_t at = window_argmax(plane, g, oh, ow);
-          out[oh * g.ow + ow] = at < 0 ? -INFINITY : plane[at];
-        }
+      for (int64_t oh = 0; oh < g.oh; ++oh) {
+        row_argmax(x + p * in_plane, g, *spans, oh, best.data(), value.data());
+        float *out = y + p * out_plane + oh * g.ow;
+        for (int64_t ow = 0; ow < g.ow; ++ow) out[ow] = best[ow] < 0 ? -INFINITY : value[ow];
+      }
     }
   });
   return 0;
@@ -253,17 +283,20 @@ extern "C" int TrainkitMaxPoolGrad(int nparam, void **params, int *ndims, int64_
   const Geometry g(shapes[1], static_cast<const int64_t *>(params[2]));
   float *dx = static_cast<float *>(params[3]);
   const int64_t planes = shapes[1][0] * shapes[1][1], in_plane = g.h * g.w, out_plane = g.oh * g.ow;
+  const PoolWindows windows(g);
+  const PoolWindows *spans = &windows;
   parallel_rows(planes, in_plane, [=](int64_t begin, int64_t end) {
+    std::vector<int64_t> best(g.ow);
+    std::vector<float> value(g.ow);
     for (int64_t p = begin; p < end; ++p) {
-      const float *plane = x + p * in_plane;
-      const float *upstream = dy + p * out_plane;
       float *target = dx + p * in_plane;
       std::fill(target, target + in_plane, 0.0f);
-      for (int64_t oh = 0; oh < g.oh; ++oh)
-        for (int64_t ow = 0; ow < g.ow; ++ow) {
-          const int64_t at = window_argmax(plane, g, oh, ow);
-          if (at >= 0) target[at] += upstream[oh * g.ow + ow];
-        }
+      for (int64_t oh = 0; oh < g.oh; ++oh) {
+        row_argmax(x + p * in_plane, g, *spans, oh, best.data(), value.data());
+        const float *upstream = dy + p * out_plane + oh * g.ow;
+        for (int64_t ow = 0; ow < g.ow; ++ow)
+          if (best[ow] >= 0) target[best[ow]] += upstream[ow];
+      }
     }
   });
   return 0;
