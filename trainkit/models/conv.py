@@ -17,7 +17,6 @@ from mindspore import Tensor, nn, ops
 
 from trainkit import kernels
 from trainkit.kernels import conv_output_size, geometry_values, im2col_kernel
-from trainkit.models.pool import KernelMaxPool2d
 
 __all__ = ["CONV_IMPLS", "ChannelMajorBatchNorm2d", "ChannelMajorMaxPool2d", "UnfoldConv2d", "batch_norm2d",
            "conv2d", "max_pool2d", "resolve_conv_impl"]
@@ -81,12 +80,8 @@ def batch_norm2d(channels: int, conv_impl: str = "native") -> nn.BatchNorm2d:
 
 
 def max_pool2d(kernel_size: int, stride: int, padding: int, conv_impl: str = "native") -> nn.MaxPool2d:
-    """torch's `MaxPool2d(kernel_size, stride, padding)` (padding with -inf) for the layout `conv_impl` gives: on
-    trainkit's kernel (`KernelMaxPool2d`, either layout) where `conv_impl` is not `native` and the kernels build."""
-    conv_impl = resolve_conv_impl(conv_impl)
-    if conv_impl != "native" and kernels.library()[0] is not None:
-        return KernelMaxPool2d((kernel_size, kernel_size, stride, stride, padding, padding, 1, 1))
-    cell = ChannelMajorMaxPool2d if conv_impl == "channel_major" else nn.MaxPool2d
+    """torch's `MaxPool2d(kernel_size, stride, padding)` (padding with -inf) for the layout `conv_impl` gives."""
+    cell = ChannelMajorMaxPool2d if resolve_conv_impl(conv_impl) == "channel_major" else nn.MaxPool2d
     return cell(kernel_size=kernel_size, stride=stride, pad_mode="pad", padding=padding)
 
 

@@ -13,7 +13,7 @@ from mindspore import nn, ops
 from mindspore.common.initializer import HeNormal, HeUniform, initializer
 
 from trainkit.checks import check_bool, check_int
-from trainkit.models.conv import batch_norm2d, conv2d, max_pool2d, resolve_conv_impl
+from trainkit.models.conv import batch_norm2d, conv2d, resolve_conv_impl
 
 __all__ = [
     "BasicBlock",
@@ -176,9 +176,8 @@ class ResNet(nn.Cell):
         self.conv1 = conv2d(in_channels, 64, 7, stride=2, padding=3, conv_impl=self._conv_impl)
         self.bn1 = batch_norm2d(64, self._conv_impl)
         self.relu = nn.ReLU()
-        # Padding with -inf, as torch's MaxPool2d(3, 2, padding=1) (nn.Pad would pad with zeros); on trainkit's
-        # kernel where conv_impl is not native (MindSpore's CPU MaxPool3DWithArgmax was ~5 % of ResNet-18's step).
-        self.maxpool = max_pool2d(3, 2, 1, self._conv_impl)
+        # pad_mode="pad" pads with -inf, as torch's MaxPool2d(3, 2, padding=1); nn.Pad would pad with zeros.
+        self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, pad_mode="pad", padding=1)
         self.layer1 = self._make_layer(block, 64, layers[0])
         self.layer2 = self._make_layer(block, 128, layers[1], stride=2)
         self.layer3 = self._make_layer(block, 256, layers[2], stride=2)
