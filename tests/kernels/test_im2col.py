@@ -65,7 +65,10 @@ class ColumnsLoss(nn.Cell):
 @pytest.mark.parametrize("channel_major", [False, True], ids=["nchw", "cnhw"])
 @pytest.mark.parametrize("n, c, h, w, geometry", GEOMETRIES)
 def test_columns_and_their_gradient_are_numpys_bit_for_bit(mode, channel_major, n, c, h, w, geometry):
-    """The same columns whether x comes as (N, C, H, W) or (C, N, H, W); the gradient in x's own layout."""
+    """The same columns whether x comes as (N, C, H, W) or (C, N, H, W); the gradient in x's own layout.
+
+    Mutations caught: im2col filling a row that reads only padding with 1 instead of 0 (the (1, 5, 1, 1) case), and
+    col2im gathering an input value's reads in reverse kernel-offset order (another float32 sum)."""
     ms.set_context(mode=mode)
     rng = np.random.default_rng(sum(geometry) + n)
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)

@@ -88,6 +88,32 @@ struct Geometry {
   int64_t length() const { return n * oh * ow; }  // columns per row
 };
 
+// For each kernel offset (i, j), where each of the oh * ow outputs reads in its input plane (ih * w + iw), or -1
+// in the padding; and whether the offset reads anything at all. Computed once a call, so the loops over channels
+// and images below are a gather without the bounds arithmetic, and an offset that reads only padding (most of a
+// 3x3 at 1x1 or 2x2, ResNet's last layers at 32x32) is one fill or nothing.
+struct Offsets {
+  std::vector<int32_t> source;
+  std::vector<char> reads;
+  int64_t per_offset;
+  explicit Offsets(const Geometry &g) : source(g.kh * g.kw * g.oh * g.ow), reads(g.kh * g.kw, 0), per_offset(g.oh * g.ow) {
+    for (int64_t i = 0; i < g.kh; ++i)
+      for (int64_t j = 0; j < g.kw; ++j) {
+        int32_t *table = &source[(i * g.kw + j) * per_offset];
+        for (int64_t oh = 0; oh < g.oh; ++oh) {
+          const int64_t ih = oh * g.sh - g.ph + i * g.dh;
+          for (int64_t ow = 0; ow < g.ow; ++ow) {
+            const int64_t iw = ow * g.sw - g.pw + j * g.dw;
+            const bool inside = ih >= 0 && ih < g.h && iw >= 0 && iw < g.w;
+            table[oh * g.ow + ow] = inside ? int32_t(ih * g.w + iw) : -1;
+            reads[i * g.kw + j] |= inside;
+          }
+        }
+      }
+  }
+  const int32_t *table(int64_t offset) const { return &source[offset * per_offset]; }
+};
+
 }  // namespace
 
 // x (float32 N, C, H, W or C, N, H, W), geometry (int64 [9]) -> columns (float32 C*kh*kw, N*OH*OW).
@@ -99,25 +125,22 @@ extern "C" int TrainkitIm2Col(int nparam, void **params, int *ndims, int64_t **s
   const float *x = static_cast<const float *>(params[0]);
   const Geometry g(shapes[0], static_cast<const int64_t *>(params[1]));
   float *cols = static_cast<float *>(params[2]);
-  const int64_t length = g.length();
-  parallel_rows(g.c * g.kh * g.kw, length, [=](int64_t begin, int64_t end) {
+  const int64_t length = g.length(), per_image = g.oh * g.ow, taps = g.kh * g.kw;
+  const Offsets offsets(g);
+  const Offsets *where = &offsets;
+  parallel_rows(g.c * taps, length, [=](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      const int64_t c = r / (g.kh * g.kw), i = (r / g.kw) % g.kh, j = r % g.kw;
+      const int64_t c = r / taps, tap = r % taps;
+      float *row = cols + r * length;
+      if (!where->reads[tap]) {
+        std::fill(row, row + length, 0.0f);
+        continue;
+      }
+      const int32_t *table = where->table(tap);
       for (int64_t n = 0; n < g.n; ++n) {
         const float *plane = x + g.plane(n, c);
-        for (int64_t oh = 0; oh < g.oh; ++oh) {
-          float *out = cols + r * length + (n * g.oh + oh) * g.ow;
-          const int64_t ih = oh * g.sh - g.ph + i * g.dh;
-          if (ih < 0 || ih >= g.h) {
-            std::fill(out, out + g.ow, 0.0f);
-            continue;
-          }
-          const float *source = plane + ih * g.w;
-          for (int64_t ow = 0; ow < g.ow; ++ow) {
-            const int64_t iw = ow * g.sw - g.pw + j * g.dw;
-            out[ow] = (iw >= 0 && iw < g.w) ? source[iw] : 0.0f;
-          }
-        }
+        float *out = row + n * per_image;
+        for (int64_t t = 0; t < per_image; ++t) out[t] = table[t] >= 0 ? plane[table[t]] : 0.0f;
       }
     }
   });
@@ -125,37 +148,44 @@ extern "C" int TrainkitIm2Col(int nparam, void **params, int *ndims, int64_t **s
 }
 
 // d_columns (float32 C*kh*kw, N*OH*OW), x (its shape only), geometry (int64 [9]) -> dx (x's shape and layout).
-// The gradient of TrainkitIm2Col: each column value added back where it was read from, kernel offsets in
-// order (i, j), one thread per channel range (no two threads write the same values).
+// The gradient of TrainkitIm2Col: each input value is the sum of the column values read from it, kernel offsets
+// in order (i, j), from 0 -- the float32 sum NumPy's scatter-add over the offsets gives (an input value is read at
+// most once per offset). Gathered, not scattered: each value is written once, from a list of where it was read
+// (built once a call), one thread per channel range.
 extern "C" int TrainkitCol2Im(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
                               void *stream, void *extra) {
   if (nparam != 4 || ndims[1] != 4) return 1;
   const float *d_cols = static_cast<const float *>(params[0]);
   const Geometry g(shapes[1], static_cast<const int64_t *>(params[2]));
   float *dx = static_cast<float *>(params[3]);
-  const int64_t length = g.length();
-  parallel_rows(g.c, g.kh * g.kw * length, [=](int64_t begin, int64_t end) {
+  const int64_t length = g.length(), per_image = g.oh * g.ow, taps = g.kh * g.kw, pixels = g.h * g.w;
+  const Offsets offsets(g);
+  // reads[first[p] .. first[p + 1]): where input pixel p went, as offsets into a channel's rows of one image, in
+  // kernel-offset order.
+  std::vector<int64_t> first(pixels + 1, 0), reads;
+  {
+    std::vector<int32_t> read_at(pixels * taps, -1);
+    for (int64_t tap = 0; tap < taps; ++tap) {
+      const int32_t *table = offsets.table(tap);
+      for (int64_t t = 0; t < per_image; ++t)
+        if (table[t] >= 0) read_at[table[t] * taps + tap] = int32_t(t);
+    }
+    for (int64_t p = 0; p < pixels; ++p) {
+      for (int64_t tap = 0; tap < taps; ++tap)
+        if (read_at[p * taps + tap] >= 0) reads.push_back(tap * length + read_at[p * taps + tap]);
+      first[p + 1] = int64_t(reads.size());
+    }
+  }
+  const int64_t *starts = first.data(), *sources = reads.data();
+  parallel_rows(g.c, taps * length, [=](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
       for (int64_t n = 0; n < g.n; ++n) {
+        const float *columns = d_cols + c * taps * length + n * per_image;
         float *plane = dx + g.plane(n, c);
-        std::fill(plane, plane + g.h * g.w, 0.0f);
-      }
-      for (int64_t i = 0; i < g.kh; ++i) {
-        for (int64_t j = 0; j < g.kw; ++j) {
-          const float *row = d_cols + ((c * g.kh + i) * g.kw + j) * length;
-          for (int64_t n = 0; n < g.n; ++n) {
-            float *plane = dx + g.plane(n, c);
-            for (int64_t oh = 0; oh < g.oh; ++oh) {
-              const int64_t ih = oh * g.sh - g.ph + i * g.dh;
-              if (ih < 0 || ih >= g.h) continue;
-              const float *source = row + (n * g.oh + oh) * g.ow;
-              float *target = plane + ih * g.w;
-              for (int64_t ow = 0; ow < g.ow; ++ow) {
-                const int64_t iw = ow * g.sw - g.pw + j * g.dw;
-                if (iw >= 0 && iw < g.w) target[iw] += source[ow];
-              }
-            }
-          }
+        for (int64_t p = 0; p < pixels; ++p) {
+          float sum = 0.0f;
+          for (int64_t e = starts[p]; e < starts[p + 1]; ++e) sum += columns[sources[e]];
+          plane[p] = sum;
         }
       }
     }
