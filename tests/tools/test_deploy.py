@@ -68,3 +68,45 @@ def test_bad_output_is_one_line_before_any_work(digits_run, tmp_path, capsys):
         assert err.startswith("trainkit: error: ") and err.count("\n") == 1 and message in err, err
     assert (tmp_path / "taken.onnx").read_text() == "mine"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "taken.onnx"]
+
+
+class PlainConvNet(nn.Cell):
+    """A user's network of MindSpore's own nn.Conv2d, its config without conv_impl (as a ported model's)."""
+
+    def __init__(self, num_classes=10, in_channels=1):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, 4, 3, pad_mode="pad", padding=1, has_bias=True)
+        self.relu = nn.ReLU()
+        self.flatten = nn.Flatten()
+        self.fc = nn.Dense(4 * 8 * 8, num_classes)
+
+    def construct(self, x):
+        return self.fc(self.flatten(self.relu(self.conv(x))))
+
+
+def test_a_network_whose_config_has_no_conv_impl_exports_with_mindspores_convolutions(tmp_path, capsys, caplog):
+    """The app swaps such a network's nn.Conv2d (conv_impl's default, auto); the export used the swapped network
+    as it was, whose custom kernels MindSpore cannot write ("The pointer[value] is null"). Mutation tried:
+    deploy's default for a missing conv_impl back to None (native): red, the export fails."""
+    from trainkit.app import train
+    from trainkit.app.config import compose_config
+
+    caplog.set_level("INFO", logger="trainkit")
+    run = tmp_path / "run"
+    train(compose_config([f"run_dir={run}", "logger.progress=off", "logger.tensorboard=false", "trainer.epochs=1",
+                          "trainer.test=false", f"model._target_={__name__}.PlainConvNet", "~model.width",
+                          "~model.num_downsamples", "~model.stem_stride", "~model.conv_impl"]))
+    assert "1 nn.Conv2d run as trainkit's im2col convolution" in caplog.text
+    assert main([str(run), str(tmp_path / "plain.onnx"), "--batch-size", "4", "--trust", "tests"]) == 0
+    assert "conv_impl native (trained with auto)" in capsys.readouterr().out
+    _, images = val_digits(8)
+    network = PlainConvNet()  # MindSpore's own convolutions, the checkpoint's weights by MindSpore's loader
+    saved = ms.load_checkpoint(str(run / "checkpoints" / "best.ckpt"))
+    assert not ms.load_param_into_net(network, {p.name: saved[p.name] for p in network.get_parameters()},
+                                      strict_load=True)[0]
+    network.set_train(False)
+    live = network(ms.Tensor(images)).asnumpy()
+    session = onnxruntime.InferenceSession(str(tmp_path / "plain.onnx"), providers=["CPUExecutionProvider"])
+    (feed,) = session.get_inputs()
+    got = np.concatenate([session.run(None, {feed.name: images[i:i + 4]})[0] for i in range(0, 8, 4)])
+    np.testing.assert_allclose(got, live, atol=1e-4 * max(1.0, np.abs(live).max()), rtol=0)

@@ -32,6 +32,8 @@ from trainkit.checks import choice
 from trainkit.errors import ConfigError
 from trainkit.metrics import SampleMeanLoss
 from trainkit.models.conv import CONV_IMPLS
+
+DEFAULT_CONV_IMPL = "auto"  # where the model config has no conv_impl: a ported or user network's nn.Conv2d swapped
 from trainkit.models.conv_swap import swap_convolutions
 from trainkit.models.dropout import streams_from_zero
 from trainkit.rundir import class_names, data_state
@@ -73,7 +75,7 @@ def build_model(cfg: DictConfig, data: Any) -> nn.Cell:
     same. ``model.conv_impl`` (default ``auto``) goes to a model that takes it (trainkit's own); then every plain
     ``nn.Conv2d`` left in the network is swapped for that implementation (``trainkit.models.conv_swap``)."""
     node = model_arguments(cfg.model)
-    conv_impl = str(node.get("conv_impl", "auto"))
+    conv_impl = str(node.get("conv_impl", DEFAULT_CONV_IMPL))
     if conv_impl not in CONV_IMPLS:
         raise ConfigError(f"model.conv_impl={conv_impl} is not valid: use one of {', '.join(CONV_IMPLS)}")
     if "conv_impl" in node and "conv_impl" not in accepted_arguments(get_object(node._target_))[0]:

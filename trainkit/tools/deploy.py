@@ -30,6 +30,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn
 
+from trainkit.app.build import DEFAULT_CONV_IMPL
 from trainkit.errors import ConfigError, DataError
 from trainkit.rundir.trust import add_trust_argument
 from trainkit.rundir.weights import WEIGHTS, refuse_existing
@@ -85,8 +86,10 @@ def export_model(target: Union[str, Path], output: Union[str, Path], overrides: 
     if batch_size < 1:
         raise ConfigError(f"--batch-size must be at least 1; got {batch_size}")
     trained = load_trained(Path(target).expanduser(), overrides, weights, which, trust, work_dir=output.parent)
-    conv_impl = trained.cfg.model.get("conv_impl")
-    network = trained.rebuilt(conv_impl="native") if conv_impl not in (None, "native") else trained.network
+    # The app swaps a network's nn.Conv2d where the config has no conv_impl too (a ported or user model): rebuilt
+    # with MindSpore's own convolutions, which export, unless it trained with them.
+    conv_impl = str(trained.cfg.model.get("conv_impl", DEFAULT_CONV_IMPL))
+    network = trained.rebuilt(conv_impl="native") if conv_impl != "native" else trained.network
     batch = data_batch(trained.data, split, CHECK_SAMPLES)
     reference = outputs(trained.network, batch)
     shape = ((None,) if file_format == "MINDIR" else (batch_size,)) + tuple(batch.shape[1:])
@@ -184,7 +187,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"trainkit: error: {error}", file=sys.stderr)
         return 1
     shape = "x".join("N" if size is None else str(size) for size in done.input_shape)
-    native = f", conv_impl native (trained with {done.conv_impl})" if done.conv_impl not in (None, "native") else ""
+    native = f", conv_impl native (trained with {done.conv_impl})" if done.conv_impl != "native" else ""
     print(f"wrote {done.path}: {done.file_format}, input {shape}{native}, {args.weights} weights; checked on "
           f"{done.samples} inputs of the {args.split} set: largest difference from trainkit's evaluation "
           f"{done.max_difference:.3g} (allowed {done.allowed:.3g})")
