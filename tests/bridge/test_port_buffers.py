@@ -12,9 +12,8 @@ torch = pytest.importorskip("torch")
 from tests.bridge.test_port import expected_names  # noqa: E402
 from tests.bridge.test_port_transformers import parameters  # noqa: E402
 from tests.common import torch_buffer_models  # noqa: E402
+from tests.common.port_data import train_ported  # noqa: E402
 from tests.common.torch_zoo import import_zoo  # noqa: E402
-from trainkit.app import train  # noqa: E402
-from trainkit.app.config import compose_config  # noqa: E402
 from trainkit.bridge.export_torch import export_torch  # noqa: E402
 from trainkit.bridge.port import main, port  # noqa: E402
 from trainkit.models.dropout import Dropout, DropPath  # noqa: E402
@@ -139,11 +138,7 @@ def test_a_ported_model_with_buffers_trains_and_resumes_bitwise_in_the_app(on_pa
     data.write_text("_target_: tests.common.port_data.RandomSamples\nshape: [6]\nnum_classes: 3\nsamples: 8\n")
 
     def run(name, *extra):
-        return train(compose_config([f"hydra.searchpath=[file://{folder / 'conf'}]", "model=buffered",
-                                     f"model.pretrained={folder / 'weights.ckpt'}", "data=random", "trainer.epochs=2",
-                                     "trainer.eval_interval=0", "trainer.checkpoint_every_n_steps=1",
-                                     "trainer.keep_checkpoints=20", "logger.progress=off", "optimizer=adamw",
-                                     "optimizer.lr=0.01", f"run_dir={on_path / name}", *extra]))
+        return train_ported(folder, "buffered", on_path / name, *extra)
 
     first = parameters(run("a").wrapper)
     checkpoint = on_path / "a" / "checkpoints" / "trainkit-2_1.ckpt"

@@ -20,9 +20,8 @@ torch = pytest.importorskip("torch")
 
 from tests.bridge.test_port import dropout_counters, expected_names  # noqa: E402
 from tests.common import torch_transformer_models  # noqa: E402
+from tests.common.port_data import train_ported  # noqa: E402
 from tests.common.torch_port_models import randomised  # noqa: E402
-from trainkit.app import train  # noqa: E402
-from trainkit.app.config import compose_config  # noqa: E402
 from trainkit.bridge.compare import main as compare  # noqa: E402
 from trainkit.bridge.port import main  # noqa: E402
 from trainkit.models.dropout import streams_from_zero  # noqa: E402
@@ -112,11 +111,7 @@ def test_a_ported_transformer_with_dropout_resumes_bitwise_and_repeats_with_its_
                     "samples: 16\n")
 
     def run(name, *extra):
-        return train(compose_config([f"hydra.searchpath=[file://{folder / 'conf'}]", "model=transformer",
-                                     f"model.pretrained={folder / 'weights.ckpt'}", "data=random", "trainer.epochs=2",
-                                     "trainer.eval_interval=0", "trainer.checkpoint_every_n_steps=1",
-                                     "trainer.keep_checkpoints=20", "logger.progress=off", "optimizer=adamw",
-                                     "optimizer.lr=0.01", f"run_dir={on_path / name}", *extra]))
+        return train_ported(folder, "transformer", on_path / name, *extra)
 
     first = parameters(run("a").wrapper)
     again = parameters(run("b").wrapper)

@@ -1,6 +1,7 @@
 """Tiny random data modules for training ported models a few steps: images of any shape, or token ids."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional, Sequence
 
 import mindspore.dataset as ds
@@ -51,3 +52,16 @@ class LateClasses:
         return data.batch(self.batch_size)
 
     train_dataset = eval_dataset
+
+
+def train_ported(package: Path, model: str, run_dir: Path, *extra: str):
+    """Train the ported `package` (its conf/ and weights.ckpt, the config group `model`) two epochs on the
+    RandomSamples of its conf/data/random.yaml, a checkpoint every step, AdamW: the runs the resume tests compare."""
+    from trainkit.app import train
+    from trainkit.app.config import compose_config
+
+    return train(compose_config([f"hydra.searchpath=[file://{package / 'conf'}]", f"model={model}",
+                                 f"model.pretrained={package / 'weights.ckpt'}", "data=random", "trainer.epochs=2",
+                                 "trainer.eval_interval=0", "trainer.checkpoint_every_n_steps=1",
+                                 "trainer.keep_checkpoints=20", "logger.progress=off", "optimizer=adamw",
+                                 "optimizer.lr=0.01", f"run_dir={run_dir}", *extra]))
