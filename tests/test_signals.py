@@ -215,3 +215,31 @@ def _taken(pid):
     status = Path(f"/proc/{pid}/status").read_text()
     (shared,) = [line for line in status.splitlines() if line.startswith("ShdPnd:")]
     return not int(shared.split()[1], 16) & (1 << (signal.SIGTERM - 1))
+
+
+IGNORED_AT_START = """
+import os, signal, sys, threading, time
+from trainkit import signals
+signals.start()  # as python -m trainkit does, with SIGINT ignored by whoever started the process
+got = []
+for signum in signals.SIGNALS:
+    signal.signal(signum, lambda number, frame: got.append(number))
+os.kill(os.getpid(), signal.SIGINT)
+os.kill(os.getpid(), signal.SIGTERM)  # both pending at once: the forwarder takes SIGINT (2) first
+deadline = time.monotonic() + 30
+while not got and time.monotonic() < deadline:
+    threading.Event().wait(0.01)
+signals.finish()
+print(" ".join(signal.Signals(number).name for number in got))
+"""
+
+
+def test_a_signal_ignored_when_the_process_started_stays_ignored():
+    """A shell's background job (``cmd &`` in a script) starts with SIGINT ignored so that Ctrl-C reaches only the
+    foreground; routing blocks the signal, which queues it instead of dropping it, and a Ctrl-C meant for another
+    process stopped trainkit (exit 130). Mutation tried: the ignored set left empty: SIGINT came first."""
+    done = subprocess.run([sys.executable, "-c", IGNORED_AT_START], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["SIGTERM"]

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from typing import Callable, Iterator, List, NoReturn, Optional
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
+_ignored_at_start: set = set()  # of SIGNALS, those ignored (SIG_IGN) when start() ran
 _POLL_SECONDS = 0.05  # how often the forwarding thread looks for a signal, and at a main thread that is importing
 _IMPORTING = ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
 
@@ -153,6 +154,8 @@ def _take() -> Optional[int]:
     info = signal.sigtimedwait(SIGNALS, 0)
     if info is None or info.si_signo not in SIGNALS:  # the check is for platforms that might still garble it
         return None
+    if info.si_signo in _ignored_at_start:  # blocked, it was queued; ignored, it is dropped as it would have been
+        return None
     return info.si_signo
 
 
@@ -231,7 +234,11 @@ def start() -> None:
     if _original or threading.current_thread() is not threading.main_thread():
         return
     _held.clear()
-    _original.update({signum: signal.signal(signum, _hold) for signum in SIGNALS})
+    # A signal the process was started with ignored stays ignored (a shell's background job ignores SIGINT so that
+    # Ctrl-C reaches the foreground only; CPython keeps it so): routing blocks it, which would queue it instead.
+    _ignored_at_start.clear()
+    _ignored_at_start.update(signum for signum in SIGNALS if signal.getsignal(signum) is signal.SIG_IGN)
+    _original.update({signum: signal.signal(signum, _hold) for signum in SIGNALS if signum not in _ignored_at_start})
     route()
 
 
