@@ -1,32 +1,18 @@
-"""The benchmark command runs on tiny settings and writes its table (no timing is asserted: speed is not tested)."""
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
+"""The benchmark command runs on tiny settings and writes its table (no timing is asserted: speed is not tested):
+the step's, the loop's and the end-to-end rows here, the models' rows in test_bench_models.py."""
+from tests.common.bench_smoke import check_smoke
 
-REPO = Path(__file__).resolve().parents[1]
+#: Every row the bench has, split by the modules that make them (bench/__main__.py's MODULES).
+STEP_ROWS = ("1", "2", "3", "4", "5", "8", "11")
+MODEL_ROWS = ("6", "7", "9", "10", "12")
 
 
-def test_bench_smoke_runs_every_row_and_writes_json_and_markdown(tmp_path):
-    out = tmp_path / "results"
-    env = {**os.environ, "GLOG_v": "3", "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-m", "bench", "--smoke", "--out", str(out)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+def test_the_two_halves_are_every_row_of_the_bench():
+    from bench.__main__ import MODULES
 
-    report = json.loads((out / "bench.json").read_text())
-    rows = report["rows"]
-    assert {row["row"] for row in rows} == {str(n) for n in range(1, 13)}
-    for row in rows:
-        assert "failed" not in row["name"], row
-        for key in ("model", "batch", "image", "mode", "threads", "mindspore"):
-            assert key in row["setup"], (row["name"], key)
-        if row["value"] is None:  # skipped rows say why (PyTorch absent, a cell that does not run on this device)
-            assert row["details"], row
-    for key in ("mindspore", "threads", "load_average", "cpu_count"):
-        assert key in report["environment"]
-    markdown = (out / "bench.md").read_text()
-    assert markdown.startswith("# trainkit benchmarks")
-    assert markdown.count("\n| ") == len(rows) + 1  # the header and one line per row
-    assert "smoke" in done.stdout
+    assert sorted(STEP_ROWS + MODEL_ROWS, key=int) == sorted({row for rows in MODULES.values() for row in rows},
+                                                              key=int)
+
+
+def test_bench_smoke_runs_the_step_loop_and_end_to_end_rows_and_writes_json_and_markdown(tmp_path):
+    check_smoke(STEP_ROWS, tmp_path)
