@@ -131,8 +131,9 @@ def seed_free(kept: CompiledCells, new: CompiledCells) -> bool:
         if (a is None) != (b is None):
             return False
         if a is not None:
-            differ = [x[0] for x, y in zip(_constants(a), _constants(b)) if x != y]
-            if differ or len(_constants(a)) != len(_constants(b)):
+            kept_constants, new_constants = _constants(a), _constants(b)
+            differ = [x[0] for x, y in zip(kept_constants, new_constants) if x != y]
+            if differ or len(kept_constants) != len(new_constants):
                 log.debug("graph sharing: constants differ: %s", differ[:5])
                 return False
     return True
