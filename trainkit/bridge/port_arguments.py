@@ -6,15 +6,16 @@ which argument is not guessed from equal numbers: the model is built again with 
 ``11``, else ``20``) and ported again; the literals that changed with it (``11``, or ``2 * 11`` for ``20``) take the
 argument's name. An argument is kept only when everything it changes can be written so: the layers of the top
 class (not its ``construct``, nor a class below it, whose constants would then disagree with it), or the number of
-blocks in a list of them (a depth, :mod:`trainkit.bridge.port_depth`). A list argument (``layers=[2, 2, 2, 2]``) is
+blocks in a list of them (a depth, :mod:`trainkit.bridge.port_depth`), or of a class below that the top class
+hands it to (:mod:`trainkit.bridge.port_nested`). A list argument (``layers=[2, 2, 2, 2]``) is
 changed one item at a time, each item followed as ``layers[0]``; it is kept when every item is.
 """
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from trainkit.bridge import port_code, port_depth
+from trainkit.bridge import port_code, port_depth, port_nested
 
 
 def constructor_values(factory: Callable, given: Dict[str, Any]) -> Dict[str, Any]:
@@ -40,13 +41,14 @@ def _number(value: Any) -> bool:
 
 
 def take(top: Any, below: List[str], values: Dict[str, Any],
-         again: Callable[[Dict[str, Any]], Optional[Tuple[Any, List[str]]]]) -> None:
+         again: Callable[[Dict[str, Any]], Optional[Tuple[Any, ...]]], variants: Sequence[Any] = ()) -> None:
     """Give `top` (the top class's :class:`~trainkit.bridge.port_source.Variant`) the arguments of `values` that
-    only its own layers follow. `below` is the source of the other classes; `again` ports the model built with some
-    arguments changed: its top Variant and the other classes' source, None when it does not port (it raises when
-    the model refuses the values)."""
+    only its own layers follow, or depths it hands down. `below` is the source of the other classes, `variants`
+    those classes; `again` ports the model built with some arguments changed: its top Variant, the other classes'
+    source (and those classes), None when it does not port (it raises when the model refuses the values)."""
     slots = dict(port_code.slots(top.instances[0], ()))
     for name, value in values.items():
+        handed: List[port_nested.HandedDown] = []  # a depth's changes to the classes below, made if it is kept
         if isinstance(value, (list, tuple)):
             found: Optional[Dict[Tuple, Any]] = {}
             for index in range(len(value)):
@@ -56,19 +58,23 @@ def take(top: Any, below: List[str], values: Dict[str, Any],
                     break
                 found.update(part)
         else:
-            found = _followed(top, slots, below, name, value, None, again)
+            found = _followed(top, slots, below, name, value, None, again, variants, handed)
         if found and not set(found) & set(top.driven):
             top.driven.update(found)
             top.arguments[name] = value
+            for change in handed:
+                change.apply()
     port_depth.settle(top.driven)
     top.construct = port_depth.roll(top.construct, port_depth.loops(top.driven))
 
 
 def _followed(top: Any, slots: Dict[Tuple, Any], below: List[str], name: str, value: Any, index: Optional[int],
-              again: Callable[[Dict[str, Any]], Optional[Tuple[Any, List[str]]]]) -> Optional[Dict[Tuple, Any]]:
+              again: Callable[[Dict[str, Any]], Optional[Tuple[Any, ...]]], variants: Sequence[Any] = (),
+              handed: Optional[List[port_nested.HandedDown]] = None) -> Optional[Dict[Tuple, Any]]:
     """slot path -> code (or :class:`~trainkit.bridge.port_depth.Run`) of what follows the argument `name` (its
     item `index` for a list, written ``name[index]``); {} when nothing changes with it; None when something else
-    does, or the model takes none of the changed values."""
+    does, or the model takes none of the changed values. A depth of a class below (`variants`) goes into
+    `handed`, the top's slots that pass it down into the result."""
     code, current = (name, value) if index is None else (f"{name}[{index}]", value[index])
     for other in changed(current):
         try:
@@ -76,9 +82,12 @@ def _followed(top: Any, slots: Dict[Tuple, Any], below: List[str], name: str, va
                             type(value)([*value[:index], other, *value[index + 1:]])})
         except Exception:  # noqa: BLE001 - the model refuses the changed value: try the next
             continue
-        if ported is None or ported[1] != below:
-            return None  # it moves more than the top class's layers: a literal
+        if ported is None:
+            return None
         variant = ported[0]
+        if ported[1] != below:  # it moves classes below: a depth handed down, else a literal
+            return _handed(top, slots, below, variants, ported, name, current, other, handed) \
+                if index is None and handed is not None and len(ported) > 2 else None
         found = follow(slots, dict(port_code.slots(variant.instances[0], ())), code, current, other) \
             if variant.construct == top.construct else None
         if found:
@@ -87,6 +96,21 @@ def _followed(top: Any, slots: Dict[Tuple, Any], below: List[str], name: str, va
                                 current, other)  # a depth: lists of the top class's layers grow with it
         return runs if runs is not None else found
     return None
+
+
+def _handed(top: Any, slots: Dict[Tuple, Any], below: List[str], variants: Sequence[Any], ported: Tuple[Any, ...],
+            name: str, value: Any, other: Any, handed: List[port_nested.HandedDown]) -> Optional[Dict[Tuple, Any]]:
+    """The top's slots of a depth it hands to classes below (their changes put in `handed`); None unless the top
+    class itself is unchanged but for literals following the argument."""
+    variant = ported[0]
+    if variant.construct != top.construct:
+        return None
+    found = follow(slots, dict(port_code.slots(variant.instances[0], ())), name, value, other)
+    down = port_nested.handed_down(top, variants, ported[2], below, ported[1], name, value, other) if found is not None else None
+    if down is None:
+        return None
+    handed.append(down)
+    return {**found, **down.top}
 
 
 def changed(value: Any) -> Tuple[Any, ...]:

@@ -33,13 +33,23 @@ class Run:
     head: int
     count: str  # the code of how many: ``depth``, ``depth - 1``
     length: int  # the list's length in the model ported
+    prefix: Optional[str] = None  # items named prefix + index (an OrderedDict's): ``encoder_layer_``
 
     def render(self, items: List[Any], path: Tuple, render: Callable[[Any, Tuple, int], str], indent: int) -> str:
         """``[First(...)] + [Block(...) for _ in range(depth - 1)]``; `render` writes one item at its path."""
         pad = " " * (indent + 4)
         heads = [render(item, path + (index,), indent + 4) for index, item in enumerate(items[:self.head])]
-        block = render(items[self.head], path + (self.head,), indent + 4)
-        loop = f"for _ in range({self.count})"
+        if self.prefix is None:
+            block = render(items[self.head], path + (self.head,), indent + 4)
+            loop = f"for _ in range({self.count})"
+        else:  # (f"encoder_layer_{i}", EncoderBlock()) for i in range(num_layers): each item keeps its name
+            block = render(items[self.head].args[1], path + (self.head, 1), indent + 4)
+            index = "i" if not re.search(r"\bi\b", block) else "index"
+            name = f'f"{self.prefix}{{{index}}}"' if re.fullmatch(r"[\w.\-]*", self.prefix) \
+                else f"{self.prefix!r} + str({index})"
+            offset = self.length - self.value
+            stop = self.argument if not offset else f"{self.argument} {'+' if offset > 0 else '-'} {abs(offset)}"
+            block, loop = f"({name}, {block})", f"for {index} in range({f'{self.head}, ' if self.head else ''}{stop})"
         first = f"[{', '.join(heads)}] + " if heads else ""
         if len(first) + indent + 16 > LINE or "\n" in first:
             first = "[\n" + ",\n".join(pad + head for head in heads) + "] + "
@@ -168,22 +178,44 @@ def _walk(before: Any, after: Any, path: Tuple, name: str, grown: int, value: in
 
 
 def _run(before: List[Any], after: List[Any], name: str, grown: int, value: int) -> Optional[Run]:
-    """The Run of `before` when `after` is it with its last item repeated `grown` more times."""
+    """The Run of `before` when `after` is it with its last item repeated `grown` more times (for an
+    OrderedDict's items, each named its prefix and its index from the first repeated one on)."""
     if not before or len(after) != len(before) + grown:
         return None
+    prefix = _prefix(before) if all(_pair(item) for item in before + after) else None
+    if prefix is not None:
+        names = [item.args[0] for item in after]
+        before, after = [item.args[1] for item in before], [item.args[1] for item in after]
     keys = [key(item) for item in before]
     if [key(item) for item in after] != keys + [keys[-1]] * grown:
         return None
     head = len(keys)
     while head and keys[head - 1] == keys[-1]:
         head -= 1
-    return _counted(name, head, len(keys), value)
+    if prefix is not None:
+        while head < len(keys) and names[head] != f"{prefix}{head}":
+            head += 1  # named otherwise: listed as it is
+        if head == len(keys) or names[head:] != [f"{prefix}{index}" for index in range(head, len(names))]:
+            return None
+    return _counted(name, head, len(keys), value, prefix)
 
 
-def _counted(name: str, head: int, length: int, value: int) -> Run:
+def _pair(item: Any) -> bool:
+    """An OrderedDict's item as port_source writes it: ``("name", Block(...))``."""
+    return isinstance(item, Call) and item.callee == "" and len(item.args) == 2 and isinstance(item.args[0], str)
+
+
+def _prefix(items: List[Any]) -> Optional[str]:
+    """``encoder_layer_`` where the last item is named ``encoder_layer_1`` at index 1."""
+    last, index = items[-1].args[0], str(len(items) - 1)
+    return last[:-len(index)] if last.endswith(index) else None
+
+
+def _counted(name: str, head: int, length: int, value: int, prefix: Optional[str] = None) -> Run:
     """The Run of a list of `length` items, the last `length - head` of them repeated as `name` (= `value`) says."""
     offset = length - head - value
-    return Run(name, value, head, name if not offset else f"{name} {'+' if offset > 0 else '-'} {abs(offset)}", length)
+    return Run(name, value, head, name if not offset else f"{name} {'+' if offset > 0 else '-'} {abs(offset)}",
+               length, prefix)
 
 
 def settle(driven: Dict[Tuple, Any]) -> None:
@@ -202,4 +234,4 @@ def settle(driven: Dict[Tuple, Any]) -> None:
         last = sorted(codes[run.length - 1].items(), key=repr)
         while head > run.head and sorted(codes[head - 1].items(), key=repr) == last:
             head -= 1
-        driven[path] = _counted(run.argument, head, run.length, run.value)
+        driven[path] = _counted(run.argument, head, run.length, run.value, run.prefix)

@@ -315,7 +315,8 @@ class _Generator:
     def instance_call(self, call: Call) -> Call:
         variant, index = call.kwargs["__instance__"]
         values = dict(port_code.slots(variant.instances[index], ()))
-        return Call(variant.name, {name: values[path] for path, name in variant.parameters})
+        # with the arguments it takes from its parent (a depth handed down, port_nested), their defaults here
+        return Call(variant.name, {**{name: values[path] for path, name in variant.parameters}, **variant.arguments})
 
     def arguments(self, variant: Variant) -> List[str]:
         return list(dict.fromkeys(name for _, name in variant.parameters))
@@ -393,16 +394,17 @@ def _take_arguments(generator: _Generator, top: Variant, values: Dict[str, Any],
                     rebuild: Callable[[Dict[str, Any]], Any], batch: Any = None) -> None:
     """The top class's constructor arguments (:func:`trainkit.bridge.port_arguments.take`)."""
 
-    def again(changes: Dict[str, Any]) -> Optional[Tuple[Variant, List[str]]]:
+    def again(changes: Dict[str, Any]) -> Optional[Tuple[Variant, List[str], List[Variant]]]:
         generated, again_top = _generated(rebuild(changes).eval(), batch)
         if generated.problems or "__instance__" not in getattr(again_top, "kwargs", {}) \
                 or not generator.buffers.same(generated.buffers):
             return None  # (a buffer's values moved with it: buffers.npz holds one set, so a literal)
         variant = again_top.kwargs["__instance__"][0]
-        return variant, [generated.class_source(other) for other in generated.order if other is not variant]
+        others = [other for other in generated.order if other is not variant]
+        return variant, [generated.class_source(other) for other in others], others
 
-    port_arguments.take(top, [generator.class_source(variant) for variant in generator.order if variant is not top],
-                        values, again)
+    below = [variant for variant in generator.order if variant is not top]
+    port_arguments.take(top, [generator.class_source(variant) for variant in below], values, again, below)
 
 
 def generate(model: Any, origin: str, rebuild: Optional[Callable[[Dict[str, Any]], Any]] = None,
