@@ -4,6 +4,7 @@ down, and the class below builds its blocks ``for _ in range(...)``, so the port
 takes PyTorch's state_dict of that depth, under its names, and computes what PyTorch's model computes."""
 import importlib
 import inspect
+from collections import OrderedDict
 
 import mindspore as ms
 import numpy as np
@@ -45,6 +46,89 @@ class StageNet(nn.Module):
         return self.head(self.stage(self.stem(images)).mean((2, 3)))
 
 
+class LoopEncoder(nn.Module):
+    """The blocks an nn.ModuleList called in a Python loop (which torch.fx unrolls), after a first wider one."""
+
+    def __init__(self, width: int, depth: int):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(4, width), *[nn.Linear(width, width) for _ in range(depth - 1)]])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return torch.tanh(x)
+
+
+class Backbone(nn.Module):
+    """A class between the top and the blocks: it hands `depth` on to its LoopEncoder."""
+
+    def __init__(self, depth: int):
+        super().__init__()
+        self.encoder = LoopEncoder(8, depth)
+        self.norm = nn.LayerNorm(8)
+
+    def forward(self, x):
+        return self.norm(self.encoder(x))
+
+
+class ChainNet(nn.Module):
+    """depth goes two classes down: ChainNet -> Backbone -> LoopEncoder's ModuleList."""
+
+    def __init__(self, depth: int = 2, seed: int = 0):
+        super().__init__()
+        self.backbone = Backbone(depth)
+        self.head = nn.Linear(8, 3)
+        randomised(self, seed)
+
+    def forward(self, features):
+        return self.head(self.backbone(features))
+
+
+class Named(nn.Module):
+    """An OrderedDict-built nn.Sequential whose first item has a name of its own (torchvision's DenseNet style)."""
+
+    def __init__(self, depth: int):
+        super().__init__()
+        self.body = nn.Sequential(OrderedDict([("stem", nn.Linear(4, 8)),
+                                               *[(f"block{index}", nn.Linear(8, 8)) for index in range(1, depth)]]))
+
+    def forward(self, x):
+        return self.body(x)
+
+
+class NamedNet(nn.Module):
+    def __init__(self, depth: int = 3, seed: int = 0):
+        super().__init__()
+        self.named = Named(depth)
+        self.head = nn.Linear(8, 2)
+        randomised(self, seed)
+
+    def forward(self, features):
+        return self.head(self.named(features))
+
+
+class WidthBelow(nn.Module):
+    """depth sets the head's width in the class below too: it moves more than the blocks, so it stays a literal."""
+
+    def __init__(self, depth: int):
+        super().__init__()
+        self.blocks = nn.Sequential(*[nn.Linear(4, 4) for _ in range(depth)])
+        self.score = nn.Linear(4, depth)
+
+    def forward(self, x):
+        return self.score(self.blocks(x))
+
+
+class WidthBelowNet(nn.Module):
+    def __init__(self, depth: int = 2, seed: int = 0):
+        super().__init__()
+        self.body = WidthBelow(depth)
+        randomised(self, seed)
+
+    def forward(self, features):
+        return self.body(features)
+
+
 def torchvision_vit(num_layers: int = 2, num_classes: int = 10, seed: int = 0) -> nn.Module:
     """torchvision's VisionTransformer, small: num_layers goes to its Encoder, whose layers are an
     OrderedDict-built nn.Sequential of EncoderBlocks named encoder_layer_0, encoder_layer_1, ..."""
@@ -54,10 +138,20 @@ def torchvision_vit(num_layers: int = 2, num_classes: int = 10, seed: int = 0) -
                                                            num_classes=num_classes), seed)
 
 
-# name: (factory, the top class, the depth's argument, input shape)
+# name: (factory, the top class, the depth's argument, input shape, code the ported classes are written with)
 CASES = {
-    "stage_net": (StageNet, "StageNet", "depth", (3, 8, 8)),
-    "torchvision_vit": (torchvision_vit, "VisionTransformer", "num_layers", (3, 16, 16)),
+    "stage_net": (StageNet, "StageNet", "depth", (3, 8, 8),
+                  ["self.stage = Stage(depth=depth)", "nn.SequentialCell([Residual() for _ in range(depth)])"]),
+    "torchvision_vit": (torchvision_vit, "VisionTransformer", "num_layers", (3, 16, 16),
+                        ["self.encoder = Encoder(num_layers=num_layers)",
+                         'OrderedDict([(f"encoder_layer_{i}", EncoderBlock()) for i in range(num_layers)])']),
+    "chain_net": (ChainNet, "ChainNet", "depth", (4,),
+                  ["self.backbone = Backbone(depth=depth)", "self.encoder = LoopEncoder(depth=depth)",
+                   "[nn.Dense(in_channels=8, out_channels=8, has_bias=True) for _ in range(depth - 1)]",
+                   "        for layer in self.layers:\n            x = layer(x)\n"]),
+    "named_net": (NamedNet, "NamedNet", "depth", (4,),
+                  ["[('stem', nn.Dense(in_channels=4, out_channels=8, has_bias=True))]",
+                   '[(f"block{i}", nn.Dense(in_channels=8, out_channels=8, has_bias=True)) for i in range(1, depth)]']),
 }
 
 
@@ -65,16 +159,28 @@ CASES = {
 def test_a_depth_handed_to_a_class_below_builds_that_many_blocks(name, on_path, capsys):
     """Port the depth-2 model; build the ported top class with depth 3 and load PyTorch's depth-3 state_dict:
     every name is PyTorch's and the outputs are PyTorch's (PyTorch the reference)."""
-    factory, top, argument, shape = CASES[name]
+    factory, top, argument, shape, code = CASES[name]
     status = main([f"{__name__}:{factory.__name__}", "--out", str(on_path / name), "--input-shape",
                    ",".join(map(str, shape))])
     printed = capsys.readouterr().out
     assert status == 0, printed
+    source = (on_path / name / "model.py").read_text()
+    assert all(line in source for line in code), source
     module = importlib.import_module(f"{name}.model")
-    assert inspect.signature(getattr(module, top)).parameters[argument].default == 2, \
-        (on_path / name / "model.py").read_text()
+    default = inspect.signature(factory).parameters[argument].default
+    assert inspect.signature(getattr(module, top)).parameters[argument].default == default
     ms.set_context(mode=ms.PYNATIVE_MODE)
-    model = factory(**{argument: 3, "seed": 3})
-    network = ported_with(module, top, model, **{argument: 3})
+    model = factory(**{argument: default + 1, "seed": 3})
+    network = ported_with(module, top, model, **{argument: default + 1})
     assert {p.name for p in network.get_parameters()} - dropout_counters(network) == expected_names(model)
     agree(network, model, np.random.default_rng(9).normal(0, 1, (2, *shape)).astype(np.float32))
+
+
+def test_a_depth_that_moves_more_than_the_blocks_below_stays_a_literal(on_path, capsys):
+    """WidthBelow's score layer is depth wide: the class below changes beyond its list, so depth is no argument
+    and the blocks are listed."""
+    assert main([f"{__name__}:WidthBelowNet", "--out", str(on_path / "width"), "--input-shape", "4"]) == 0, \
+        capsys.readouterr().out
+    module = importlib.import_module("width.model")
+    assert "depth" not in inspect.signature(module.WidthBelowNet).parameters
+    assert "range(" not in (on_path / "width" / "model.py").read_text()
