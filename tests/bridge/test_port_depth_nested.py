@@ -107,6 +107,18 @@ class NamedNet(nn.Module):
         return self.head(self.named(features))
 
 
+class NamedTop(nn.Module):
+    """The same at the top: the top class's own OrderedDict of ``depth`` named blocks."""
+
+    def __init__(self, depth: int = 2, seed: int = 0):
+        super().__init__()
+        self.blocks = nn.Sequential(OrderedDict([(f"block_{index}", nn.Linear(4, 4)) for index in range(depth)]))
+        randomised(self, seed)
+
+    def forward(self, features):
+        return self.blocks(features)
+
+
 class WidthBelow(nn.Module):
     """depth sets the head's width in the class below too: it moves more than the blocks, so it stays a literal."""
 
@@ -152,6 +164,9 @@ CASES = {
     "named_net": (NamedNet, "NamedNet", "depth", (4,),
                   ["[('stem', nn.Dense(in_channels=4, out_channels=8, has_bias=True))]",
                    '[(f"block{i}", nn.Dense(in_channels=8, out_channels=8, has_bias=True)) for i in range(1, depth)]']),
+    "named_top": (NamedTop, "NamedTop", "depth", (4,),
+                  ['(f"block_{i}", nn.Dense(in_channels=4, out_channels=4, has_bias=True))\n',
+                   "for i in range(depth)]"]),
 }
 
 
