@@ -106,7 +106,9 @@ def _handed(top: Any, slots: Dict[Tuple, Any], below: List[str], variants: Seque
     if variant.construct != top.construct:
         return None
     found = follow(slots, dict(port_code.slots(variant.instances[0], ())), name, value, other)
-    down = port_nested.handed_down(top, variants, ported[2], below, ported[1], name, value, other) if found is not None else None
+    if found is None:
+        return None
+    down = port_nested.handed_down(top, variants, ported[2], below, ported[1], name, value, other)
     if down is None:
         return None
     handed.append(down)
