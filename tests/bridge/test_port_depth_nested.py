@@ -9,12 +9,14 @@ from collections import OrderedDict
 import mindspore as ms
 import numpy as np
 import pytest
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
 
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from tests.bridge.test_port import dropout_counters, expected_names  # noqa: E402
-from tests.bridge.test_port_depth import Residual, agree, ported_with  # noqa: E402
+from tests.bridge.test_port_depth import Residual, agree, with_weights  # noqa: E402
 from tests.common.torch_port_models import randomised  # noqa: E402
 from tests.common.torch_zoo import import_zoo  # noqa: E402
 from trainkit.bridge.port import main  # noqa: E402
@@ -172,8 +174,13 @@ CASES = {
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_a_depth_handed_to_a_class_below_builds_that_many_blocks(name, on_path, capsys):
-    """Port the depth-2 model; build the ported top class with depth 3 and load PyTorch's depth-3 state_dict:
-    every name is PyTorch's and the outputs are PyTorch's (PyTorch the reference)."""
+    """Port the model at its default depth d; build the ported model with depth d + 1 from the model config (as
+    ``model.depth=3`` would) and load PyTorch's depth-(d + 1) state_dict: every name is PyTorch's and the outputs
+    are PyTorch's (PyTorch the reference). Mutations caught: the argument not passed down (instance_call without
+    the class's arguments: the class below keeps its default depth), not passed on through a class in between
+    (chain_net), the named items' range hard-coded (torchvision_vit, named_net, named_top), OrderedDict items not
+    taken as a run (their names differ: the depth stays a literal), the ModuleList below not rolled back into
+    its loop (chain_net: the third layer never called)."""
     factory, top, argument, shape, code = CASES[name]
     status = main([f"{__name__}:{factory.__name__}", "--out", str(on_path / name), "--input-shape",
                    ",".join(map(str, shape))])
@@ -181,12 +188,14 @@ def test_a_depth_handed_to_a_class_below_builds_that_many_blocks(name, on_path, 
     assert status == 0, printed
     source = (on_path / name / "model.py").read_text()
     assert all(line in source for line in code), source
-    module = importlib.import_module(f"{name}.model")
+    module = importlib.import_module(f"{name}.model")  # the package the model config names
     default = inspect.signature(factory).parameters[argument].default
     assert inspect.signature(getattr(module, top)).parameters[argument].default == default
     ms.set_context(mode=ms.PYNATIVE_MODE)
     model = factory(**{argument: default + 1, "seed": 3})
-    network = ported_with(module, top, model, **{argument: default + 1})
+    config = OmegaConf.load(on_path / name / "conf" / "model" / f"{name}.yaml")
+    assert config[argument] == default
+    network = with_weights(instantiate(config, **{argument: default + 1}), model)
     assert {p.name for p in network.get_parameters()} - dropout_counters(network) == expected_names(model)
     agree(network, model, np.random.default_rng(9).normal(0, 1, (2, *shape)).astype(np.float32))
 
