@@ -7,7 +7,9 @@ the top class's layers (a ``nn.Sequential``'s, a ``nn.ModuleList``'s, ``nn.Trans
 as much as the argument, and each longer list is the shorter one with its last item repeated, the list is a
 :class:`Run`: its first items as they are, then the identical tail written as
 ``[Block(...) for _ in range(depth)]`` (``range(depth - 1)`` after a first block with a stride). The items keep their
-places, so every parameter keeps its name (``blocks.0.attn.qkv.weight``).
+places, so every parameter keeps its name (``blocks.0.attn.qkv.weight``); an OrderedDict's items named
+``encoder_layer_0``... are written ``(f"encoder_layer_{i}", EncoderBlock()) for i in range(depth)``. The same Runs
+build the lists of a class below that the top class hands the argument to (:mod:`trainkit.bridge.port_nested`).
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ ITEM_CALL = re.compile(r"^(?P<indent>\s*)(?P<out>\w+) = self\.(?P<list>\w+)\[(?P
 
 @dataclass(frozen=True)
 class Run:
-    """A list of the top class written as its first `head` items, then its last item `count` times."""
+    """A list of a generated class written as its first `head` items, then its last item `count` times."""
 
     argument: str  # the code of the constructor argument it follows: ``depth``, ``layers[0]``
     value: int  # the argument's value in the model ported
