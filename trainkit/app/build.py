@@ -34,7 +34,7 @@ from trainkit.metrics import SampleMeanLoss
 from trainkit.models.conv import CONV_IMPLS
 
 DEFAULT_CONV_IMPL = "auto"  # where the model config has no conv_impl: a ported or user network's nn.Conv2d swapped
-from trainkit.models.conv_swap import swap_convolutions, swap_max_pools
+from trainkit.models.conv_swap import swap_convolutions
 from trainkit.models.dropout import streams_from_zero
 from trainkit.rundir import class_names, data_state
 from trainkit.rundir.checkpoint import TrainingCheckpoint as SavedCheckpoint
@@ -73,8 +73,7 @@ def build_model(cfg: DictConfig, data: Any) -> nn.Cell:
 
     trainkit's Dropout layers get their random streams numbered from 0 in build order, so a resumed run's are the
     same. ``model.conv_impl`` (default ``auto``) goes to a model that takes it (trainkit's own); then every plain
-    ``nn.Conv2d`` left in the network is swapped for that implementation, and every plain ``nn.MaxPool2d`` for
-    trainkit's max-pooling kernel where it builds (``trainkit.models.conv_swap``)."""
+    ``nn.Conv2d`` left in the network is swapped for that implementation (``trainkit.models.conv_swap``)."""
     node = model_arguments(cfg.model)
     conv_impl = str(node.get("conv_impl", DEFAULT_CONV_IMPL))
     if conv_impl not in CONV_IMPLS:
@@ -89,9 +88,6 @@ def build_model(cfg: DictConfig, data: Any) -> nn.Cell:
         raise ConfigError(f"model.{error}") from error
     if swapped:
         log.info("model.conv_impl=%s: %d nn.Conv2d run as trainkit's im2col convolution (NCHW)", conv_impl, swapped)
-    pools = swap_max_pools(network, conv_impl)
-    if pools:
-        log.info("model.conv_impl=%s: %d nn.MaxPool2d run on trainkit's max-pooling kernel", conv_impl, pools)
     return network
 
 

@@ -1,8 +1,7 @@
 """Fused C++ kernels for CPU through ``ops.Custom(func_type="aot")``: what MindSpore's own CPU kernels do slowly.
 
 ``fused.cc`` holds them (the EMA update and accumulate-into in place, im2col and its gradient for the
-convolutions, max pooling and its gradient); :mod:`~trainkit.kernels.build` builds it once per machine with the
-system's C++ compiler, and
+convolutions); :mod:`~trainkit.kernels.build` builds it once per machine with the system's C++ compiler, and
 :mod:`~trainkit.kernels.primitives` hands each as a primitive, or None where it cannot be built (then the
 callers run MindSpore's kernels, bitwise the same arithmetic; :func:`describe` says which path a run takes).
 """
@@ -16,11 +15,10 @@ from trainkit.kernels.primitives import (
     ema_update_kernel,
     geometry_values,
     im2col_kernel,
-    max_pool_kernel,
     optimizer_update_kernel,
     restore_all_unless_kernel,
 )
 
 __all__ = ["add_into_all_kernel", "add_into_kernel", "cache_dir", "conv_output_size", "describe",
            "ema_update_all_if_kernel", "ema_update_all_kernel", "ema_update_kernel", "geometry_values",
-           "im2col_kernel", "library", "max_pool_kernel", "optimizer_update_kernel", "restore_all_unless_kernel"]
+           "im2col_kernel", "library", "optimizer_update_kernel", "restore_all_unless_kernel"]

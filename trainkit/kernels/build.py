@@ -29,8 +29,7 @@ from typing import Optional, Tuple
 
 log = logging.getLogger("trainkit")
 #: What the library must export (a cached library without one of them is built again).
-ENTRY_POINTS = ("TrainkitEmaUpdate", "TrainkitAddInto", "TrainkitIm2Col", "TrainkitCol2Im", "TrainkitMaxPool",
-                "TrainkitMaxPoolGrad", "TrainkitEmaUpdateAll",
+ENTRY_POINTS = ("TrainkitEmaUpdate", "TrainkitAddInto", "TrainkitIm2Col", "TrainkitCol2Im", "TrainkitEmaUpdateAll",
                 "TrainkitAddIntoAll", "TrainkitMomentumAll", "TrainkitAdamAll",
                 "TrainkitAdamWeightDecayAll", "TrainkitEmaUpdateAllIf", "TrainkitRestoreAllUnless",
                 "TrainkitDigest")

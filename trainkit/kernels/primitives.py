@@ -99,20 +99,6 @@ def im2col_kernel(geometry: Sequence[int], channel_major: bool = False):
     return None if path is None else _im2col(path, tuple(int(value) for value in geometry), bool(channel_major))
 
 
-def max_pool_kernel(geometry: Sequence[int]):
-    """``ops.Custom`` max-pooling each (H, W) plane of a float32 4-D input, or None (see
-    :func:`~trainkit.kernels.build.library`).
-
-    Inputs: x (float32 (N, C, H, W), or (C, N, H, W): the planes are pooled alike) and the int64 tensor
-    :func:`geometry_values` gives (kh, kw, sh, sw, ph, pw, dh, dw; the padding counts as -inf); outputs: the pooled
-    values (N, C, OH, OW) in x's layout, torch's ``max_pool2d`` values (floor mode), and the int32 argmax (where in
-    its plane each window's first maximum is). Its gradient is the C++ kernel that adds each upstream value at its
-    argmax: the forward's search is not repeated.
-    """
-    path, _ = library()
-    return None if path is None else _max_pool(path, tuple(int(value) for value in geometry))
-
-
 def conv_output_size(size: int, kernel: int, stride: int, padding: int, dilation: int) -> int:
     """A convolution's output length along one axis (symmetric `padding`), as torch and the kernels compute it."""
     return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
@@ -148,29 +134,3 @@ def _im2col(path: str, geometry: tuple, channel_major: bool):
     # among the attributes, a stride-2 kernel took the columns' shape inferred for a stride-1 one.
     im2col.add_prim_attr("geometry", attribute)
     return im2col
-
-
-@functools.lru_cache(maxsize=None)
-def _max_pool(path: str, geometry: tuple):
-    from mindspore import dtype as mstype
-    from mindspore import ops
-
-    kh, kw, sh, sw, ph, pw, dh, dw = geometry
-    attribute = geometry_values(geometry)
-
-    def pooled_shapes(x_shape, _geometry_shape):
-        shape = [x_shape[0], x_shape[1], conv_output_size(x_shape[2], kh, sh, ph, dh),
-                 conv_output_size(x_shape[3], kw, sw, pw, dw)]
-        return [shape, list(shape)]
-
-    gradient = ops.Custom(f"{path}:TrainkitMaxPoolGrad", out_shape=lambda _dy, _argmax, x_shape, _g: x_shape,
-                          out_dtype=lambda dy, _argmax, _x, _g: dy, func_type="aot")
-    gradient.add_prim_attr("geometry", attribute)
-
-    def bprop(x, geometry_tensor, out, d_out):
-        return gradient(d_out[0], out[1], x, geometry_tensor), ops.zeros_like(geometry_tensor)
-
-    pool = ops.Custom(f"{path}:TrainkitMaxPool", out_shape=pooled_shapes,
-                      out_dtype=lambda x, _g: [x, mstype.int32], func_type="aot", bprop=bprop)
-    pool.add_prim_attr("geometry", attribute)  # pynative caches inferred shapes by attributes (see _im2col)
-    return pool

@@ -8,9 +8,6 @@ The swapped convolutions keep NCHW activations. trainkit's own models can keep a
 ((C, N, H, W)) between layers because they know every layer they hold; an arbitrary network's other ops
 (a flatten, a view, a concatenation along channels) are not known to be layout-agnostic, so `channel_major`
 (and `auto`) mean "trainkit's C++ im2col, NCHW" for them.
-
-The same goes for `nn.MaxPool2d`, whose CPU kernel is slow at small sizes: `swap_max_pools` gives each plain one
-trainkit's kernel (`trainkit.models.pool`), which pools each plane alike in either layout.
 """
 from __future__ import annotations
 
@@ -19,11 +16,9 @@ from typing import Optional, Tuple
 
 from mindspore import nn
 
-from trainkit import kernels
 from trainkit.models.conv import UnfoldConv2d, _pair, resolve_conv_impl
-from trainkit.models.pool import KernelMaxPool2d, max_pool_geometry
 
-__all__ = ["swap_convolutions", "swap_max_pools", "swappable"]
+__all__ = ["swap_convolutions", "swappable"]
 
 log = logging.getLogger("trainkit")
 
@@ -83,36 +78,6 @@ def swap_convolutions(network: nn.Cell, conv_impl: str = "auto") -> int:
     if kept:
         log.info("conv_impl=%s: %d of %d convolutions kept MindSpore's kernel (NHWC, or padding an im2col "
                  "convolution does not take)", conv_impl, kept, kept + swapped)
-    return swapped
-
-
-def swap_max_pools(network: nn.Cell, conv_impl: str = "auto") -> int:
-    """Replace each plain `nn.MaxPool2d` in `network` by a `KernelMaxPool2d`, in place.
-
-    Done where `conv_impl` swaps convolutions (not `native`) and trainkit's kernels build; the pooling has no
-    Parameters, so nothing else changes. Subclasses of `nn.MaxPool2d` and what the kernel does not compute (see
-    `trainkit.models.pool.max_pool_geometry`: NHWC, `ceil_mode`, `return_indices`, `pad_mode="same"`) are left.
-
-    Args:
-        network: the built network.
-        conv_impl: one of `trainkit.models.conv.CONV_IMPLS`.
-
-    Returns:
-        How many max poolings were swapped.
-    """
-    if resolve_conv_impl(conv_impl) == "native" or kernels.library()[0] is None:
-        return 0
-    swapped = 0
-    for _, parent in list(network.cells_and_names()):
-        for key, child in list(parent._cells.items()):  # noqa: SLF001 - MindSpore keeps the children there
-            if type(child) is not nn.MaxPool2d:  # pylint: disable=unidiomatic-typecheck
-                continue
-            geometry = max_pool_geometry(child)
-            if geometry is not None:
-                replacement = KernelMaxPool2d(geometry)
-                replacement.set_train(child.training)
-                _replace_child(parent, key, replacement)
-                swapped += 1
     return swapped
 
 
