@@ -106,7 +106,7 @@ def _timed_call(timers: Timers, factory):
         return factory()
 
 
-def measure(label: str) -> Dict[str, object]:
+def measure(label: str, threads: int = 0) -> Dict[str, object]:
     """Port the zoo model `label` with timers; {"row": its zoo row, "total": s, "phases": {phase: own s}}."""
     import bench.port_zoo as zoo
 
@@ -115,6 +115,8 @@ def measure(label: str) -> Dict[str, object]:
 
     import trainkit.bridge.port  # noqa: F401 - MindSpore's import, outside the clock
 
+    if threads:
+        torch.set_num_threads(threads)
     timers = Timers()
     instrument(timers)
     torch.manual_seed(0)
@@ -136,13 +138,15 @@ def measure(label: str) -> Dict[str, object]:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.port_phases", description=__doc__.split("\n\n")[0])
     parser.add_argument("models", nargs="+", help='zoo labels, e.g. "torchvision resnet18"')
+    parser.add_argument("--torch-threads", type=int, default=0, help="torch.set_num_threads (default: torch's own)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(measure(args.models[0])))
+        print(json.dumps(measure(args.models[0], args.torch_threads)))
         return 0
     for label in args.models:
-        done = subprocess.run([sys.executable, "-m", "bench.port_phases", "--child", label], capture_output=True,
+        done = subprocess.run([sys.executable, "-m", "bench.port_phases", "--child", label,
+                               "--torch-threads", str(args.torch_threads)], capture_output=True,
                               text=True, check=False)
         if done.returncode:
             print(f"{label}: failed\n{done.stderr[-2000:]}")
