@@ -98,10 +98,21 @@ def run_jobs(jobs: Sequence[Job], parallel: int = 1, memory: float = float("inf"
 
 
 def _child(work: Callable[[], Any], path: Path) -> None:
+    _die_with_parent()
     value = work()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     path.write_text(json.dumps({"value": value, "peak": peak}), encoding="utf-8")
     sys.stdout.flush()
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this process when its parent dies (a killed run leaves no worker behind); elsewhere nothing."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _exit_problem(code: Optional[int]) -> str:

@@ -70,6 +70,8 @@ def instrument(timers: Timers) -> None:
 
     timers.wrap(zoo, "parameter_count", "torch build (meta, parameter count)")
     timers.wrap(zoo, "weights_without_zeros", "zoo weights (build, randomise, torch.save)")
+    if hasattr(zoo, "own_weights"):  # port_zoo builds the model once, and port takes it (no file)
+        timers.wrap(zoo, "own_weights", "zoo weights (build, randomise, torch.save)")
     timers.wrap(port, "import_model", "torch build")
     timers.wrap(port, "load_torch_weights", "torch load weights")
     timers.wrap(port, "generate", "code generation (rest)")
@@ -115,7 +117,9 @@ def measure(label: str, threads: int = 0) -> Dict[str, object]:
 
     import trainkit.bridge.port  # noqa: F401 - MindSpore's import, outside the clock
 
-    if threads:
+    if hasattr(zoo, "worker_setup"):  # a port_zoo worker's settings (torch threads, synchronous MindSpore)
+        zoo.worker_setup(threads or 1)
+    elif threads:
         torch.set_num_threads(threads)
     timers = Timers()
     instrument(timers)
@@ -138,7 +142,8 @@ def measure(label: str, threads: int = 0) -> Dict[str, object]:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.port_phases", description=__doc__.split("\n\n")[0])
     parser.add_argument("models", nargs="+", help='zoo labels, e.g. "torchvision resnet18"')
-    parser.add_argument("--torch-threads", type=int, default=0, help="torch.set_num_threads (default: torch's own)")
+    parser.add_argument("--torch-threads", type=int, default=0, help="torch.set_num_threads (default: port_zoo's "
+                        "worker's, else torch's own)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:

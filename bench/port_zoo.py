@@ -209,11 +209,13 @@ def earlier_rows(paths: Sequence[Path]) -> Dict[str, Result]:
 
 
 def worker_setup(threads: int) -> None:
-    """A worker's torch threads and MindSpore's synchronous operators (see the module), and torch's seed."""
+    """A worker's torch threads (0: torch's default) and MindSpore's synchronous operators (see the module), and
+    torch's seed."""
     import mindspore as ms
     import torch
 
-    torch.set_num_threads(threads)
+    if threads:
+        torch.set_num_threads(threads)
     ms.runtime.launch_blocking()
     torch.manual_seed(0)
 
@@ -225,10 +227,11 @@ def memory_estimate(parameters: int) -> float:
 
 
 def run(only: Sequence[str], max_parameters: float, budget: float, reuse: Dict[str, Result], jobs: int = 1,
-        threads: int = 1, memory: Optional[float] = None, timeout: Optional[float] = None) -> List[Result]:
+        threads: int = 1, memory: Optional[float] = None, timeout: Optional[float] = None,
+        keep: Optional[Path] = None) -> List[Result]:
     """The rows of the models `only` selects (all when empty), in the table's order; each model is ported in a
     forked worker, `jobs` at a time, largest first (:mod:`bench.fork_jobs`), within `memory` bytes (what the
-    machine has available when None)."""
+    machine has available when None); into `keep`/zoo<N> (kept) when given, else a temporary folder."""
     from bench.fork_jobs import Job, available_memory, run_jobs
 
     torchvision, _ = import_zoo()
@@ -237,7 +240,8 @@ def run(only: Sequence[str], max_parameters: float, budget: float, reuse: Dict[s
     memory = available_memory() if memory is None else memory
     rows: Dict[str, Result] = {}
     order, waiting = [], []
-    work = Path(tempfile.mkdtemp(prefix="port_zoo_"))
+    work = keep.resolve() if keep is not None else Path(tempfile.mkdtemp(prefix="port_zoo_"))
+    work.mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(work))
     try:
         for index, (label, target, arguments, shape, factory) in enumerate(cases(torchvision)):
@@ -262,7 +266,7 @@ def run(only: Sequence[str], max_parameters: float, budget: float, reuse: Dict[s
             else:
                 folder = work / f"zoo{index}"
                 waiting.append((count, Job(label, needs, functools.partial(
-                    _work, label, target, arguments, shape, folder, factory, threads))))
+                    _work, label, target, arguments, shape, folder, factory, threads, keep is None))))
         waiting.sort(key=lambda item: -item[0])
 
         def finished(outcome) -> None:
@@ -274,18 +278,20 @@ def run(only: Sequence[str], max_parameters: float, budget: float, reuse: Dict[s
         run_jobs([job for _, job in waiting], jobs, memory, timeout, time.perf_counter() + budget, finished)
     finally:
         sys.path.remove(str(work))
-        shutil.rmtree(work, ignore_errors=True)
+        if keep is None:
+            shutil.rmtree(work, ignore_errors=True)
     return [rows[label] for label in order]
 
 
-def _work(label: str, target: str, arguments: Dict[str, Any], shape, folder: Path, factory, threads: int
-          ) -> Dict[str, Any]:
+def _work(label: str, target: str, arguments: Dict[str, Any], shape, folder: Path, factory, threads: int,
+          remove: bool) -> Dict[str, Any]:
     """A worker's job: its row, as a dict."""
     worker_setup(threads)
     try:
         return asdict(port_one(label, target, arguments, shape, folder, factory))
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        if remove:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _row(outcome, budget: float) -> Result:
@@ -323,21 +329,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         "listed as not run")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="models ported at once, each in a "
                         "process of its own (default: the CPU count)")
-    parser.add_argument("--threads", type=int, default=1, help="torch's threads in each of them (default 1)")
+    parser.add_argument("--threads", type=int, default=1, help="torch's threads in each of them (default 1; 0: "
+                        "torch's own default, the CPU count)")
     parser.add_argument("--memory", type=float, default=None, metavar="GIB", help="the memory the workers may "
                         "take together (default: what the machine has available at the start)")
+    parser.add_argument("--keep", type=Path, default=None, metavar="DIR", help="port into DIR/zoo<N> and keep the "
+                        "files (to read a row's model.py and compare.csv)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds one model may take; its row then says "
                         "it was stopped (0: no limit)")
     parser.add_argument("--rows-from", type=Path, action="append", default=[], metavar="LOG",
                         help="take the rows of the models an earlier run printed into LOG instead of porting them")
     args = parser.parse_args(argv)
-    for option, value in (("--jobs", args.jobs), ("--threads", args.threads)):
-        if value < 1:
-            parser.error(f"{option} {value}: give 1 or more")
+    for option, value, least in (("--jobs", args.jobs, 1), ("--threads", args.threads, 0)):
+        if value < least:
+            parser.error(f"{option} {value}: give {least} or more")
     if args.memory is not None and args.memory <= 0:
         parser.error(f"--memory {args.memory:g}: give the GiB the workers may take together, above 0")
     results = run(args.only, args.max_parameters, args.budget, earlier_rows(args.rows_from), args.jobs,
-                  args.threads, None if args.memory is None else args.memory * 2 ** 30, args.timeout or None)
+                  args.threads, None if args.memory is None else args.memory * 2 ** 30, args.timeout or None, args.keep)
     if not args.only:
         write_table(table(results, f"at most {args.max_parameters / 1e6:.0f} M parameters, {args.jobs} at a time"))
         print(f"wrote {len(results)} rows into {DOC}")
