@@ -5,18 +5,28 @@ docs/coming-from-pytorch.md between its marker comments (``--only NAME`` runs so
 
 Small inputs keep it short (64x64 where a model takes it); a model above ``--max-parameters`` is not built and
 its row says so, and one the time budget leaves unrun says that too: no model is left out silently.
+
+Each model is ported in a process of its own, forked from this one once torch, torchvision, timm and MindSpore
+are imported (no import per model, and a model's memory is given back when its process ends); ``--jobs N`` runs
+N at a time, the largest first, and holds back a model while the ones running would leave it too little memory
+(``--memory``). A worker runs torch on ``--threads`` threads (1) and MindSpore's operators synchronously
+(``mindspore.runtime.launch_blocking``): on a small loaded machine both were 3-5x faster than their defaults
+(DEVELOPERS.md, "port zoo speed"), and neither changes a byte port writes. Each row is what ``--only MODEL`` gives
+alone: every worker seeds torch with 0.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import csv
+import functools
 import io
+import os
 import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -33,6 +43,12 @@ ARGUMENTS: Dict[str, Dict[str, Any]] = {"vit_b_16": {"image_size": 64}, "vit_b_3
                                         "vit_h_14": {"image_size": 70},
                                         "vit_tiny_patch16_224": {"img_size": 64},
                                         "deit_tiny_patch16_224": {"img_size": 64}}
+
+
+# a worker's peak beyond its parent's (memory_estimate): vgg11 (133 M parameters) 3.4 GiB with 0.7 GiB of imports,
+# vgg11_bn 3.2 GiB and vit_l_32 (305 M) 5.1 GiB as forked workers: at most 22 bytes a parameter and 1 GiB
+MEMORY_BASE = 1.0 * 2 ** 30
+MEMORY_PER_PARAMETER = 22.0
 
 
 def import_zoo():
@@ -75,8 +91,8 @@ def parameter_count(factory, arguments: Dict[str, Any]) -> int:
     return sum(value.numel() for value in model.parameters())
 
 
-def weights_without_zeros(factory, arguments: Dict[str, Any], path: Path) -> Path:
-    """The model's own random weights, saved to `path`, where a tensor its initialisation leaves all zero (ViT's
+def own_weights(factory, arguments: Dict[str, Any]):
+    """The model built with its own random weights, where a tensor its initialisation leaves all zero (ViT's
     head, layer scales, biases) is drawn at random too: a zero head makes every output equal on both sides, and the
     comparison then proves nothing."""
     import torch
@@ -87,8 +103,39 @@ def weights_without_zeros(factory, arguments: Dict[str, Any], path: Path) -> Pat
         for value in model.state_dict().values():
             if value.is_floating_point() and value.numel() and not value.any():
                 value.copy_(0.02 * torch.randn(value.shape, generator=generator))
-    torch.save(model.state_dict(), path)
+    return model
+
+
+def weights_without_zeros(factory, arguments: Dict[str, Any], path: Path) -> Path:
+    """:func:`own_weights`' state_dict, saved to `path`."""
+    import torch
+
+    torch.save(own_weights(factory, arguments).state_dict(), path)
     return path
+
+
+@contextlib.contextmanager
+def built_once(target: str, arguments: Dict[str, Any], model):
+    """While inside, ``MODULE:FACTORY`` called with `arguments` returns `model` (once): port builds the model the
+    row's weights come from instead of building it again and loading them from a file (the same values; three
+    copies of the weights and a second initialisation fewer). Any other call is the factory's own, and the
+    factory keeps its signature (``inspect.signature`` follows ``__wrapped__``) for port's constructor arguments."""
+    module_name, _, name = target.partition(":")
+    module = sys.modules[module_name]
+    factory = getattr(module, name)
+    waiting = [model]
+
+    @functools.wraps(factory)
+    def build(*args, **kwargs):
+        if waiting and not args and kwargs == arguments:
+            return waiting.pop()
+        return factory(*args, **kwargs)
+
+    setattr(module, name, build)
+    try:
+        yield
+    finally:
+        setattr(module, name, factory)
 
 
 def port_one(label: str, target: str, arguments: Dict[str, Any], shape, folder: Path, factory) -> Result:
@@ -99,9 +146,9 @@ def port_one(label: str, target: str, arguments: Dict[str, Any], shape, folder: 
     printed = io.StringIO()
     start = time.perf_counter()
     try:
-        weights = weights_without_zeros(factory, arguments, folder.parent / f"{folder.name}.pth")
-        with contextlib.redirect_stdout(printed):
-            status = port(target, arguments, folder, list(shape), weights=weights)
+        model = own_weights(factory, arguments)
+        with contextlib.redirect_stdout(printed), built_once(target, arguments, model):
+            status = port(target, arguments, folder, list(shape))
     except (ConfigError, DataError, CheckpointError) as error:
         problems = [line for line in printed.getvalue().splitlines() if line.startswith("unsupported:")]
         reason = problems[0] if problems else str(error).splitlines()[0]
@@ -163,42 +210,99 @@ def earlier_rows(paths: Sequence[Path]) -> Dict[str, Result]:
     return found
 
 
-def run(only: Sequence[str], max_parameters: float, budget: float, reuse: Dict[str, Result]) -> List[Result]:
-    torchvision, _ = import_zoo()
+def worker_setup(threads: int) -> None:
+    """A worker's torch threads (0: torch's default) and MindSpore's synchronous operators (see the module), and
+    torch's seed."""
+    import mindspore as ms
     import torch
 
+    if threads:
+        torch.set_num_threads(threads)
+    ms.runtime.launch_blocking()
     torch.manual_seed(0)
-    results = []
-    start = time.perf_counter()
-    work = Path(tempfile.mkdtemp(prefix="port_zoo_"))
+
+
+def memory_estimate(parameters: int) -> float:
+    """Bytes a worker needs beyond the parent's: MEMORY_BASE, and MEMORY_PER_PARAMETER bytes a parameter (the
+    torch model, the converted arrays, the MindSpore network and its checkpoint's copies)."""
+    return MEMORY_BASE + MEMORY_PER_PARAMETER * parameters
+
+
+def run(only: Sequence[str], max_parameters: float, budget: float, reuse: Dict[str, Result], jobs: int = 1,
+        threads: int = 1, memory: Optional[float] = None, timeout: Optional[float] = None,
+        keep: Optional[Path] = None) -> List[Result]:
+    """The rows of the models `only` selects (all when empty), in the table's order; each model is ported in a
+    forked worker, `jobs` at a time, largest first (:mod:`bench.fork_jobs`), within `memory` bytes (what the
+    machine has available when None); into `keep`/zoo<N> (kept) when given, else a temporary folder."""
+    from bench.fork_jobs import Job, available_memory, run_jobs
+
+    torchvision, _ = import_zoo()
+    import trainkit.bridge.port  # noqa: F401 - MindSpore imported once, before the workers are forked
+
+    memory = available_memory() if memory is None else memory
+    rows: Dict[str, Result] = {}
+    order, waiting = [], []
+    work = keep.resolve() if keep is not None else Path(tempfile.mkdtemp(prefix="port_zoo_"))
+    work.mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(work))
     try:
         for index, (label, target, arguments, shape, factory) in enumerate(cases(torchvision)):
             if only and not any(part in label for part in only):
                 continue
+            order.append(label)
             if label in reuse:
-                results.append(reuse[label])
+                rows[label] = reuse[label]
                 continue
             try:
                 count = parameter_count(factory, arguments)
             except NotImplementedError:  # an initialisation that reads values (RegNet's): torchvision's own count
                 count = torchvision.models.get_model_weights(target.split(":")[1]).DEFAULT.meta["num_params"]
+            needs = memory_estimate(count)
             if count > max_parameters:
-                results.append(Result(label, f"not run: {count / 1e6:.0f} M parameters, above this run's "
-                                             f"{max_parameters / 1e6:.0f} M", "", None))
-                continue
-            if time.perf_counter() - start > budget:
-                results.append(Result(label, f"not run: the table's time budget ({budget:.0f} s) was spent", "",
-                                      None))
-                continue
-            folder = work / f"zoo{index}"
-            results.append(port_one(label, target, arguments, shape, folder, factory))
-            print(results[-1].row(), flush=True)
-            shutil.rmtree(folder, ignore_errors=True)
+                rows[label] = Result(label, f"not run: {count / 1e6:.0f} M parameters, above this run's "
+                                            f"{max_parameters / 1e6:.0f} M", "", None)
+            elif needs > memory:
+                rows[label] = Result(label, f"not run: {count / 1e6:.0f} M parameters need about "
+                                            f"{needs / 2 ** 30:.0f} GiB, this run has {memory / 2 ** 30:.0f} GiB",
+                                     "", None)
+            else:
+                folder = work / f"zoo{index}"
+                waiting.append((count, Job(label, needs, functools.partial(
+                    _work, label, target, arguments, shape, folder, factory, threads, keep is None))))
+        waiting.sort(key=lambda item: -item[0])
+
+        def finished(outcome) -> None:
+            rows[outcome.name] = _row(outcome, budget)
+            print(rows[outcome.name].row(), flush=True)
+            if outcome.peak is not None:
+                print(f"  ({outcome.name}: peak resident memory {outcome.peak / 2 ** 30:.1f} GiB)", flush=True)
+
+        run_jobs([job for _, job in waiting], jobs, memory, timeout, time.perf_counter() + budget, finished)
     finally:
         sys.path.remove(str(work))
-        shutil.rmtree(work, ignore_errors=True)
-    return results
+        if keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+    return [rows[label] for label in order]
+
+
+def _work(label: str, target: str, arguments: Dict[str, Any], shape, folder: Path, factory, threads: int,
+          remove: bool) -> Dict[str, Any]:
+    """A worker's job: its row, as a dict."""
+    worker_setup(threads)
+    try:
+        return asdict(port_one(label, target, arguments, shape, folder, factory))
+    finally:
+        if remove:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _row(outcome, budget: float) -> Result:
+    """The row of a worker's outcome: its own, or why it has none."""
+    if outcome.value is not None:
+        return Result(**outcome.value)
+    if outcome.seconds is None:
+        return Result(outcome.name, f"not run: the table's time budget ({budget:.0f} s) was spent", "", None)
+    return Result(outcome.name, f"no: the port's process {outcome.problem}", "", outcome.seconds)
 
 
 def table(results: Sequence[Result], settings: str) -> str:
@@ -222,14 +326,31 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.port_zoo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", action="append", default=[], help="models whose label contains this (repeat); "
                         "prints the rows, writes nothing")
-    parser.add_argument("--max-parameters", type=float, default=100e6, help="larger models are not built")
-    parser.add_argument("--budget", type=float, default=3600, help="seconds; later models are listed as not run")
+    parser.add_argument("--max-parameters", type=float, default=1e9, help="larger models are not built")
+    parser.add_argument("--budget", type=float, default=3600, help="seconds; models not started by then are "
+                        "listed as not run")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="models ported at once, each in a "
+                        "process of its own (default: the CPU count)")
+    parser.add_argument("--threads", type=int, default=1, help="torch's threads in each of them (default 1; 0: "
+                        "torch's own default, the CPU count)")
+    parser.add_argument("--memory", type=float, default=None, metavar="GIB", help="the memory the workers may "
+                        "take together (default: what the machine has available at the start)")
+    parser.add_argument("--keep", type=Path, default=None, metavar="DIR", help="port into DIR/zoo<N> and keep the "
+                        "files (to read a row's model.py and compare.csv)")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds one model may take; its row then says "
+                        "it was stopped (0: no limit)")
     parser.add_argument("--rows-from", type=Path, action="append", default=[], metavar="LOG",
                         help="take the rows of the models an earlier run printed into LOG instead of porting them")
     args = parser.parse_args(argv)
-    results = run(args.only, args.max_parameters, args.budget, earlier_rows(args.rows_from))
+    for option, value, least in (("--jobs", args.jobs, 1), ("--threads", args.threads, 0)):
+        if value < least:
+            parser.error(f"{option} {value}: give {least} or more")
+    if args.memory is not None and args.memory <= 0:
+        parser.error(f"--memory {args.memory:g}: give the GiB the workers may take together, above 0")
+    results = run(args.only, args.max_parameters, args.budget, earlier_rows(args.rows_from), args.jobs,
+                  args.threads, None if args.memory is None else args.memory * 2 ** 30, args.timeout or None, args.keep)
     if not args.only:
-        write_table(table(results, f"at most {args.max_parameters / 1e6:.0f} M parameters"))
+        write_table(table(results, f"at most {args.max_parameters / 1e6:.0f} M parameters, {args.jobs} at a time"))
         print(f"wrote {len(results)} rows into {DOC}")
     return 0
 
