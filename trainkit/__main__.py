@@ -300,7 +300,10 @@ def _main() -> None:
     try:
         if signals.held() is not None:  # it came during the imports: stop as soon as the handler could
             raise _Stopped(signals.held())
-        _hydra_main()
+        from trainkit.app.compose_once import once
+
+        with once():  # Hydra composes the config once, not twice
+            _hydra_main()
     except _Stopped as stop:
         from trainkit.rundir import held_log
 

@@ -38,6 +38,7 @@ def test_a_second_run_of_a_config_loads_its_graphs_and_trains_bit_for_bit_the_sa
     assert "compile cache:" in first.stdout and "a new config" in first.stdout
     (folder,) = (cache / "compile").iterdir()
     assert list(folder.rglob("*.mindir"))  # MindSpore saved the graphs there
+    assert (folder / "fit_check.json").exists()  # the fit check passed: the second run skips its forward pass
 
     no_ema = trainkit(*QUICK, "wrapper.ema_decay=null", "hydra.run.dir=no_ema", cwd=tmp_path, cache=cache)
     assert no_ema.returncode == 0, no_ema.stderr

@@ -39,3 +39,45 @@ def test_an_8_wide_head_for_10_classes_is_refused_before_compiling(loss, metrics
 def test_no_classification_loss_or_metric_no_width_check():
     check_fit(nn.Dense(4, 8), FocalLoss(), digits_like(), "loss=x", "model=y", {}, num_classes=10)
     check_fit(nn.Dense(4, 8), nn.CrossEntropyLoss(), digits_like(), "loss=x", "model=y", {}, num_classes=None)
+
+
+class Counted(nn.Dense):
+    """A head that counts its forward passes."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.calls = 0
+
+    def construct(self, x):
+        self.calls += 1
+        return super().construct(x)
+
+
+def labelled(labels):
+    data = {"x": np.ones((4, 4), np.float32), "y": np.asarray(labels, np.int32)}
+    return ds.NumpySlicesDataset(data, shuffle=False).batch(4)
+
+
+def test_a_check_that_passed_for_the_same_first_batch_is_not_run_again(tmp_path):
+    """The compile cache folder (tmp_path here) records a passed check; the same inputs skip the forward pass and get
+    the recorded answer, other inputs run it. Mutations tried: the batch's values left out of the fingerprint (red:
+    the bad label passes), a failed check recorded (red), the record ignored (red: a second forward pass)."""
+    head = Counted(4, 10)
+    assert check_fit(head, nn.CrossEntropyLoss(), labelled([0, 1, 2, 3]), "loss=x", "model=y", {}, 10,
+                     passed_in=tmp_path) == 10
+    assert head.calls == 1 and (tmp_path / "fit_check.json").exists()
+    assert check_fit(head, nn.CrossEntropyLoss(), labelled([0, 1, 2, 3]), "loss=x", "model=y", {}, 10,
+                     passed_in=tmp_path) == 10
+    assert head.calls == 1  # passed before with these inputs: no forward pass
+    with pytest.raises(ConfigError, match="sample 2, is 11, but the model has 10 outputs"):
+        check_fit(head, nn.CrossEntropyLoss(), labelled([0, 1, 11, 3]), "loss=x", "model=y", {}, 10,
+                  passed_in=tmp_path)  # another first batch: checked, and refused
+    with pytest.raises(ConfigError, match="sample 2, is 11"):  # a failed check is not recorded as passed
+        check_fit(head, nn.CrossEntropyLoss(), labelled([0, 1, 11, 3]), "loss=x", "model=y", {}, 10,
+                  passed_in=tmp_path)
+    assert head.calls == 3
+    with pytest.raises(ConfigError, match="gives 10 scores per sample, but the data has 12 classes"):
+        check_fit(head, nn.CrossEntropyLoss(), labelled([0, 1, 2, 3]), "loss=x", "model=y", {}, 12,
+                  passed_in=tmp_path)  # the data says more classes: checked again
+    assert check_fit(head, nn.CrossEntropyLoss(), labelled([0, 1, 2, 3]), "loss=x", "model=y", {}, None) == 10
+    assert head.calls == 5  # without a folder: always checked

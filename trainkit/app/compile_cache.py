@@ -44,6 +44,7 @@ log = logging.getLogger("trainkit")
 
 _PACKAGE = Path(__file__).resolve().parents[1]
 _used_in_this_process = False
+_active: Optional[Path] = None  # the folder enable() turned on, until disable()
 UNSAVABLE = "unsavable.txt"  # in a config's folder: MindSpore could not save its graphs
 
 
@@ -212,7 +213,14 @@ def enable(cfg: DictConfig) -> Optional[Path]:
     _compile_without_cache_where_mindspore_cannot_save(folder, "compile cache: %s (%s)" % (
         folder, "graphs saved by an earlier run of this config" if reused else "a new config: compiling and saving"))
     ms.set_context(enable_compile_cache=True, compile_cache_path=str(folder))
+    global _active
+    _active = folder
     return folder
+
+
+def active_folder() -> Optional[Path]:
+    """This run's cache folder (keyed by its config and sources), or None where the cache is off for it."""
+    return _active
 
 
 def _compile_without_cache_where_mindspore_cannot_save(folder: Path, message: str) -> None:
@@ -249,4 +257,6 @@ def _compile_without_cache_where_mindspore_cannot_save(folder: Path, message: st
 
 def disable() -> None:
     """Turn the compile cache off again (after the run it was turned on for)."""
+    global _active
+    _active = None
     ms.set_context(enable_compile_cache=False)

@@ -32,11 +32,12 @@ from typing import Any, Iterator, List, Optional, Tuple
 
 import mindspore as ms
 import numpy as np
-from mindspore import Parameter, Tensor, nn, ops
+from mindspore import Parameter, Tensor, nn
 from omegaconf import DictConfig
 
 from trainkit.app import compile_cache
 from trainkit.distributed.parallel import launched_by_msrun
+from trainkit.step.in_place import assign_in_place
 
 log = logging.getLogger("trainkit")
 
@@ -246,22 +247,3 @@ def _parameter_pairs(kept: CompiledCells, new: CompiledCells) -> Optional[List[T
             return None
         pairs.append((a, b))
     return pairs
-
-
-
-
-def assign_in_place(parameter: Parameter, value: np.ndarray) -> None:
-    """Write `value` into the memory `parameter` holds now, where compiled graphs read it.
-
-    ``Parameter.set_data`` gives the Parameter new memory: a graph compiled before goes on reading the old memory
-    where the train step's control flow (the non-finite guard's branch: optimizer step, EMA) uses it, so a run
-    after a ``set_data`` trained with a frozen EMA and an optimizer step that did not restart (measured). On CPU
-    the Parameter's NumPy view is that memory (no operator dispatched, which ``ops.assign`` costs ~1.4 ms a call);
-    elsewhere ``ops.assign`` writes it."""
-    if ms.get_context("device_target") == "CPU":
-        view = parameter.asnumpy()
-        if (view.flags.writeable and not view.flags.owndata and view.shape == value.shape
-                and view.dtype == value.dtype):
-            np.copyto(view, value, casting="no")
-            return
-    ops.assign(parameter, Tensor(value, dtype=parameter.dtype))

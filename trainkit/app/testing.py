@@ -16,10 +16,10 @@ import mindspore as ms
 from mindspore.train import Model
 from omegaconf import DictConfig
 
-from trainkit.app.graph_reuse import assign_in_place
 from trainkit.callbacks.evaluation import _prefixed, ema_weights
 from trainkit.checks import choice
 from trainkit.errors import ConfigError
+from trainkit.step.in_place import assign_in_place
 from trainkit.step.wrapper import TrainingWrapper
 
 log = logging.getLogger("trainkit")

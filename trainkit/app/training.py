@@ -25,7 +25,7 @@ from mindspore import nn
 from mindspore.train import Model
 from omegaconf import DictConfig
 
-from trainkit.app import build, graph_reuse, run
+from trainkit.app import build, compile_cache, graph_reuse, run
 from trainkit.app.config import check_config
 from trainkit.app.finetune import apply_finetuning
 from trainkit.app.fit_check import check_fit
@@ -126,7 +126,8 @@ def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResul
     loss_fn = build.build_loss_fn(cfg)
     metrics = build.build_metrics(cfg)
     outputs = check_fit(backbone, loss_fn, eval_set, run.describe_choice(cfg, "loss", run_dir),
-                        run.describe_choice(cfg, "model", run_dir), metrics, getattr(data, "num_classes", None))
+                        run.describe_choice(cfg, "model", run_dir), metrics, getattr(data, "num_classes", None),
+                        passed_in=compile_cache.active_folder())  # a second run of this config: passed before
     if batch_check is not None and batch_check.num_classes is None and outputs is not None:
         batch_check.num_classes = outputs  # a module without num_classes: labels in [0, the model's outputs)
         batch_check.classes_from = f"the model has {outputs} outputs; the data module gives no num_classes"

@@ -7,12 +7,12 @@ import time
 from typing import Any, Dict, Iterator, List, Optional
 
 import numpy as np
-from mindspore import Tensor, ops
 from mindspore.train import Callback, Model
 
 from trainkit.callbacks.run_log import RunLog
 from trainkit.callbacks.train_metrics import GlobalStep
 from trainkit.step.ema import ExponentialMovingAverage
+from trainkit.step.in_place import assign_in_place
 
 logger = logging.getLogger("trainkit")
 
@@ -21,19 +21,20 @@ logger = logging.getLogger("trainkit")
 def ema_weights(ema: ExponentialMovingAverage) -> Iterator[ExponentialMovingAverage]:
     """Inside the block the network's parameters hold the EMA shadow values; afterwards their own again.
 
-    Values are copied in place with ``ops.assign`` (the Parameters keep their identity and memory, so graphs
-    compiled over them -- the eval network, the train step -- see the swap), and restored bit for bit from a
-    host copy, also when the block raises. The shadows, the optimizer state and every other parameter are
-    never written. Use it for evaluation or export with the EMA weights.
+    Values are copied in place (``assign_in_place``: the Parameters keep their identity and memory, so graphs
+    compiled over them -- the eval network, the train step -- see the swap; on CPU a copy into that memory, not
+    an operator per Parameter), and restored bit for bit from a host copy, also when the block raises. The
+    shadows, the optimizer state and every other parameter are never written. Use it for evaluation or export
+    with the EMA weights.
     """
     live = [p.asnumpy().copy() for p in ema.sources]
     try:
         for source, shadow in zip(ema.sources, ema.shadows):
-            ops.assign(source, shadow)
+            assign_in_place(source, shadow.asnumpy())
         yield ema
     finally:
         for source, value in zip(ema.sources, live):
-            ops.assign(source, Tensor(value))
+            assign_in_place(source, value)
 
 
 swap_in_ema = ema_weights

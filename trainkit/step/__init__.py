@@ -1,7 +1,9 @@
 """The step library: the Cells a user composes or subclasses to take one training step.
 
-``wrapper`` (TrainingWrapper; ``running_totals``, what it logs without a read per step), ``ema`` (the shadow weights), ``loss_scale`` (static/dynamic scaling),
-``grad_ops`` (the per-tensor maps and grouped reductions the wrapper runs) and ``mixed_precision`` (AMP levels).
+``wrapper`` (TrainingWrapper; ``running_totals``, what it logs without a read per step), ``ema`` (the shadow
+weights), ``loss_scale`` (static/dynamic scaling), ``grad_ops`` (the per-tensor maps and grouped reductions the
+wrapper runs), ``mixed_precision`` (AMP levels) and ``in_place`` (a value written into the memory compiled graphs
+read).
 
 Import rule: this wing imports nothing of trainkit but ``trainkit.errors`` and ``trainkit.checks``; a user's loop
 can use it without the app, the callbacks or Hydra (``tests/test_layout.py`` keeps the rule).
