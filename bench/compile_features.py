@@ -50,6 +50,9 @@ def _child(config: str, batch: int, image: int, steps: int) -> dict:
     from trainkit.models import resnet50
 
     ms.set_context(mode=ms.GRAPH_MODE)
+    if os.environ.get("TK_COMPILE_PROFILE") == "1":  # MindSpore prints its front end's time per pass
+        from mindspore.graph._parse import compile_config
+        compile_config.COMPILE_PROFILE = "1"
     ms.set_seed(0)
     backbone = resnet50(num_classes=10)
     loss = nn.WithLossCell(backbone, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"))
@@ -109,7 +112,8 @@ def _run_child(config: str, args, nodes: bool) -> dict:
     folder = None
     if nodes:
         folder = tempfile.mkdtemp(prefix="tk_ir_")
-        env.update(MS_DEV_SAVE_GRAPHS="1", MS_DEV_SAVE_GRAPHS_PATH=folder)
+        env.update(MS_DEV_SAVE_GRAPHS="1", MS_DEV_SAVE_GRAPHS_PATH=folder,
+                   MS_DEV_DUMP_IR_PASSES="inline,validate,graph_build")
     command = [sys.executable, "-m", "bench.compile_features", "--child", config, "--batch", str(args.batch),
                "--image", str(args.image), "--steps", str(0 if nodes else args.steps)]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
@@ -154,6 +158,8 @@ def main(argv=None) -> int:
     if args.nodes:
         for config in configs:
             node_counts[config] = _run_child(config, args, nodes=True)
+            print(f"nodes {config}: {json.dumps({k: v for k, v in node_counts[config].items() if k != 'step'})}",
+                  flush=True)
     print(f"load average at end: {os.getloadavg()}", flush=True)
     print("| configuration | compile s (median) | first call s | step ms | nodes (validate / kernel graph) |")
     print("|---|---|---|---|---|")

@@ -24,6 +24,7 @@ from trainkit.step.grad_ops import (
     put_into,
     restore_into,
     size_groups,
+    small_concat,
     use_fused_add,
 )
 from trainkit.step.loss_scale import LossScaleArg, make_loss_scaler, next_dynamic_scale
@@ -200,6 +201,9 @@ class TrainingWrapper(RunningTotals, nn.Cell):
         # Reductions over gradients or statistics take the small tensors together (trainkit.step.grad_ops).
         self.grad_groups = size_groups(self.weights)
         self.statistics_groups = size_groups(self.moving_statistics)
+        # ... joined by one kernel call where trainkit's kernels build: fewer nodes, a faster compile, the same sums.
+        self.concat_grads = small_concat(self.weights, self.grad_groups)
+        self.concat_statistics = small_concat(self.moving_statistics, self.statistics_groups)
 
         self.ema = None
         if ema_decay is not None:
@@ -208,6 +212,14 @@ class TrainingWrapper(RunningTotals, nn.Cell):
         # The optimizer step as one kernel call taking the gradient factor and the finite flag: no branch in the graph
         # for the guard. (None, None): MindSpore's optimizer behind the branch (trainkit.step.fused_optimizer).
         self.fused_update, self.restore_statistics_unless = fused_step_kernels(self, TrainingWrapper)
+        # With it, one window's moving statistics are saved as one flat copy and put back from it: one kernel call
+        # each way instead of a multiply per tensor (the same values; ResNet-50 has 106 statistics).
+        self.save_statistics_flat = self.restore_statistics_flat_unless = None
+        if (self.restore_statistics_unless is not None and self.accumulation_steps == 1
+                and type(self).save_moving_statistics is TrainingWrapper.save_moving_statistics):
+            concat, restore = kernels.concat_all_kernel(), kernels.restore_flat_unless_kernel()
+            if concat is not None and restore is not None:
+                self.save_statistics_flat, self.restore_statistics_flat_unless = concat, restore
 
         self.grad_reducer = None
         if _get_parallel_mode() in (ParallelMode.DATA_PARALLEL, ParallelMode.HYBRID_PARALLEL):
@@ -276,6 +288,8 @@ class TrainingWrapper(RunningTotals, nn.Cell):
         if not self.guard_moving_statistics:
             return ()
         if self.accumulation_steps == 1:
+            if self.save_statistics_flat is not None:  # the fused step's: one flat copy
+                return (self.save_statistics_flat(*self.moving_statistics),)
             return self.hyper_map(copied, self.moving_statistics)
         if self.micro_step == 0:
             self.hyper_map(restore_into, self._window_start, self.moving_statistics)
@@ -341,13 +355,17 @@ class TrainingWrapper(RunningTotals, nn.Cell):
         if not self.skip_nonfinite:
             return self._true
         finite = ops.isfinite(grad_norm) if self.compute_grad_norm else all_finite(self.hyper_map, grads,
-                                                                                   self.grad_groups)
+                                                                                   self.grad_groups,
+                                                                                   self.concat_grads)
         if self.grad_reducer is not None:
             return finite
         finite = ops.logical_and(finite, ops.isfinite(loss))
         if self.guard_moving_statistics:
-            statistics = self.hyper_map(copied, self.moving_statistics)
-            finite = ops.logical_and(finite, all_finite(self.hyper_map, statistics, self.statistics_groups))
+            # The kernel reads the Parameters as they are now (after the forward pass) into a new tensor.
+            statistics = self.moving_statistics if self.concat_statistics is not None else self.hyper_map(
+                copied, self.moving_statistics)
+            finite = ops.logical_and(finite, all_finite(self.hyper_map, statistics, self.statistics_groups,
+                                                        self.concat_statistics))
         return finite
 
     def update_loss_scale(self, finite: Tensor) -> None:
@@ -388,7 +406,7 @@ class TrainingWrapper(RunningTotals, nn.Cell):
 
     def global_norm(self, grads: tuple) -> Tensor:
         """The float32 global L2 norm of `grads` (shaped as the optimizer's parameters)."""
-        return ops.sqrt(float32_total(self.hyper_map, grads, self.grad_groups, squared=True))
+        return ops.sqrt(float32_total(self.hyper_map, grads, self.grad_groups, squared=True, concat=self.concat_grads))
 
     def clip_coefficient(self, grad_norm: Tensor) -> Tensor:
         """``min(1, max_grad_norm / (grad_norm + 1e-6))``, as ``torch.nn.utils.clip_grad_norm_``."""
@@ -456,7 +474,10 @@ class TrainingWrapper(RunningTotals, nn.Cell):
             applied = ops.depend(self.ema.update_if(finite), applied)
         if not self.skip_nonfinite:
             return ops.depend(self._false, applied), grad_norm
-        if self.guard_moving_statistics:
+        if self.restore_statistics_flat_unless is not None:
+            applied = ops.depend(self.restore_statistics_flat_unless(*self.moving_statistics, statistics[0], finite),
+                                 applied)
+        elif self.guard_moving_statistics:
             applied = ops.depend(self.restore_statistics_unless(*self.moving_statistics, *statistics, finite), applied)
         return ops.depend(ops.logical_not(finite), applied), grad_norm
 
