@@ -12,7 +12,7 @@ from mindspore.parallel._utils import _get_device_num, _get_gradients_mean, _get
 from trainkit import kernels
 from trainkit.checks import check_number
 from trainkit.step.ema import ExponentialMovingAverage, ema_source_parameters
-from trainkit.step.fused_optimizer import fused_step_kernels
+from trainkit.step.fused_optimizer import flat_statistics_kernels, fused_step_kernels
 from trainkit.step.grad_ops import (
     add_into,
     add_into_fused,
@@ -213,14 +213,8 @@ class TrainingWrapper(RunningTotals, nn.Cell):
         # The optimizer step as one kernel call taking the gradient factor and the finite flag: no branch in the graph
         # for the guard. (None, None): MindSpore's optimizer behind the branch (trainkit.step.fused_optimizer).
         self.fused_update, self.restore_statistics_unless = fused_step_kernels(self, TrainingWrapper)
-        # With it, one window's moving statistics are saved as one flat copy and put back from it: one kernel call
-        # each way instead of a multiply per tensor (the same values; ResNet-50 has 106 statistics).
-        self.save_statistics_flat = self.restore_statistics_flat_unless = None
-        if (self.restore_statistics_unless is not None and self.accumulation_steps == 1
-                and type(self).save_moving_statistics is TrainingWrapper.save_moving_statistics):
-            concat, restore = kernels.concat_all_kernel(), kernels.restore_flat_unless_kernel()
-            if concat is not None and restore is not None:
-                self.save_statistics_flat, self.restore_statistics_flat_unless = concat, restore
+        # With it, the moving statistics saved as one flat copy and put back from it (or None, None).
+        self.save_statistics_flat, self.restore_statistics_flat_unless = flat_statistics_kernels(self, TrainingWrapper)
 
         self.grad_reducer = None
         if _get_parallel_mode() in (ParallelMode.DATA_PARALLEL, ParallelMode.HYBRID_PARALLEL):
@@ -362,9 +356,9 @@ class TrainingWrapper(RunningTotals, nn.Cell):
             return finite
         finite = ops.logical_and(finite, ops.isfinite(loss))
         if self.guard_moving_statistics:
-            # The kernel reads the Parameters as they are now (after the forward pass) into a new tensor.
-            statistics = self.moving_statistics if self.concat_statistics is not None else self.hyper_map(
-                copied, self.moving_statistics)
+            statistics = self.moving_statistics  # the kernel copies them as they are now (after the forward pass)
+            if self.concat_statistics is None:
+                statistics = self.hyper_map(copied, self.moving_statistics)
             finite = ops.logical_and(finite, all_finite(self.hyper_map, statistics, self.statistics_groups,
                                                         self.concat_statistics))
         return finite
