@@ -107,8 +107,11 @@ def count_nodes(folder: str) -> dict:
     return counts
 
 
-def _run_child(config: str, args, nodes: bool) -> dict:
+def _run_child(config: str, args, nodes: bool, tree: str = "") -> dict:
+    """`config` compiled in a fresh process; `tree`: another checkout's root to import trainkit from (before/after)."""
     env = {**os.environ, "TRAINKIT_COMPILE_CACHE": "0", "GLOG_v": "3"}
+    if tree:
+        env["PYTHONPATH"] = tree
     folder = None
     if nodes:
         folder = tempfile.mkdtemp(prefix="tk_ir_")
@@ -116,7 +119,7 @@ def _run_child(config: str, args, nodes: bool) -> dict:
                    MS_DEV_DUMP_IR_PASSES="inline,validate,graph_build")
     command = [sys.executable, "-m", "bench.compile_features", "--child", config, "--batch", str(args.batch),
                "--image", str(args.image), "--steps", str(0 if nodes else args.steps)]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False, cwd=tree or None)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         raise RuntimeError(f"{config}: exit {done.returncode}\n{done.stderr[-2000:]}")
@@ -137,6 +140,8 @@ def main(argv=None) -> int:
     parser.add_argument("--image", type=int, default=32)
     parser.add_argument("--nodes", action="store_true", help="also count graph nodes (one more process each)")
     parser.add_argument("--json", help="write every process's result to this file")
+    parser.add_argument("--trees", default="", help="comma-separated checkout roots to compare (e.g. before,after): "
+                        "every configuration of each, taking turns; default: this one")
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(_child(args.child, args.batch, args.image, args.steps)), flush=True)
@@ -147,29 +152,35 @@ def main(argv=None) -> int:
         print(f"--configs: unknown {', '.join(unknown)}; valid: {', '.join(CONFIGS)}", file=sys.stderr)
         return 2
     print(f"load average at start: {os.getloadavg()}", flush=True)
-    results = {c: [] for c in configs}
+    trees = [t.strip() for t in args.trees.split(",") if t.strip()] or [""]
+    sides = [(tree, config) for config in configs for tree in trees]
+    label = {side: (f"{Path(side[0]).name}: " if side[0] else "") + side[1] for side in sides}
+    results = {label[side]: [] for side in sides}
     for rep in range(args.reps):
-        for config in (configs if rep % 2 == 0 else configs[::-1]):
-            result = _run_child(config, args, nodes=False)
+        for side in (sides if rep % 2 == 0 else sides[::-1]):
+            config = label[side]
+            result = _run_child(side[1], args, nodes=False, tree=side[0])
             results[config].append(result)
             print(f"rep {rep} {config}: compile {result['compile']:.2f} s, first call {result['first']:.2f} s, "
                   f"step {result['step'] * 1000:.0f} ms", flush=True)
     node_counts = {}
     if args.nodes:
-        for config in configs:
-            node_counts[config] = _run_child(config, args, nodes=True)
+        for side in sides:
+            config = label[side]
+            node_counts[config] = _run_child(side[1], args, nodes=True, tree=side[0])
             print(f"nodes {config}: {json.dumps({k: v for k, v in node_counts[config].items() if k != 'step'})}",
                   flush=True)
     print(f"load average at end: {os.getloadavg()}", flush=True)
-    print("| configuration | compile s (median) | first call s | step ms | nodes (validate / kernel graph) |")
+    print("| configuration | compile s (median) | first call s | step ms | nodes (inline / validate / kernel graph) |")
     print("|---|---|---|---|---|")
-    for config in configs:
-        runs = results[config]
+    for config in results:
+        runs = results[config] or [{"compile": float("nan"), "first": float("nan"), "step": float("nan")}]
         med = {key: statistics.median(r[key] for r in runs) for key in ("compile", "first", "step")}
         nodes = node_counts.get(config, {})
         spread = ", ".join(f"{r['compile']:.1f}" for r in runs)
         print(f"| {config} | {med['compile']:.2f} ({spread}) | "
-              f"{med['first']:.2f} | {med['step'] * 1000:.0f} | {nodes.get('validate', '-')} / "
+              f"{med['first']:.2f} | {med['step'] * 1000:.0f} | {nodes.get('inline', '-')} / "
+              f"{nodes.get('validate', '-')} / "
               f"{nodes.get('kernels', '-')} |")
     if args.json:
         Path(args.json).write_text(json.dumps({"runs": results, "nodes": node_counts,
