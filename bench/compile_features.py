@@ -162,7 +162,8 @@ def main(argv=None) -> int:
             config = label[side]
             result = _run_child(side[1], args, nodes=False, tree=side[0])
             results[config].append(result)
-            print(f"rep {rep} {config}: compile {result['compile']:.2f} s ({result['compile_cpu']:.2f} s CPU), first call {result['first']:.2f} s, "
+            print(f"rep {rep} {config}: compile {result['compile']:.2f} s ({result['compile_cpu']:.2f} s CPU), "
+                  f"first call {result['first']:.2f} s, "
                   f"step {result['step'] * 1000:.0f} ms", flush=True)
     node_counts = {}
     if args.nodes:
@@ -172,7 +173,8 @@ def main(argv=None) -> int:
             print(f"nodes {config}: {json.dumps({k: v for k, v in node_counts[config].items() if k != 'step'})}",
                   flush=True)
     print(f"load average at end: {os.getloadavg()}", flush=True)
-    print("| configuration | compile s (median) | compile CPU s | first call s | step ms | nodes (inline / validate / kernel graph) |")
+    print("| configuration | compile s (median) | compile CPU s | first call s | step ms "
+          "| nodes (inline / validate / kernel graph) |")
     print("|---|---|---|---|---|---|")
     for config in results:
         runs = results[config] or [{"compile": float("nan"), "compile_cpu": float("nan"), "first": float("nan"),
