@@ -9,7 +9,7 @@ from pathlib import Path
 import mindspore as ms
 import numpy as np
 import pytest
-from mindspore import Parameter, ParameterTuple, Tensor, nn
+from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 
 from tests.common.kernels import needs_compiler
 from tests.common.models import TinyMLP, batches, loss_network, run, weights_of
@@ -231,6 +231,45 @@ def test_the_kernels_over_all_tensors_refuse_what_is_not_float32(own_cache, grap
         cell((Tensor(np.ones(4, np.float16)),), Tensor(np.float32(0)))
         cell.firsts[0].asnumpy()
     np.testing.assert_array_equal(cell.firsts[0].asnumpy(), np.zeros(4, np.float32))
+
+
+class SaveAndRestore(nn.Cell):
+    """The guard's round trip of the moving statistics: k Parameters copied into one flat tensor, written over,
+    copied again, then put back from a flat tensor unless `keep`."""
+
+    def __init__(self, firsts):
+        super().__init__()
+        self.concat = kernels.concat_all_kernel()
+        self.restore = kernels.restore_flat_unless_kernel()
+        self.firsts = ParameterTuple([Parameter(Tensor(first.copy()), name=f"first{i}")
+                                      for i, first in enumerate(firsts)])
+        self.hyper_map = ops.HyperMap()
+
+    def construct(self, news, saved, keep):
+        before = self.concat(*self.firsts)
+        self.hyper_map(ops.assign, self.firsts, news)
+        after = self.concat(*self.firsts)
+        return before, after, self.restore(*self.firsts, saved, keep)
+
+
+@needs_compiler
+@pytest.mark.parametrize("keep", [True, False])
+def test_the_flat_copy_and_restore_are_numpys_concatenate_and_read_in_program_order(mode, own_cache, keep):
+    """The copy taken before the assigns holds the old values, the one after the new (the wrapper copies the moving
+    statistics before the forward pass writes them); the restore writes the flat values back only when not `keep`.
+    Mutations caught: a copy that skips a tensor's tail (`high - low - 1`); the restore's flag ignored."""
+    rng = np.random.default_rng(5)
+    firsts = [rng.standard_normal(shape).astype(np.float32) for shape in SIZES]
+    news = [rng.standard_normal(shape).astype(np.float32) for shape in SIZES]
+    saved = rng.standard_normal(sum(a.size for a in firsts)).astype(np.float32)
+    cell = SaveAndRestore(firsts)
+    before, after, _ = cell(tuple(Tensor(n) for n in news), Tensor(saved), Tensor(keep))
+    np.testing.assert_array_equal(before.asnumpy(), np.concatenate([a.ravel() for a in firsts]))
+    np.testing.assert_array_equal(after.asnumpy(), np.concatenate([a.ravel() for a in news]))
+    offsets = np.cumsum([0] + [a.size for a in firsts])
+    for index, (got, new) in enumerate(zip(cell.firsts, news)):
+        want = new if keep else saved[offsets[index]:offsets[index + 1]].reshape(new.shape)
+        np.testing.assert_array_equal(got.asnumpy(), want, err_msg=f"tensor {index}")
 
 
 HOSTILE = """

@@ -400,6 +400,45 @@ extern "C" int TrainkitAdamWeightDecayAll(int nparam, void **params, int *ndims,
   return adam_all<true>(nparam, params, ndims, shapes, dtypes);
 }
 
+// k float32 tensors -> their values one after another (float32 [total]): reshape(-1) and concat of them in one
+// call, a copy bit for bit (the moving statistics at a window's start, the small tensors of a reduction). One node
+// in the graph instead of two or three per tensor: the front end's compile time grows with the nodes.
+// nparam = k + 1.
+extern "C" int TrainkitConcatAll(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
+                                 void *stream, void *extra) {
+  if (nparam < 2) return 1;
+  const int k = nparam - 1;
+  if (!all_float32(nparam, dtypes)) return 2;
+  std::vector<int64_t> start(k + 1, 0);
+  for (int i = 0; i < k; ++i) start[i + 1] = start[i] + count(ndims[i], shapes[i]);
+  if (count(ndims[k], shapes[k]) != start[k]) return 3;
+  float *out = static_cast<float *>(params[k]);
+  over_tensors(k, ndims, shapes, [&](int i, int64_t low, int64_t high) {
+    std::memcpy(out + start[i] + low, static_cast<const float *>(params[i]) + low, sizeof(float) * (high - low));
+  });
+  return 0;
+}
+
+// k targets (float32, written in place), their saved values one after another (float32 [total], as
+// TrainkitConcatAll wrote them), keep (bool scalar) -> flag: TrainkitRestoreAllUnless with the saved values in one
+// tensor. nparam = k + 3.
+extern "C" int TrainkitRestoreFlatUnless(int nparam, void **params, int *ndims, int64_t **shapes,
+                                         const char **dtypes, void *stream, void *extra) {
+  if (nparam < 4) return 1;
+  const int k = nparam - 3;
+  if (!all_float32(k + 1, dtypes) || std::strcmp(dtypes[nparam - 2], "bool") != 0) return 2;
+  *static_cast<float *>(params[nparam - 1]) = 0.0f;
+  std::vector<int64_t> start(k + 1, 0);
+  for (int i = 0; i < k; ++i) start[i + 1] = start[i] + count(ndims[i], shapes[i]);
+  if (count(ndims[k], shapes[k]) != start[k]) return 3;
+  if (*static_cast<const bool *>(params[nparam - 2])) return 0;
+  const float *saved = static_cast<const float *>(params[k]);
+  over_tensors(k, ndims, shapes, [&](int i, int64_t low, int64_t high) {
+    std::memcpy(static_cast<float *>(params[i]) + low, saved + start[i] + low, sizeof(float) * (high - low));
+  });
+  return 0;
+}
+
 #ifndef TRAINKIT_DIGEST
 #define TRAINKIT_DIGEST "unknown"
 #endif

@@ -55,6 +55,39 @@ def restore_all_unless_kernel():
     return None if path is None else _in_place_kernel(path, "TrainkitRestoreAllUnless")
 
 
+def restore_flat_unless_kernel():
+    """``ops.Custom`` as :func:`restore_all_unless_kernel` with the saved values in one flat tensor, as
+    :func:`concat_all_kernel` wrote them (inputs: the k Parameters, the flat saved values, the flag), or None."""
+    path, _ = library()
+    return None if path is None else _in_place_kernel(path, "TrainkitRestoreFlatUnless")
+
+
+def concat_all_kernel():
+    """``ops.Custom`` returning the values of its k float32 inputs one after another (float32, one axis): what
+    ``ops.concat`` of their ``reshape((-1,))`` returns, bit for bit, as one node in the graph instead of 2k + 1
+    (a ResNet-50's train graph compiles faster with fewer nodes), or None."""
+    path, _ = library()
+    return None if path is None else _concat_all(path)
+
+
+@functools.lru_cache(maxsize=None)
+def _concat_all(path: str):
+    from mindspore import dtype as mstype
+    from mindspore import ops
+
+    def total(*shapes):
+        size = 0
+        for shape in shapes:
+            count = 1
+            for extent in shape:
+                count *= int(extent)
+            size += count
+        return [size]
+
+    return ops.Custom(f"{path}:TrainkitConcatAll", out_shape=total, out_dtype=lambda *dtypes: mstype.float32,
+                      func_type="aot")
+
+
 #: The fused optimizer updates by entry point: SGD with momentum, Adam, AdamWeightDecay.
 OPTIMIZER_ENTRY_POINTS = ("TrainkitMomentumAll", "TrainkitAdamAll",
                           "TrainkitAdamWeightDecayAll")

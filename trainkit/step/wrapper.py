@@ -12,7 +12,7 @@ from mindspore.parallel._utils import _get_device_num, _get_gradients_mean, _get
 from trainkit import kernels
 from trainkit.checks import check_number
 from trainkit.step.ema import ExponentialMovingAverage, ema_source_parameters
-from trainkit.step.fused_optimizer import fused_step_kernels
+from trainkit.step.fused_optimizer import flat_statistics_kernels, fused_step_kernels
 from trainkit.step.grad_ops import (
     add_into,
     add_into_fused,
@@ -24,6 +24,7 @@ from trainkit.step.grad_ops import (
     put_into,
     restore_into,
     size_groups,
+    small_concat,
     use_fused_add,
 )
 from trainkit.step.loss_scale import LossScaleArg, make_loss_scaler, next_dynamic_scale
@@ -200,6 +201,10 @@ class TrainingWrapper(RunningTotals, nn.Cell):
         # Reductions over gradients or statistics take the small tensors together (trainkit.step.grad_ops).
         self.grad_groups = size_groups(self.weights)
         self.statistics_groups = size_groups(self.moving_statistics)
+        # The finite checks join them by one kernel call where trainkit's kernels build: fewer nodes to compile. Not
+        # the norm: MindSpore's ReduceSum of a Concat rounds its last bit otherwise than of the kernel's output.
+        self.concat_grads = small_concat(self.weights, self.grad_groups)
+        self.concat_statistics = small_concat(self.moving_statistics, self.statistics_groups)
 
         self.ema = None
         if ema_decay is not None:
@@ -208,6 +213,8 @@ class TrainingWrapper(RunningTotals, nn.Cell):
         # The optimizer step as one kernel call taking the gradient factor and the finite flag: no branch in the graph
         # for the guard. (None, None): MindSpore's optimizer behind the branch (trainkit.step.fused_optimizer).
         self.fused_update, self.restore_statistics_unless = fused_step_kernels(self, TrainingWrapper)
+        # With it, the moving statistics saved as one flat copy and put back from it (or None, None).
+        self.save_statistics_flat, self.restore_statistics_flat_unless = flat_statistics_kernels(self, TrainingWrapper)
 
         self.grad_reducer = None
         if _get_parallel_mode() in (ParallelMode.DATA_PARALLEL, ParallelMode.HYBRID_PARALLEL):
@@ -276,6 +283,8 @@ class TrainingWrapper(RunningTotals, nn.Cell):
         if not self.guard_moving_statistics:
             return ()
         if self.accumulation_steps == 1:
+            if self.save_statistics_flat is not None:  # the fused step's: one flat copy
+                return (self.save_statistics_flat(*self.moving_statistics),)
             return self.hyper_map(copied, self.moving_statistics)
         if self.micro_step == 0:
             self.hyper_map(restore_into, self._window_start, self.moving_statistics)
@@ -341,13 +350,17 @@ class TrainingWrapper(RunningTotals, nn.Cell):
         if not self.skip_nonfinite:
             return self._true
         finite = ops.isfinite(grad_norm) if self.compute_grad_norm else all_finite(self.hyper_map, grads,
-                                                                                   self.grad_groups)
+                                                                                   self.grad_groups,
+                                                                                   self.concat_grads)
         if self.grad_reducer is not None:
             return finite
         finite = ops.logical_and(finite, ops.isfinite(loss))
         if self.guard_moving_statistics:
-            statistics = self.hyper_map(copied, self.moving_statistics)
-            finite = ops.logical_and(finite, all_finite(self.hyper_map, statistics, self.statistics_groups))
+            statistics = self.moving_statistics  # the kernel copies them as they are now (after the forward pass)
+            if self.concat_statistics is None:
+                statistics = self.hyper_map(copied, self.moving_statistics)
+            finite = ops.logical_and(finite, all_finite(self.hyper_map, statistics, self.statistics_groups,
+                                                        self.concat_statistics))
         return finite
 
     def update_loss_scale(self, finite: Tensor) -> None:
@@ -456,7 +469,10 @@ class TrainingWrapper(RunningTotals, nn.Cell):
             applied = ops.depend(self.ema.update_if(finite), applied)
         if not self.skip_nonfinite:
             return ops.depend(self._false, applied), grad_norm
-        if self.guard_moving_statistics:
+        if self.restore_statistics_flat_unless is not None:
+            applied = ops.depend(self.restore_statistics_flat_unless(*self.moving_statistics, statistics[0], finite),
+                                 applied)
+        elif self.guard_moving_statistics:
             applied = ops.depend(self.restore_statistics_unless(*self.moving_statistics, *statistics, finite), applied)
         return ops.depend(ops.logical_not(finite), applied), grad_norm
 
