@@ -37,7 +37,8 @@ TIMM_MODELS = ["resnet18", "resnet50", "resnext26ts", "efficientnet_b0", "effici
                "ghostnet_050", "lcnet_050", "mixnet_s", "densenet121", "dla34", "vgg11", "vit_tiny_patch16_224",
                "deit_tiny_patch16_224", "swin_tiny_patch4_window7_224"]
 # sample shapes other than 3x64x64, and constructor arguments beyond num_classes=10
-SHAPES = {"inception_v3": (3, 96, 96), "vit_h_14": (3, 70, 70), "maxvit_t": (3, 224, 224), "swin_tiny_patch4_window7_224": (3, 224, 224)}
+SHAPES = {"inception_v3": (3, 96, 96), "vit_h_14": (3, 70, 70), "maxvit_t": (3, 224, 224),
+          "swin_tiny_patch4_window7_224": (3, 224, 224)}
 ARGUMENTS: Dict[str, Dict[str, Any]] = {"vit_b_16": {"image_size": 64}, "vit_b_32": {"image_size": 64},
                                         "vit_l_16": {"image_size": 64}, "vit_l_32": {"image_size": 64},
                                         "vit_h_14": {"image_size": 70},
