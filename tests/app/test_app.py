@@ -149,6 +149,7 @@ def test_corrupt_data_file_is_named(tmp_path):
         train(tiny(root, tmp_path / "run"))
 
 
+@pytest.mark.slow  # 16 s; the recipe composes (test_config), ResNet-50 trains (tests/models/test_resnet.py)
 def test_the_seed_recipe_runs_resnet50_at_32x32_on_a_cpu(graph_mode, tmp_path):
     root = tmp_path / "data"
     write_cifar10(str(root), train_per_file=2, test_records=4)

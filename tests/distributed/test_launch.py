@@ -278,6 +278,7 @@ def test_sigterm_to_the_launcher_stops_every_rank_after_the_same_step_with_one_c
     assert train_steps == list(range(1, step + 1))
 
 
+@pytest.mark.slow  # 38 s; the mean: test_sweep_repeats (in-process), data parallel: the tests above
 def test_a_sweep_of_data_parallel_runs_returns_the_mean_of_each_trial_s_repeats(cifar10, tmp_path):
     """One Optuna trial of two data-parallel repeats (sweep.repeats=2): jobs 0 and 1, seeds 0 and 1, and the trial's
     value is the mean of their best values. Mutation: the launcher returning the first repeat's value (red)."""
