@@ -81,3 +81,22 @@ def test_a_check_that_passed_for_the_same_first_batch_is_not_run_again(tmp_path)
                   passed_in=tmp_path)  # the data says more classes: checked again
     assert check_fit(head, nn.CrossEntropyLoss(), labelled([0, 1, 2, 3]), "loss=x", "model=y", {}, None) == 10
     assert head.calls == 5  # without a folder: always checked
+
+
+@pytest.mark.parametrize("damage", ["garbage", "list", "no_outputs", "text_outputs"])
+def test_a_damaged_record_runs_the_check_again_and_is_rewritten(tmp_path, damage):
+    """A record someone else wrote or a crash cut short never stands for a passed check. The record of a pass is
+    rewritten with its inputs kept and its answer replaced as `damage` says; the next call runs the forward pass.
+    Mutation tried: the record's "outputs" read with .get (red: a record without it skipped the check)."""
+    import json
+
+    head = Counted(4, 10)
+    check_fit(head, nn.CrossEntropyLoss(), labelled([0, 1, 2, 3]), "loss=x", "model=y", {}, 10, passed_in=tmp_path)
+    path = tmp_path / "fit_check.json"
+    inputs = json.loads(path.read_text())["inputs"]
+    path.write_text({"garbage": "\x00{not json", "list": json.dumps([inputs, 10]),
+                     "no_outputs": json.dumps({"inputs": inputs}),
+                     "text_outputs": json.dumps({"inputs": inputs, "outputs": "10"})}[damage])
+    assert check_fit(head, nn.CrossEntropyLoss(), labelled([0, 1, 2, 3]), "loss=x", "model=y", {}, 10,
+                     passed_in=tmp_path) == 10
+    assert head.calls == 2 and json.loads(path.read_text()) == {"inputs": inputs, "outputs": 10}

@@ -130,7 +130,8 @@ def _recorded(path: Path, inputs: str) -> Optional[Tuple[Optional[int]]]:
     """``(outputs,)`` of a check of `inputs` that passed, as `path` records it; None where it records none."""
     try:
         record = json.loads(path.read_text())
-        if record.get("inputs") == inputs and (record.get("outputs") is None or isinstance(record["outputs"], int)):
+        if record.get("inputs") == inputs and "outputs" in record \
+                and (record["outputs"] is None or isinstance(record["outputs"], int)):
             return (record["outputs"],)
     except (OSError, ValueError, AttributeError):
         pass
