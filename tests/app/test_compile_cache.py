@@ -37,8 +37,9 @@ def test_a_second_run_of_a_config_loads_its_graphs_and_trains_bit_for_bit_the_sa
     assert first.returncode == 0, first.stderr
     assert "compile cache:" in first.stdout and "a new config" in first.stdout
     (folder,) = (cache / "compile").iterdir()
-    assert list(folder.rglob("*.mindir"))  # MindSpore saved the graphs there
-    assert (folder / "fit_check.json").exists()  # the fit check passed: the second run skips its forward pass
+    (shapes,) = [path for path in folder.iterdir() if path.is_dir()]  # the shapes the data gave the config
+    assert list(shapes.rglob("*.mindir"))  # MindSpore saved the graphs there
+    assert (shapes / "fit_check.json").exists()  # the fit check passed: the second run skips its forward pass
 
     no_ema = trainkit(*QUICK, "wrapper.ema_decay=null", "hydra.run.dir=no_ema", cwd=tmp_path, cache=cache)
     assert no_ema.returncode == 0, no_ema.stderr
@@ -184,3 +185,34 @@ def test_values_that_reach_the_graphs_as_data_share_a_key_and_a_users_own_group_
 
 def linear_schedule(lr, epochs, updates_per_epoch, warmup_epochs=0, min_lr=0.0):  # a user's schedule (above)
     return [lr] * int(epochs * updates_per_epoch)
+
+
+def test_a_data_file_changed_under_the_same_size_and_time_never_gets_the_graphs_of_the_old_shapes(tmp_path):
+    """The key sees a named file's size and time only: rewritten with one label more (4 classes, not 3) and its time
+    set back, the table keys the same config folder. The network built for it has other shapes, so its graphs get
+    a subfolder of their own and the run trains (with the 3-class graphs loaded it crashed in the loss kernel on a
+    label read from the wrong memory). Mutation: compile_cache.settle as a no-op (red: the run fails)."""
+    rng = np.random.default_rng(0)
+    features = rng.normal(size=(100, 3))
+    labels = (features[:, 0] > 0).astype(int) + (features[:, 1] > 0.5).astype(int)
+    table = tmp_path / "t.csv"
+
+    def write(labels):
+        table.write_text("a,b,c,y\n" + "".join(f"{a:.4f},{b:.4f},{c:.4f},{y}\n"
+                                                for (a, b, c), y in zip(features, labels)))
+        os.utime(table, ns=(1_700_000_000_000_000_000, 1_700_000_000_000_000_000))
+
+    write(labels)
+    size = table.stat().st_size
+    args = ["recipe=wine_mlp", "data=table", f"data.path={table}", "data.target=y", "trainer.epochs=1",
+            "logger.progress=off", "logger.tensorboard=false"]
+    first = trainkit(*args, "hydra.run.dir=first", cwd=tmp_path, cache=tmp_path / "cache")
+    assert first.returncode == 0, first.stderr
+    labels[np.flatnonzero(labels == 2)[0]] = 7  # one more class, the same number of characters
+    write(labels)
+    assert table.stat().st_size == size
+    second = trainkit(*args, "hydra.run.dir=second", cwd=tmp_path, cache=tmp_path / "cache")
+    assert second.returncode == 0, second.stderr
+    assert "4 classes" in second.stdout and "a new config" in second.stdout
+    (folder,) = (tmp_path / "cache" / "compile").iterdir()  # the same config key ...
+    assert len([path for path in folder.iterdir() if path.is_dir()]) == 2  # ... and two sets of shapes

@@ -14,6 +14,10 @@ shapes a graph and that it can see before the run builds anything --
 - the source of trainkit and of every module a ``_target_`` of the config names outside MindSpore;
 - the size and modification time of every file the config names;
 
+and, inside that folder, a subfolder per set of shapes the data gave the built run (:func:`settle`: the network's
+parameters, the steps per epoch, the evaluation batch), since a file can change and keep its size and time and a
+folder of data is not keyed at all;
+
 and uses the cache only for the first run of a process whose graphs compile first, never in a data-parallel
 worker (its ranks would write one folder at once). A sweep's later jobs in the same process share the cells the
 last job compiled instead, where their key is the same (:mod:`trainkit.app.graph_reuse`).
@@ -208,14 +212,34 @@ def enable(cfg: DictConfig) -> Optional[Path]:
         log.info("compile cache: off (MindSpore cannot save this config's graphs, as an earlier run found: this "
                  "config compiles on every run)")
         return None
-    reused = any(folder.rglob("*.mindir"))
     # Said at the first compile, not now: a run refused before it (bad input, a directory in use) writes nothing.
-    _compile_without_cache_where_mindspore_cannot_save(folder, "compile cache: %s (%s)" % (
-        folder, "graphs saved by an earlier run of this config" if reused else "a new config: compiling and saving"))
+    _compile_without_cache_where_mindspore_cannot_save(folder)
     ms.set_context(enable_compile_cache=True, compile_cache_path=str(folder))
     global _active
     _active = folder
     return folder
+
+
+def settle(network: Any, steps_per_epoch: int, eval_set: Any) -> None:
+    """Key this run's folder further by what the data made of its config, before the first compile: a file the
+    config names can change and keep its size and time, and a folder (an image folder's classes) is not keyed at
+    all, while the network's shapes, the learning-rate table's length and the evaluation batch follow the data.
+    A graph compiled for other shapes is never loaded: each such variant gets a subfolder of its own."""
+    global _active
+    if _active is None or _active.parent.parent != cache_root():  # off, or settled already
+        return
+    shapes = [(p.name, tuple(p.shape), str(p.dtype)) for p in network.get_parameters()]
+    described = repr((shapes, steps_per_epoch, eval_set.get_dataset_size(), eval_set.output_shapes(),
+                      [str(kind) for kind in eval_set.output_types()]))
+    folder = _active / hashlib.sha256(described.encode()).hexdigest()[:16]
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+    except OSError as error:
+        log.debug("compile cache off: %s", error)
+        disable()
+        return
+    ms.set_context(compile_cache_path=str(folder))
+    _active = folder
 
 
 def active_folder() -> Optional[Path]:
@@ -223,7 +247,7 @@ def active_folder() -> Optional[Path]:
     return _active
 
 
-def _compile_without_cache_where_mindspore_cannot_save(folder: Path, message: str) -> None:
+def _compile_without_cache_where_mindspore_cannot_save(folder: Path) -> None:
     """MindSpore 2.10 fails the compile of a graph its cache cannot save (``Cannot export a PyExecute CNode in
     MindIR``: graphs with Python fallbacks, e.g. the wrapper with accumulation and dynamic loss scaling) instead
     of compiling it uncached; such a graph is compiled again with the cache off, for the rest of the run, and
@@ -234,11 +258,14 @@ def _compile_without_cache_where_mindspore_cannot_save(folder: Path, message: st
     if getattr(original, "_trainkit_fallback", False):
         original = original.__wrapped__
 
-    untold = [message]
+    untold = [True]
 
     def compile(self, obj, *args, **kwargs):
-        if untold and ms.get_context("enable_compile_cache"):
-            log.info("%s", untold.pop())
+        if untold and ms.get_context("enable_compile_cache") and _active is not None:
+            untold.pop()
+            reused = any(_active.rglob("*.mindir"))
+            log.info("compile cache: %s (%s)", _active, "graphs saved by an earlier run of this config" if reused
+                     else "a new config: compiling and saving")
         try:
             return original(self, obj, *args, **kwargs)
         except RuntimeError as error:

@@ -125,6 +125,7 @@ def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResul
     apply_finetuning(cfg.model, backbone, trainer.resume)
     loss_fn = build.build_loss_fn(cfg)
     metrics = build.build_metrics(cfg)
+    compile_cache.settle(backbone, steps_per_epoch, eval_set)  # the shapes the data gave: a folder of their own
     outputs = check_fit(backbone, loss_fn, eval_set, run.describe_choice(cfg, "loss", run_dir),
                         run.describe_choice(cfg, "model", run_dir), metrics, getattr(data, "num_classes", None),
                         passed_in=compile_cache.active_folder())  # a second run of this config: passed before
