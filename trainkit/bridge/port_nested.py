@@ -52,9 +52,7 @@ def handed_down(top: Any, before: Sequence[Any], after: Sequence[Any], sources: 
         if source == source_after:
             continue
         grown = _grown(old, new, name, value, other)
-        if grown is None:
-            return None
-        if not grown:
+        if not grown:  # None (something else changed) or no list grew
             return None
         runs[old.name] = grown
     if not runs:
