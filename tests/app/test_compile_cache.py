@@ -95,7 +95,10 @@ def test_trainkit_compile_cache_0_turns_it_off(value, monkeypatch):
 
 def test_a_graph_mindspore_cannot_save_compiles_uncached_and_its_config_is_not_tried_again(tmp_path):
     cache = tmp_path / "cache"
-    unsavable = [*QUICK, "wrapper.accumulation_steps=2", "wrapper.loss_scale=dynamic"]  # a PyExecute node
+    # A PyExecute node: the window's branch with dynamic scaling (Nesterov keeps MindSpore's optimizer, and so the
+    # branch; the fused step's window has none, and its graphs save: test_an_accumulation_window_now_saves).
+    unsavable = [*QUICK, "wrapper.accumulation_steps=2", "wrapper.loss_scale=dynamic", "optimizer=momentum",
+                 "optimizer.use_nesterov=true"]
     first = trainkit(*unsavable, "hydra.run.dir=first", cwd=tmp_path, cache=cache)
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr
     assert "compile cache: off for the rest of this run" in first.stdout
@@ -105,6 +108,23 @@ def test_a_graph_mindspore_cannot_save_compiles_uncached_and_its_config_is_not_t
     assert second.returncode == 0, second.stderr
     assert "compile cache: off (MindSpore cannot save this config's graphs" in second.stdout
     expected, got = last_checkpoint(tmp_path / "first"), last_checkpoint(tmp_path / "second")
+    for name, value in expected.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
+
+
+def test_an_accumulation_window_now_saves(tmp_path):
+    """The fused step's window has no branch, so no PyExecute node: accumulation with dynamic scaling, which
+    MindSpore could not save before, loads its graphs on a second run and trains bit for bit the same."""
+    cache = tmp_path / "cache"
+    window = [*QUICK, "wrapper.accumulation_steps=2", "wrapper.loss_scale=dynamic"]
+    first = trainkit(*window, "hydra.run.dir=first", cwd=tmp_path, cache=cache)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr
+    assert "compile cache: off" not in first.stdout
+    second = trainkit(*window, "hydra.run.dir=second", cwd=tmp_path, cache=cache)
+    assert second.returncode == 0, second.stderr
+    assert "graphs saved by an earlier run of this config" in second.stdout
+    expected, got = last_checkpoint(tmp_path / "first"), last_checkpoint(tmp_path / "second")
+    assert sorted(expected) == sorted(got)
     for name, value in expected.items():
         np.testing.assert_array_equal(got[name], value, err_msg=name)
 

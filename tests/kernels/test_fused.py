@@ -204,19 +204,23 @@ SIZES = [(3, 1), (300_001,), (7,), (2, 100_000), (1,)]
 
 
 @needs_compiler
-@pytest.mark.parametrize("which", ["ema", "add"])
+@pytest.mark.parametrize("which", ["ema", "add", "accumulate"])
 def test_the_kernels_over_all_tensors_at_once_are_bitwise_numpys(mode, own_cache, which):
+    """``accumulate`` (the window with no branch): its flag says a window's first micro-step, which assigns."""
     rng = np.random.default_rng(11)
     firsts = [rng.standard_normal(shape).astype(np.float32) for shape in SIZES]
-    kernel = kernels.ema_update_all_kernel() if which == "ema" else kernels.add_into_all_kernel()
-    cell = AllAtOnce(kernel, firsts, with_weight=which == "ema")
+    kernel = {"ema": kernels.ema_update_all_kernel, "add": kernels.add_into_all_kernel,
+              "accumulate": kernels.accumulate_all_kernel}[which]()
+    cell = AllAtOnce(kernel, firsts, with_weight=which != "add")
     expected = firsts
-    for call in range(3):
+    for call, opens in enumerate([False, True, False, False, True]):
         seconds = [rng.standard_normal(shape).astype(np.float32) for shape in SIZES]
         weight = np.float32(0.25 + 0.1 * call)
-        cell(tuple(Tensor(second) for second in seconds), Tensor(weight))
+        cell(tuple(Tensor(second) for second in seconds), Tensor(opens if which == "accumulate" else weight))
         if which == "ema":
             expected = [numpy_update(first, second, weight) for first, second in zip(expected, seconds)]
+        elif which == "accumulate" and opens:
+            expected = seconds
         else:
             expected = [first + second for first, second in zip(expected, seconds)]
         for index, (got, want) in enumerate(zip(cell.firsts, expected)):

@@ -15,13 +15,14 @@ from trainkit import TrainingWrapper
 pytestmark = needs_compiler
 
 
-@pytest.mark.parametrize("accumulation_steps", [1, 2])
+@pytest.mark.parametrize("accumulation_steps", [1, 2, 3])
 def test_every_feature_on_with_a_skipped_window_is_bitwise_the_branch_it_replaces(mode, own_cache, monkeypatch,
                                                                                     accumulation_steps):
     """Weights, moments, step counter, EMA shadows and counters, moving statistics, loss scale and running totals
     after 5 windows (the second not finite) are the same bits on both paths. Mutations caught: the EMA updated
     on the skipped window (``update_if(self._true)``); the moving statistics not restored (the restore call
-    dropped)."""
+    dropped). With accumulation the fused side is also the window with no branch (``accumulate_all``); its
+    ``_grad_sum``, ``_loss_sum`` are scratch (the next window's first micro-step overwrites them): not compared."""
     data = batches(5 * accumulation_steps, 4, seed=4)
     data[accumulation_steps][0][0, 1] = np.nan  # the second window
 
@@ -30,6 +31,7 @@ def test_every_feature_on_with_a_skipped_window_is_bitwise_the_branch_it_replace
             monkeypatch.setenv("TRAINKIT_FUSED_KERNELS", "0")
         wrapper = TrainingWrapper(**everything_on_kwargs(accumulation_steps))
         assert (wrapper.fused_update is not None) == fused
+        assert (wrapper.accumulate_all is not None) == (fused and accumulation_steps > 1)
         outputs = run(wrapper, data)
         monkeypatch.delenv("TRAINKIT_FUSED_KERNELS", raising=False)
         return outputs, {p.name: p.asnumpy() for p in wrapper.get_parameters()}
@@ -44,7 +46,8 @@ def test_every_feature_on_with_a_skipped_window_is_bitwise_the_branch_it_replace
     assert fused.keys() == reference.keys()
     assert int(fused["global_step"][0]) == 4 and int(fused["ema_num_updates"]) == 2
     for name, value in reference.items():
-        np.testing.assert_array_equal(fused[name], value, err_msg=name)
+        if not name.startswith(("_grad_sum.", "_loss_sum")):
+            np.testing.assert_array_equal(fused[name], value, err_msg=name)
 
 
 def everything_on_kwargs(accumulation_steps: int) -> dict:

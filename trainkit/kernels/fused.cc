@@ -255,6 +255,22 @@ extern "C" int TrainkitAddIntoAll(int nparam, void **params, int *ndims, int64_t
   return 0;
 }
 
+// k buffers (float32, written in place), k values (float32, the same shapes), first (bool scalar) -> flag: on a
+// window's first micro-step buffer = value, after it buffer = buffer + value. An accumulation window's sum with no
+// branch in the graph (one call a micro-step whichever it is). nparam = 2k + 2.
+extern "C" int TrainkitAccumulateAll(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
+                                     void *stream, void *extra) {
+  if (nparam < 4 || nparam % 2 != 0) return 1;
+  if (!all_float32(nparam - 2, dtypes) || std::strcmp(dtypes[nparam - 2], "bool") != 0) return 2;
+  const int k = (nparam - 2) / 2;
+  if (*static_cast<const bool *>(params[nparam - 2]))
+    over_pairs(k, params, ndims, shapes, [](float, float value) { return value; });
+  else
+    over_pairs(k, params, ndims, shapes, [](float buffer, float value) { return buffer + value; });
+  *static_cast<float *>(params[nparam - 1]) = 0.0f;
+  return 0;
+}
+
 // TrainkitEmaUpdateAll on an applied step only: k shadows, k values, weight, applied (bool scalar) -> flag. Lets a
 // skipped window leave the shadows alone without a branch in the graph. nparam = 2k + 3.
 extern "C" int TrainkitEmaUpdateAllIf(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,

@@ -41,6 +41,14 @@ def add_into_all_kernel():
     return None if path is None else _in_place_kernel(path, "TrainkitAddIntoAll")
 
 
+def accumulate_all_kernel():
+    """``ops.Custom`` keeping an accumulation window's sum in k float32 buffers in one call (inputs: the k buffers,
+    the k values, a bool `first`): assigned where `first` is True, added to after; or None. No branch in the graph
+    for the window's first micro-step."""
+    path, _ = library()
+    return None if path is None else _in_place_kernel(path, "TrainkitAccumulateAll")
+
+
 def ema_update_all_if_kernel():
     """``ops.Custom`` as :func:`ema_update_all_kernel` with a last bool input: updates only when it is True (a
     skipped window leaves the shadows alone with no branch in the graph), or None."""

@@ -11,17 +11,14 @@ from mindspore.parallel._utils import _get_device_num, _get_gradients_mean, _get
 
 from trainkit import kernels
 from trainkit.checks import check_number
+from trainkit.step.accumulation import AccumulationWindow, branch_free_window
 from trainkit.step.ema import ExponentialMovingAverage, ema_source_parameters
 from trainkit.step.fused_optimizer import flat_statistics_kernels, fused_step_kernels
 from trainkit.step.grad_ops import (
-    add_into,
-    add_into_fused,
-    added,
     all_finite,
     copied,
     float32_total,
     multiplied,
-    put_into,
     restore_into,
     size_groups,
     small_concat,
@@ -43,7 +40,7 @@ class _ScaledLoss(nn.Cell):
         return loss * sens.astype(loss.dtype), loss
 
 
-class TrainingWrapper(RunningTotals, nn.Cell):
+class TrainingWrapper(AccumulationWindow, RunningTotals, nn.Cell):
     """One optimizer step (or one micro-step of an accumulation window) per call.
 
     Features, each turned on by one argument and free when off (decided here in Python,
@@ -90,6 +87,9 @@ class TrainingWrapper(RunningTotals, nn.Cell):
     ``optimizer_step`` is one kernel call instead (``trainkit.step.fused_optimizer``): the still-scaled gradients,
     the factor ``unscale_and_transform`` would multiply them by, and ``finite`` go in, and on a skipped window
     nothing moves -- no branch in the graph (a subclass overriding a phase that call stands for keeps the above).
+    With accumulation too, the window has no branch for its micro-steps (``trainkit.step.accumulation``): one
+    kernel call keeps the sum (assigned on the first micro-step, added after), and the optimizer's call takes
+    ``finite and last``; only the norm and the finite checks, scalars out, sit in an ``if last``.
 
     The gradients stay multiplied by the loss scale until ``unscale_and_transform``, which
     unscales and clips in one multiply: ``g_s * min(1, c / (||g_s|| / s + 1e-6)) / s`` from the
@@ -215,6 +215,8 @@ class TrainingWrapper(RunningTotals, nn.Cell):
         self.fused_update, self.restore_statistics_unless = fused_step_kernels(self, TrainingWrapper)
         # With it, the moving statistics saved as one flat copy and put back from it (or None, None).
         self.save_statistics_flat, self.restore_statistics_flat_unless = flat_statistics_kernels(self, TrainingWrapper)
+        # With it and accumulation, the window with no branch in the graph: the sum's kernel (or None).
+        self.accumulate_all = branch_free_window(self, TrainingWrapper)
 
         self.grad_reducer = None
         if _get_parallel_mode() in (ParallelMode.DATA_PARALLEL, ParallelMode.HYBRID_PARALLEL):
@@ -240,31 +242,20 @@ class TrainingWrapper(RunningTotals, nn.Cell):
     # ----------------------------------------------------------------- the step
     def construct(self, *inputs):
         scale = self.current_loss_scale()
+        if self.accumulate_all is not None:  # decided in __init__ (trainkit.step.accumulation)
+            loss, overflow, grad_norm = self.branch_free_window_step(scale, *inputs)
+            if self.metrics_on_device:
+                self.add_to_running_totals(loss, overflow, grad_norm, scale)
+            return loss, overflow, scale, grad_norm
         statistics = self.save_moving_statistics()
         loss, grads = self.compute_grads(scale / self.accumulation_steps, *inputs)
         if self.accumulation_steps == 1:
             overflow, grad_norm = self.optimizer_step(self.reduce_grads(grads), loss, statistics, scale)
         else:
-            overflow, grad_norm = self._accumulation_step(grads, loss, statistics, scale)
+            overflow, grad_norm = self.accumulation_step(grads, loss, statistics, scale)
         if self.metrics_on_device:
             self.add_to_running_totals(loss, overflow, grad_norm, scale)
         return loss, overflow, scale, grad_norm
-
-    def _accumulation_step(self, grads, loss, statistics, scale):
-        micro_step = self.micro_step * 1  # read before the assign below
-        ops.assign(self.micro_step, (micro_step + 1) % self.accumulation_steps)
-        overflow = self._false
-        grad_norm = self._zero
-        # Data parallel: reduced every micro-step, so every rank holds the same window sum and rank 0's checkpoint
-        # (written mid-window too: checkpoint_every_n_steps, a polite stop) restores every rank exactly.
-        grads = self.reduce_grads(grads)
-        if micro_step == self.accumulation_steps - 1:
-            window_loss = self.window_loss(loss)
-            overflow, grad_norm = self.optimizer_step(self.window_grads(grads), window_loss, statistics, scale)
-        else:
-            self.accumulate_grads(grads, micro_step == 0)
-            self.accumulate_loss(loss, micro_step == 0)
-        return overflow, grad_norm
 
     # ------------------------------------------------------- override points
     def current_loss_scale(self) -> Tensor:
@@ -306,34 +297,6 @@ class TrainingWrapper(RunningTotals, nn.Cell):
         if not self.unscaling:
             return grads
         return self.hyper_map(ops.partial(multiplied, ops.reciprocal(scale)), grads)
-
-    def accumulate_grads(self, grads: tuple, first: Tensor) -> None:
-        """Keep a micro-batch's gradients in ``_grad_sum``: assigned on a window's first call, added after."""
-        if first:
-            self.hyper_map(put_into, self._grad_sum, grads)
-        elif self.add_into_all is not None:
-            self.add_into_all(*self._grad_sum, *grads)
-        else:
-            self.hyper_map(add_into_fused if self.fused_accumulate else add_into, self._grad_sum, grads)
-
-    def window_grads(self, grads: tuple) -> tuple:
-        """The window's sum on its last call: ``_grad_sum + grads``, handed on and not written back (the next
-        window's first call overwrites the buffer, so it is never cleared)."""
-        return self.hyper_map(added, self._grad_sum, grads)
-
-    def accumulate_loss(self, loss: Tensor, first: Tensor) -> None:
-        """Keep a micro-batch's loss in ``_loss_sum`` (guard only): finite only if every loss of the window is."""
-        if self.skip_nonfinite:
-            if first:
-                ops.assign(self._loss_sum, loss.astype(mstype.float32))
-            else:
-                ops.assign_add(self._loss_sum, loss.astype(mstype.float32))
-
-    def window_loss(self, loss: Tensor) -> Tensor:
-        """The window's loss sum on its last call (guard only; else the call's loss)."""
-        if not self.skip_nonfinite:
-            return loss
-        return self._loss_sum + loss.astype(mstype.float32)
 
     def step_finite(self, grads: tuple, grad_norm: Tensor, loss: Tensor) -> Tensor:
         """Whether a window may be applied (guard only; True otherwise).
