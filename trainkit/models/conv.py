@@ -17,7 +17,6 @@ from mindspore import Tensor, nn, ops
 
 from trainkit import kernels
 from trainkit.kernels import conv_output_size, geometry_values, im2col_kernel
-from trainkit.models.shared_graph import one_graph_per_arguments
 
 __all__ = ["CONV_IMPLS", "ChannelMajorBatchNorm2d", "ChannelMajorMaxPool2d", "UnfoldConv2d", "batch_norm2d",
            "conv2d", "max_pool2d", "resolve_conv_impl"]
@@ -86,7 +85,6 @@ def max_pool2d(kernel_size: int, stride: int, padding: int, conv_impl: str = "na
     return cell(kernel_size=kernel_size, stride=stride, pad_mode="pad", padding=padding)
 
 
-@one_graph_per_arguments
 class ChannelMajorBatchNorm2d(nn.BatchNorm2d):
     """BatchNorm2d over (C, N, H, W) activations: the same statistics and Parameters as over (N, C, H, W).
 
@@ -130,7 +128,6 @@ def _symmetric_padding(padding) -> Tuple[int, int]:
     return top, left
 
 
-@one_graph_per_arguments
 class UnfoldConv2d(nn.Conv2d):
     """A convolution as one MatMul: the weight, viewed as (out, in / groups * kh * kw), times the input's columns.
 
