@@ -22,7 +22,7 @@ from trainkit.kernels.primitives import (
     restore_flat_unless_kernel,
 )
 
-__all__ = ["accumulate_all_kernel", "add_into_all_kernel", "add_into_kernel", "cache_dir", "concat_all_kernel", "conv_output_size",
-           "describe", "ema_update_all_if_kernel", "ema_update_all_kernel", "ema_update_kernel", "geometry_values",
-           "im2col_kernel", "library", "optimizer_update_kernel", "restore_all_unless_kernel",
+__all__ = ["accumulate_all_kernel", "add_into_all_kernel", "add_into_kernel", "cache_dir", "concat_all_kernel",
+           "conv_output_size", "describe", "ema_update_all_if_kernel", "ema_update_all_kernel", "ema_update_kernel",
+           "geometry_values", "im2col_kernel", "library", "optimizer_update_kernel", "restore_all_unless_kernel",
            "restore_flat_unless_kernel"]

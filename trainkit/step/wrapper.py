@@ -244,15 +244,13 @@ class TrainingWrapper(AccumulationWindow, RunningTotals, nn.Cell):
         scale = self.current_loss_scale()
         if self.accumulate_all is not None:  # decided in __init__ (trainkit.step.accumulation)
             loss, overflow, grad_norm = self.branch_free_window_step(scale, *inputs)
-            if self.metrics_on_device:
-                self.add_to_running_totals(loss, overflow, grad_norm, scale)
-            return loss, overflow, scale, grad_norm
-        statistics = self.save_moving_statistics()
-        loss, grads = self.compute_grads(scale / self.accumulation_steps, *inputs)
-        if self.accumulation_steps == 1:
-            overflow, grad_norm = self.optimizer_step(self.reduce_grads(grads), loss, statistics, scale)
         else:
-            overflow, grad_norm = self.accumulation_step(grads, loss, statistics, scale)
+            statistics = self.save_moving_statistics()
+            loss, grads = self.compute_grads(scale / self.accumulation_steps, *inputs)
+            if self.accumulation_steps == 1:
+                overflow, grad_norm = self.optimizer_step(self.reduce_grads(grads), loss, statistics, scale)
+            else:
+                overflow, grad_norm = self.accumulation_step(grads, loss, statistics, scale)
         if self.metrics_on_device:
             self.add_to_running_totals(loss, overflow, grad_norm, scale)
         return loss, overflow, scale, grad_norm
