@@ -233,6 +233,27 @@ def test_a_checkpoint_from_a_different_config_stops_naming_the_difference_and_ch
     assert tree_digest(run_dir) == before
 
 
+@pytest.mark.parametrize("held", [0, -1, 3])
+def test_a_checkpoint_whose_window_place_contradicts_its_progress_is_refused(uninterrupted, tiny_cifar10, tmp_path,
+                                                                              held):
+    """A file with a right checksum whose ``micro_step`` is not its micro-batches done modulo k (someone else's,
+    or edited) resumed with exit 0 and shifted every later window. Mutation caught: the check removed."""
+    run_a, _ = uninterrupted
+    source = checkpoint_files(run_a / "checkpoints")[6]  # 7 micro-batches done, k = 2: micro-batch 1 of its window
+    saved = ms.load_checkpoint(str(source))
+    assert int(saved["micro_step"].asnumpy()) == 1
+    appended = {name: saved.pop(name) for name in list(saved) if isinstance(saved[name], str)}
+    saved["micro_step"] = ms.Parameter(ms.Tensor(np.int32(held)), name="micro_step")
+    planted = tmp_path / source.name
+    ms.save_checkpoint([{"name": n, "data": v} for n, v in saved.items()], str(planted), append_dict=appended,
+                       crc_check=True)
+    run_dir = tmp_path / "run"
+    with pytest.raises(ConfigError, match=f"holds micro_step {held}, but 7 micro-batches done") as error:
+        train(compose_config([*overrides(tiny_cifar10), f"run_dir={run_dir}", f"trainer.resume={planted}"]))
+    assert str(planted) in str(error.value) and "micro-batch 1 of its window" in str(error.value)
+    assert not (run_dir / "checkpoints").exists()
+
+
 def test_a_checkpoint_of_another_model_names_the_parameters_that_do_not_fit(tiny_cifar10, tmp_path):
     from mindspore import nn
 

@@ -368,6 +368,7 @@ def check_resumable(checkpoint: TrainingCheckpoint, cfg: DictConfig, network: nn
         raise ConfigError(f"{where} has {checkpoint.position.steps_per_epoch} steps per epoch and this run "
                           f"{steps_per_epoch}: the training data differs (data.root, its files, data.batch_size)")
     _check_parameters(checkpoint, network)
+    _check_window(checkpoint, int(cfg.wrapper.get("accumulation_steps", 1)), where)
     check_same_kernels(checkpoint.kernel_path, network, cfg.trainer.get("resume_kernels", "same"), where)
 
 
@@ -390,6 +391,19 @@ def _check_parameters(checkpoint: TrainingCheckpoint, network: nn.Cell) -> None:
                           f"({'; '.join(problems)}): was it written by another model or with other wrapper "
                           "features (wrapper.ema_decay, wrapper.accumulation_steps, wrapper.loss_scale, "
                           "wrapper.skip_nonfinite)?")
+
+
+def _check_window(checkpoint: TrainingCheckpoint, accumulation_steps: int, where: str) -> None:
+    """The place in its accumulation window a checkpoint holds (``micro_step``) follows from its micro-batches done;
+    a file that says otherwise (written or edited by something else) would shift every later window, silently."""
+    if accumulation_steps <= 1 or "micro_step" not in checkpoint.parameters:
+        return
+    held = int(_scalar(checkpoint.parameters["micro_step"]))
+    expected = checkpoint.position.micro_steps % accumulation_steps
+    if held != expected:
+        raise ConfigError(f"{where} holds micro_step {held}, but {checkpoint.position.micro_steps} micro-batches "
+                          f"done with wrapper.accumulation_steps={accumulation_steps} put a run at micro-batch "
+                          f"{expected} of its window: this file was not written by such a run; resume from another")
 
 
 def _differences(before: DictConfig, after: DictConfig, prefix: str = "") -> Iterable[Tuple[str, object, object]]:
