@@ -255,19 +255,91 @@ extern "C" int TrainkitAddIntoAll(int nparam, void **params, int *ndims, int64_t
   return 0;
 }
 
-// k buffers (float32, written in place), k values (float32, the same shapes), first (bool scalar) -> flag: on a
-// window's first micro-step buffer = value, after it buffer = buffer + value. An accumulation window's sum with no
-// branch in the graph (one call a micro-step whichever it is). nparam = 2k + 2.
+namespace {
+// The global L2 norm's blocks: the k tensors' values one after another, cut every kNormBlock values whatever the
+// tensors' boundaries. Each block's squares are summed in double over kLanes running sums (value j of the block in
+// lane j % kLanes, so the loop vectorizes), the lanes added in a fixed tree, the blocks in order: the same bits
+// whatever the thread count or split, and no float32 overflow (a norm is not finite only if a value is not, or
+// the norm itself exceeds float32). A block is small enough that a kernel which writes it first reads it back from
+// cache.
+constexpr int64_t kNormBlock = int64_t(1) << 14;
+constexpr int kLanes = 8;
+
+// sum(x[j]^2) over [0, n) for values that sit at lane `lane` onwards, into acc[kLanes].
+inline void add_squares(const float *x, int64_t n, int lane, double *acc) {
+  int64_t j = 0;
+  for (; j < n && (lane + j) % kLanes != 0; ++j) acc[(lane + j) % kLanes] += double(x[j]) * double(x[j]);
+  for (; j + kLanes <= n; j += kLanes)
+    for (int q = 0; q < kLanes; ++q) acc[q] += double(x[j + q]) * double(x[j + q]);
+  for (; j < n; ++j) acc[(lane + j) % kLanes] += double(x[j]) * double(x[j]);
+}
+
+// The norm of k tensors of sizes `start` (offsets, k + 1 of them): segment(i, low, high) returns the float32
+// values [low, high) of tensor i (having written them first, for a kernel that does), whose squares are summed.
+template <typename Segment>
+float blocked_norm(int k, const std::vector<int64_t> &start, Segment segment) {
+  const int64_t total = start[k], blocks = (total + kNormBlock - 1) / kNormBlock;
+  std::vector<double> partial(blocks, 0.0);
+  parallel_rows(blocks, kNormBlock, [&](int64_t first_block, int64_t end_block) {
+    int i = 0;
+    for (int64_t b = first_block; b < end_block; ++b) {
+      const int64_t begin = b * kNormBlock, end = std::min(total, begin + kNormBlock);
+      double acc[kLanes] = {0, 0, 0, 0, 0, 0, 0, 0};
+      while (start[i + 1] <= begin) ++i;
+      for (int t = i; t < k && start[t] < end; ++t) {
+        const int64_t low = std::max(begin, start[t]) - start[t], high = std::min(end, start[t + 1]) - start[t];
+        if (low < high)
+          add_squares(segment(t, low, high), high - low, int((start[t] + low - begin) % kLanes), acc);
+      }
+      partial[b] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    }
+  });
+  double sum = 0.0;
+  for (double value : partial) sum += value;
+  return float(std::sqrt(sum));
+}
+
+std::vector<int64_t> starts(int k, int *ndims, int64_t **shapes) {
+  std::vector<int64_t> start(k + 1, 0);
+  for (int i = 0; i < k; ++i) start[i + 1] = start[i] + count(ndims[i], shapes[i]);
+  return start;
+}
+}  // namespace
+
+// k float32 tensors -> their global L2 norm (float32 [1]), summed as blocked_norm sums: one node in the graph and
+// one pass over memory, where MindSpore's kernels take a square and two reductions per tensor (ResNet-50's
+// gradients: see docs/performance.md). nparam = k + 1.
+extern "C" int TrainkitNormAll(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
+                               void *stream, void *extra) {
+  if (nparam < 2) return 1;
+  const int k = nparam - 1;
+  if (!all_float32(nparam, dtypes)) return 2;
+  *static_cast<float *>(params[k]) = blocked_norm(k, starts(k, ndims, shapes), [&](int t, int64_t low, int64_t) {
+    return static_cast<const float *>(params[t]) + low;
+  });
+  return 0;
+}
+
+// k buffers (float32, written in place), k values (float32, the same shapes), first (bool scalar) -> the norm of
+// the buffers as written (float32 [1], as TrainkitNormAll): on a window's first micro-step buffer = value, after
+// it buffer = buffer + value. An accumulation window's sum and its norm with no branch in the graph (one call a
+// micro-step whichever it is; the norm in the same pass over memory). nparam = 2k + 2.
 extern "C" int TrainkitAccumulateAll(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
                                      void *stream, void *extra) {
   if (nparam < 4 || nparam % 2 != 0) return 1;
   if (!all_float32(nparam - 2, dtypes) || std::strcmp(dtypes[nparam - 2], "bool") != 0) return 2;
   const int k = (nparam - 2) / 2;
-  if (*static_cast<const bool *>(params[nparam - 2]))
-    over_pairs(k, params, ndims, shapes, [](float, float value) { return value; });
-  else
-    over_pairs(k, params, ndims, shapes, [](float buffer, float value) { return buffer + value; });
-  *static_cast<float *>(params[nparam - 1]) = 0.0f;
+  const bool first = *static_cast<const bool *>(params[nparam - 2]);
+  *static_cast<float *>(params[nparam - 1]) = blocked_norm(k, starts(k, ndims, shapes), [&](int t, int64_t low,
+                                                                                          int64_t high) {
+    float *buffer = static_cast<float *>(params[t]);
+    const float *value = static_cast<const float *>(params[k + t]);
+    if (first)
+      std::memcpy(buffer + low, value + low, sizeof(float) * (high - low));
+    else
+      for (int64_t j = low; j < high; ++j) buffer[j] = buffer[j] + value[j];
+    return static_cast<const float *>(buffer + low);
+  });
   return 0;
 }
 

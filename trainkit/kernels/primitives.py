@@ -44,9 +44,28 @@ def add_into_all_kernel():
 def accumulate_all_kernel():
     """``ops.Custom`` keeping an accumulation window's sum in k float32 buffers in one call (inputs: the k buffers,
     the k values, a bool `first`): assigned where `first` is True, added to after; or None. No branch in the graph
-    for the window's first micro-step."""
+    for the window's first micro-step. Its output (float32 [1]) is the global L2 norm of the buffers as written,
+    summed as :func:`norm_all_kernel` sums (the same bits), in the same pass over memory."""
     path, _ = library()
     return None if path is None else _in_place_kernel(path, "TrainkitAccumulateAll")
+
+
+def norm_all_kernel():
+    """``ops.Custom`` returning the global L2 norm of its k float32 inputs (float32 [1]), or None: one node and one
+    pass over memory instead of a square and two reductions per tensor. The squares are summed in double, in fixed
+    blocks of the values one after another (``fused.cc``'s ``blocked_norm``): the same bits whatever the thread
+    count, and not infinite unless a value is or the norm itself exceeds float32."""
+    path, _ = library()
+    return None if path is None else _norm_all(path)
+
+
+@functools.lru_cache(maxsize=None)
+def _norm_all(path: str):
+    from mindspore import dtype as mstype
+    from mindspore import ops
+
+    return ops.Custom(f"{path}:TrainkitNormAll", out_shape=lambda *shapes: [1],
+                      out_dtype=lambda *dtypes: mstype.float32, func_type="aot")
 
 
 def ema_update_all_if_kernel():

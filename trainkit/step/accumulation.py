@@ -2,17 +2,19 @@
 
 Two forms, chosen in the wrapper's ``__init__``:
 
-* with the fused optimizer step (trainkit's kernels, ``trainkit.step.fused_optimizer``): no branch around the
-  micro-steps. Every micro-step runs the same nodes: the sum kept by one kernel call that assigns on the window's
-  first micro-step and adds after (``TrainkitAccumulateAll``), and the optimizer's kernel called with ``finite and
-  last``, which does nothing on the other micro-steps. The graph ``if`` this replaces ran on CPU with the
-  gradients crossing into a subgraph, and restored the window's moving statistics per tensor inside it (ResNet-50,
-  4 micro-batches of 8: the window 1.05x four bare steps before, 0.91x now).
+* with the fused optimizer step (trainkit's kernels, ``trainkit.step.fused_optimizer``): no branch in the graph.
+  Every micro-step runs the same nodes: the sum kept by one kernel call that assigns on the window's first
+  micro-step and adds after, and returns the norm of the sum as written in the same pass (``TrainkitAccumulateAll``);
+  the checks read that norm; the optimizer's kernel is called with ``finite and last``, which does nothing on the
+  other micro-steps. The graph ``if`` this replaces ran on CPU with the gradients crossing into a subgraph, and
+  restored the window's moving statistics per tensor inside it (ResNet-50, 4 micro-batches of 8: the window 1.05x
+  four bare steps before, 0.91x without it).
 * otherwise, ``if micro_step == accumulation_steps - 1:`` in the graph: the override points below
   (``accumulate_grads``, ``window_grads``, ``accumulate_loss``, ``window_loss``) on the other micro-steps,
   ``optimizer_step`` on the last.
 
-Both are bitwise the same arithmetic: the window's sum is ``((g0 + g1) + g2) + ...`` in float32 either way.
+Both are bitwise the same arithmetic: the window's sum is ``((g0 + g1) + g2) + ...`` in float32 either way, and its
+norm is ``kernels.norm_all_kernel``'s sum of squares (the branch's ``global_norm`` calls that kernel).
 """
 from __future__ import annotations
 
@@ -50,11 +52,10 @@ class AccumulationWindow:
     def branch_free_window_step(self, scale: Tensor, *inputs) -> Tuple[Tensor, Tensor, Tensor]:
         """One micro-step with no branch around it; returns ``(loss, overflow, grad_norm)``.
 
-        Every micro-step keeps the sum and calls the optimizer's kernel, the EMA's and the statistics' restore with
-        their flags; before the window's last none of them writes anything. The norm and the finite checks (scalars
-        out) alone sit in an ``if last``: they read the whole sum (ResNet-50's norm: 15 ms), and computing them on
-        every micro-step cost more than the ``if`` does (everything on, 4 micro-batches: 1.19x four bare steps
-        against 1.07x; the ``if`` itself about 7 ms a micro-step, docs/performance.md).
+        Every micro-step keeps the sum and its norm, and calls the optimizer's kernel, the EMA's and the statistics'
+        restore with their flags; before the window's last none of them writes anything. The norm comes out of the
+        sum's kernel in the same pass over memory, so the checks need no ``if last`` around them (it cost about
+        7 ms a micro-step on ResNet-50, and the norm by MindSpore's kernels 15 ms a window).
         """
         micro_step = self.micro_step * 1  # read before the assign below
         first = micro_step == 0
@@ -63,20 +64,18 @@ class AccumulationWindow:
         if self.guard_moving_statistics:  # the window's start, written on its first micro-step
             self.restore_statistics_unless(*self._window_start, *self.moving_statistics, ops.logical_not(first))
         loss, grads = self.compute_grads(scale / self.accumulation_steps, *inputs)
-        written = self.accumulate_all(*self._grad_sum, *self.reduce_grads(grads), first)
-        window = ops.depend(self._grad_sum, written)
-        window_loss = loss
+        # The kernel's output: the norm of the sum as written (of the whole window on its last micro-step).
+        scaled_norm = self.accumulate_all(*self._grad_sum, *self.reduce_grads(grads), first).reshape(())
+        window = ops.depend(self._grad_sum, scaled_norm)
+        factor, grad_norm = self.factor_from_norm(scaled_norm, scale)
+        finite = self._true
         if self.skip_nonfinite:
             micro_loss = loss.astype(mstype.float32)
             window_loss = ops.select(first, micro_loss, self._loss_sum + micro_loss)
             ops.assign(self._loss_sum, window_loss)
-        factor, grad_norm, finite = self._one, self._zero, self._true
-        if self.compute_grad_norm or self.skip_nonfinite:
-            if last:  # a branch with scalars out: the norm and the checks read the whole sum once a window
-                factor, grad_norm = self.gradient_factor(window, scale)
-                finite = self.step_finite(window, grad_norm, window_loss)
-        else:
-            factor, grad_norm = self.gradient_factor(window, scale)  # the unscaling factor alone: scalars
+            # What the window's last micro-step decides by; before it the checks read a part of the window.
+            finite = ops.logical_or(self.window_finite(ops.isfinite(scaled_norm), window_loss), ops.logical_not(last))
+        grad_norm = ops.select(last, grad_norm, self._zero)
         apply = ops.logical_and(finite, last)
         if self.dynamic_loss_scale:
             new_scale, counter = next_dynamic_scale(self.loss_scale_value, self.loss_scale_counter, finite,

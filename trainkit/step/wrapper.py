@@ -87,9 +87,10 @@ class TrainingWrapper(AccumulationWindow, RunningTotals, nn.Cell):
     ``optimizer_step`` is one kernel call instead (``trainkit.step.fused_optimizer``): the still-scaled gradients,
     the factor ``unscale_and_transform`` would multiply them by, and ``finite`` go in, and on a skipped window
     nothing moves -- no branch in the graph (a subclass overriding a phase that call stands for keeps the above).
-    With accumulation too, the window has no branch for its micro-steps (``trainkit.step.accumulation``): one
-    kernel call keeps the sum (assigned on the first micro-step, added after), and the optimizer's call takes
-    ``finite and last``; only the norm and the finite checks, scalars out, sit in an ``if last``.
+    With accumulation too, the window has no branch at all (``trainkit.step.accumulation``): one kernel call keeps
+    the sum (assigned on the first micro-step, added after) and returns its norm, and the optimizer's call takes
+    ``finite and last``. Where the kernels build, the gradients' norm is one kernel call (``kernels.norm_all_kernel``:
+    the squares summed in double, the same bits whatever the thread count) on every path.
 
     The gradients stay multiplied by the loss scale until ``unscale_and_transform``, which
     unscales and clips in one multiply: ``g_s * min(1, c / (||g_s|| / s + 1e-6)) / s`` from the
@@ -205,6 +206,11 @@ class TrainingWrapper(AccumulationWindow, RunningTotals, nn.Cell):
         # the norm: MindSpore's ReduceSum of a Concat rounds its last bit otherwise than of the kernel's output.
         self.concat_grads = small_concat(self.weights, self.grad_groups)
         self.concat_statistics = small_concat(self.moving_statistics, self.statistics_groups)
+        # The gradients' norm (and their finite check) by one kernel call over them all where the kernels build and
+        # every weight is float32: one pass over memory, the squares summed in double (or None: MindSpore's kernels).
+        self.norm_all = None
+        if (self.compute_grad_norm or self.skip_nonfinite) and all(w.dtype == mstype.float32 for w in self.weights):
+            self.norm_all = kernels.norm_all_kernel()
 
         self.ema = None
         if ema_decay is not None:
@@ -299,9 +305,10 @@ class TrainingWrapper(AccumulationWindow, RunningTotals, nn.Cell):
     def step_finite(self, grads: tuple, grad_norm: Tensor, loss: Tensor) -> Tensor:
         """Whether a window may be applied (guard only; True otherwise).
 
-        Its gradients must be finite: ``isfinite(grad_norm)`` when the norm is computed anyway
-        (one scalar; the norm of non-finite gradients is not finite -- nor is one that overflows
-        float32), else one float32 sum of them all (``_all_finite``). `grads` may still be
+        Its gradients must be finite: ``isfinite`` of their norm (one scalar; the norm of non-finite
+        gradients is not finite -- nor is one that exceeds float32), by the norm kernel's pass where
+        the kernels build, else one float32 sum of them all (``all_finite``: a sum that overflows
+        float32 counts as not finite too). `grads` may still be
         multiplied by the loss scale: a finite scale >= 1 changes neither answer, except that
         values within a factor of the scale of float32's limit then count as not finite.
         Standalone, also its loss and the moving statistics; in data parallel only the reduced
@@ -310,9 +317,16 @@ class TrainingWrapper(AccumulationWindow, RunningTotals, nn.Cell):
         """
         if not self.skip_nonfinite:
             return self._true
-        finite = ops.isfinite(grad_norm) if self.compute_grad_norm else all_finite(self.hyper_map, grads,
-                                                                                   self.grad_groups,
-                                                                                   self.concat_grads)
+        if self.compute_grad_norm:
+            finite = ops.isfinite(grad_norm)
+        elif self.norm_all is not None:
+            finite = ops.isfinite(self.global_norm(grads))
+        else:
+            finite = all_finite(self.hyper_map, grads, self.grad_groups, self.concat_grads)
+        return self.window_finite(finite, loss)
+
+    def window_finite(self, finite: Tensor, loss: Tensor) -> Tensor:
+        """`finite` (the gradients'), and, standalone, the loss's and the moving statistics' (see ``step_finite``)."""
         if self.grad_reducer is not None:
             return finite
         finite = ops.logical_and(finite, ops.isfinite(loss))
@@ -361,7 +375,10 @@ class TrainingWrapper(AccumulationWindow, RunningTotals, nn.Cell):
         return self.hyper_map(ops.partial(multiplied, factor), grads), grad_norm
 
     def global_norm(self, grads: tuple) -> Tensor:
-        """The float32 global L2 norm of `grads` (shaped as the optimizer's parameters)."""
+        """The float32 global L2 norm of `grads` (shaped as the optimizer's parameters): by one kernel call where they
+        build (``kernels.norm_all_kernel``: the squares summed in double), else a float32 sum of squares."""
+        if self.norm_all is not None:
+            return self.norm_all(*grads).reshape(())
         return ops.sqrt(float32_total(self.hyper_map, grads, self.grad_groups, squared=True))
 
     def clip_coefficient(self, grad_norm: Tensor) -> Tensor:
@@ -408,9 +425,13 @@ class TrainingWrapper(AccumulationWindow, RunningTotals, nn.Cell):
 
     def gradient_factor(self, grads: tuple, scale: Tensor) -> Tuple[Tensor, Tensor]:
         """What ``unscale_and_transform`` multiplies the gradients by, and the unscaled norm: ``(factor, norm)``."""
+        return self.factor_from_norm(self.global_norm(grads) if self.compute_grad_norm else self._zero, scale)
+
+    def factor_from_norm(self, scaled_norm: Tensor, scale: Tensor) -> Tuple[Tensor, Tensor]:
+        """``gradient_factor`` from the norm of the still-scaled gradients (ignored unless ``compute_grad_norm``)."""
         grad_norm = self._zero
         if self.compute_grad_norm:
-            grad_norm = self.global_norm(grads)
+            grad_norm = scaled_norm
             if self.unscaling:
                 grad_norm = grad_norm * ops.reciprocal(scale)
         factor = self._one if self.max_grad_norm is None else self.clip_coefficient(grad_norm)
