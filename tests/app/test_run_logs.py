@@ -74,8 +74,9 @@ def test_the_startup_lines_count_says_it_counts_the_trainable_parameters():
 
 
 def test_the_startup_lines_name_the_path_the_fused_passes_take_and_both_paths_train(tmp_path):
-    """The quick start (EMA, small_cnn with conv_impl auto) says which kernels its EMA and its convolutions'
-    im2col run on; with TRAINKIT_FUSED_KERNELS=0 they are MindSpore's (and auto is then `unfold`)."""
+    """The quick start (Adam, the logged gradient norm, EMA, small_cnn with conv_impl auto) says which kernels its
+    optimizer update, gradient norm, EMA and convolutions' im2col run on; with TRAINKIT_FUSED_KERNELS=0 they are
+    MindSpore's (and auto is then `unfold`)."""
     from trainkit import kernels
 
     common = ["trainer.epochs=1", "trainer.test=false"]
@@ -85,7 +86,7 @@ def test_the_startup_lines_name_the_path_the_fused_passes_take_and_both_paths_tr
                          cwd=tmp_path, env=env_off, capture_output=True, text=True, timeout=300)
     assert off.returncode == 0, off.stderr[-3000:]
     log = (tmp_path / "off" / "train.log").read_text()
-    what = "optimizer update and EMA update and convolutions' im2col"
+    what = "optimizer update and gradient norm and EMA update and convolutions' im2col"
     assert f"{what}: MindSpore's kernels (TRAINKIT_FUSED_KERNELS=0)" in log
     if kernels.library()[0] is None:
         return

@@ -38,7 +38,8 @@ def test_a_resume_without_the_fused_kernels_of_its_checkpoint_is_refused_unless_
         train(compose_config(overrides(tiny_cifar10, run_dir, f"trainer.resume={middle}")))
     message = str(refused.value)
     assert message.startswith(f"checkpoint {middle} was written with trainkit's fused C++ kernels for its "
-                              "optimizer update and convolutions' im2col, and this run would take MindSpore's kernels "
+                              "optimizer update and gradient norm and convolutions' im2col, and this run would take "
+                              "MindSpore's kernels "
                               "(TRAINKIT_FUSED_KERNELS=off)") and message.endswith("trainer.resume_kernels=any")
     assert {p.name: p.read_bytes() for p in (run_dir / "checkpoints").iterdir()} == before  # nothing changed
 

@@ -1,9 +1,10 @@
 """Which kernels a run's fused passes took, kept in its checkpoints: a resume on the other path is not bitwise.
 
-The wrapper's optimizer update (nn.Momentum, nn.Adam, nn.AdamWeightDecay), EMA update, gradient accumulation and
-the unfolded convolutions' im2col run trainkit's C++ kernels where they build (:mod:`trainkit.kernels`), else
-MindSpore's own. The EMA, accumulation and nn.Momentum passes round alike on both paths; Adam's does not
-(MindSpore's SIMD kernel differs from float32 operation by operation in the last bit of a few values a step), nor
+The wrapper's optimizer update (nn.Momentum, nn.Adam, nn.AdamWeightDecay), gradient norm (clipping, its logging,
+the guard's check), EMA update, gradient accumulation and the unfolded convolutions' im2col run trainkit's C++
+kernels where they build (:mod:`trainkit.kernels`), else MindSpore's own. The EMA, accumulation and nn.Momentum
+passes round alike on both paths; Adam's does not (MindSpore's SIMD kernel differs from float32 operation by
+operation in the last bit of a few values a step), nor does the norm (the kernel sums the squares in double), nor
 do the convolutions: measured on the quick start, one epoch with the kernels and one with
 ``TRAINKIT_FUSED_KERNELS=off`` end with 56 of 70 tensors apart, by up to 8.6e-7 (batch-norm statistics first).
 So a checkpoint records its path (``kernel_path``: ``fused`` or ``mindspore``, when the run takes a fused pass at
@@ -14,6 +15,7 @@ from __future__ import annotations
 import logging
 from typing import Any, List, Optional
 
+from mindspore import dtype as mstype
 from mindspore import nn
 
 from trainkit.errors import ConfigError
@@ -30,7 +32,10 @@ def fused_passes(wrapper: nn.Cell) -> List[str]:
     """The passes of `wrapper` (a TrainingWrapper) that run trainkit's kernels where they build."""
     im2col = any(isinstance(cell, UnfoldConv2d) and not cell.identity_columns for _, cell in wrapper.cells_and_names())
     optimizer = getattr(wrapper, "optimizer", None)
+    norm = ((getattr(wrapper, "compute_grad_norm", False) or getattr(wrapper, "skip_nonfinite", False))
+            and all(weight.dtype == mstype.float32 for weight in getattr(wrapper, "weights", ())))
     return [name for name, on in (("optimizer update", optimizer is not None and repeats(optimizer)),
+                                  ("gradient norm", norm),
                                   ("EMA update", getattr(wrapper, "ema", None) is not None),
                                   ("gradient accumulation", getattr(wrapper, "accumulation_steps", 1) > 1),
                                   ("convolutions' im2col", im2col)) if on]
