@@ -65,6 +65,34 @@ def test_the_test_figures_come_from_best_ckpt_on_the_held_out_images(tmp_path):
     assert on_val["split"] == "val" and on_val["accuracy"] == pytest.approx(evaluations[0]["eval/accuracy"], abs=1e-9)
 
 
+def test_a_best_ckpt_saved_at_the_last_step_is_tested_from_memory_with_the_files_figures(tmp_path, monkeypatch):
+    """Where the last evaluation is the best, the network holds best.ckpt's weights: the test reads them from
+    memory, not the file (ResNet-50: 0.85 s), and its figures are best.ckpt's, recomputed with NumPy."""
+    loaded = []
+    load = ms.load_checkpoint
+    monkeypatch.setattr(ms, "load_checkpoint", lambda path, *a, **k: loaded.append(str(path)) or load(path, *a, **k))
+    result = train(compose_config([f"run_dir={tmp_path}", "trainer.epochs=2", "logger.progress=off",
+                                   "data.eval_batch_size=1000"]))
+    best_path = tmp_path / "checkpoints" / "best.ckpt"
+    records = read_jsonl(tmp_path / "metrics.jsonl")
+    evaluations = [r for r in records if "eval/accuracy" in r]
+    assert evaluations[1]["eval/accuracy"] > evaluations[0]["eval/accuracy"]  # the last epoch is the best
+    assert str(best_path) not in loaded
+    (tested,) = [r for r in records if "test/accuracy" in r]
+
+    (images, labels), = list(result.data.test_dataset().create_tuple_iterator(output_numpy=True, num_epochs=1))
+    network = result.network
+    network.set_train(False)
+    ms.load_param_into_net(result.wrapper, load(str(best_path)))
+    best = accuracy_and_loss(network(Tensor(images)).asnumpy(), labels)
+    with ema_weights(result.wrapper.ema):
+        best_ema = accuracy_and_loss(network(Tensor(images)).asnumpy(), labels)
+    assert tested["test/accuracy"] == pytest.approx(best[0], abs=1e-9)
+    assert tested["test/loss"] == pytest.approx(best[1], rel=1e-4)
+    assert tested["test_ema/accuracy"] == pytest.approx(best_ema[0], abs=1e-9)
+    assert tested["test_ema/loss"] == pytest.approx(best_ema[1], rel=1e-4)
+
+
 def test_trainer_test_false_and_a_data_module_without_a_test_set(tmp_path):
     result = train(compose_config([f"run_dir={tmp_path / 'off'}", "trainer.test=false", "trainer.epochs=1",
                                    "logger.progress=off"]))

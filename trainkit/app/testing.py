@@ -55,12 +55,20 @@ def wants_test(cfg: DictConfig, data: Any) -> bool:
 
 
 def evaluate_test_set(model: Model, wrapper: TrainingWrapper, test_set: Any, best_checkpoint: Path,
-              step: int, epoch: Optional[int], run_log=None) -> Dict[str, float]:
+              step: int, epoch: Optional[int], run_log=None, best_in_memory: bool = False) -> Dict[str, float]:
     """Evaluate `best_checkpoint`'s weights (and their EMA twin) on `test_set`; record and return ``test/*``.
 
     The wrapper's own values are put back afterwards, so the run's objects still hold the last weights. Without a
-    ``best.ckpt`` (no evaluation improved), the last weights are tested, and the log says so.
+    ``best.ckpt`` (no evaluation improved), the last weights are tested, and the log says so. `best_in_memory`:
+    this run saved `best_checkpoint` from the wrapper at its last step (``BestCheckpoint.holds_last_state``), so
+    the wrapper holds its weights and the file is not read again (ResNet-50: 283 MB, 0.85 s with the copies).
     """
+    if best_in_memory and best_checkpoint.is_file():
+        result = _prefixed("test", model.eval(test_set, dataset_sink_mode=False))
+        if wrapper.ema is not None:
+            with ema_weights(wrapper.ema):
+                result.update(_prefixed("test_ema", model.eval(test_set, dataset_sink_mode=False)))
+        return _recorded(result, str(best_checkpoint), step, epoch, run_log)
     # The weights and their EMA only: the optimizer's state (its learning-rate table among it) may have another
     # shape by now, in a finished run continued for more epochs, and is not what a test evaluates.
     # Written in place (graph_reuse.assign_in_place), never with set_data: the train step's graph, which a sweep's
@@ -83,6 +91,11 @@ def evaluate_test_set(model: Model, wrapper: TrainingWrapper, test_set: Any, bes
     finally:
         for name, parameter in tested.items():
             assign_in_place(parameter, live[name])
+    return _recorded(result, source, step, epoch, run_log)
+
+
+def _recorded(result: Dict[str, float], source: str, step: int, epoch: Optional[int], run_log) -> Dict[str, float]:
+    """`result` logged, recorded in the run log at `step` and returned as the final metrics' ``test_*``."""
     if run_log is not None:
         run_log.scalars(step, result, epoch=epoch)
     log.info("test set, %s: %s", source, ", ".join(f"{k} {v:.4f}" for k, v in result.items()))

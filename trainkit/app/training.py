@@ -32,7 +32,7 @@ from trainkit.app.fit_check import check_fit
 from trainkit.app.profiling import profile_window
 from trainkit.app.stopping import continues_at, raise_if_interrupted, stop_metrics
 from trainkit.app.testing import evaluate_test_set, wants_test
-from trainkit.callbacks import RunLog
+from trainkit.callbacks import BestCheckpoint, RunLog
 from trainkit.callbacks.base import CallbackRun, bind_callbacks, learning_rate_table
 from trainkit.checks import choice
 from trainkit.data.values import checked_batches
@@ -230,9 +230,10 @@ def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResul
         metrics.update(stop_metrics(hooks.callbacks))  # early stopping: best_epoch, stopped_epoch
         if test_set is not None:
             last = hooks.evaluation.latest if hooks.evaluation is not None else {}
+            best = next((c for c in hooks.callbacks if isinstance(c, BestCheckpoint)), None)
             metrics.update(evaluate_test_set(model, wrapper, test_set, run_dir / "checkpoints" / "best.ckpt",
                                              last.get("step", trainer.epochs * steps_per_epoch), last.get("epoch"),
-                                             run_log))
+                                             run_log, best_in_memory=best is not None and best.holds_last_state))
         if choice(cfg.parallel.mode) != "stand_alone":
             metrics.update(job_metrics(parallel, samples_per_step // group_size, accumulation_steps))
         with completing():

@@ -41,6 +41,9 @@ class BestCheckpoint(Callback):
     ``best.ckpt`` (another CRC32), the best so far is read from ``best.ckpt`` itself, with a warning; when
     ``best.ckpt`` is corrupt, there is no best so far and the next evaluation replaces it.
 
+    After training, ``holds_last_state`` says whether this process saved ``best.ckpt`` at the run's last call, so
+    that the network holds its weights now (the test-set evaluation then reads them from memory, not the file).
+
     Args:
         evaluation: the Evaluation callback whose results to follow.
         directory: where ``best.ckpt`` and ``best.json`` go (created if missing).
@@ -73,6 +76,8 @@ class BestCheckpoint(Callback):
         self.best: Optional[float] = None
         self.best_epoch: Optional[int] = None
         self.saves = 0
+        self._saved_at: Optional[int] = None  # the call (cur_step_num) this process last saved at
+        self.holds_last_state = False
         self._seen = len(evaluation.history)
         self._load_previous_best()
 
@@ -93,11 +98,15 @@ class BestCheckpoint(Callback):
 
     def on_train_end(self, run_context) -> None:
         self._follow(run_context)
+        # Whether best.ckpt is what the network holds now: saved by this process, with no call after it.
+        step = run_context.original_args().get("cur_step_num")
+        self.holds_last_state = self._saved_at is not None and self._saved_at == step
 
     def _follow(self, run_context) -> None:
         network = self.network if self.network is not None else run_context.original_args().get("train_network")
         while self._seen < len(self.evaluation.history):
-            self.update(self.evaluation.history[self._seen], network)
+            if self.update(self.evaluation.history[self._seen], network):
+                self._saved_at = run_context.original_args().get("cur_step_num")
             self._seen += 1
 
     # ------------------------------------------------------------------ the decision
