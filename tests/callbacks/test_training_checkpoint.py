@@ -94,29 +94,6 @@ def test_an_epoch_end_save_leaves_its_fsync_and_pruning_to_a_thread(tmp_path, mo
     assert on_main_thread[:2] == [False, False]
 
 
-def test_the_last_epochs_checkpoint_is_written_and_durable_before_its_epoch_end_returns(tmp_path, monkeypatch):
-    """No step follows the last epoch for a copy to run beside: its checkpoint is written on this thread from the
-    Parameters (a resumed run's last epoch counted from its initial epoch). Mutation caught: every epoch end in the
-    background (the last one's fsync then ran on the checkpoint thread)."""
-    durable = []
-    monkeypatch.setattr(training_checkpoint, "make_durable", lambda path: durable.append(
-        (Path(path).name, threading.current_thread() is threading.main_thread())))
-    checkpoint = TrainingCheckpoint(nn.Dense(2, 2), tmp_path, steps_per_epoch=5, keep=3)
-
-    def epoch(number, step):  # a run resumed at epoch 3 for 2 more epochs: epochs 4 and 5
-        args = SimpleNamespace(cur_step_num=step, cur_epoch_num=number, epoch_num=2)
-        run_context = SimpleNamespace(original_args=lambda: args)
-        checkpoint.on_train_epoch_begin(run_context)
-        checkpoint.on_train_epoch_end(run_context)
-
-    checkpoint.on_train_begin(context(15))
-    epoch(4, 20)
-    checkpoint.wait()
-    epoch(5, 25)
-    assert durable == [("trainkit-4_5.ckpt", False), ("trainkit-5_5.ckpt", True)]
-    checkpoint.on_train_end(None)
-
-
 def test_a_background_save_writes_the_values_of_its_step_while_training_moves_on(tmp_path, monkeypatch):
     """The epoch's checkpoint is serialised on the callback's thread from a copy taken at the step; the writer is
     held until the Parameters have moved on. Mutation tried: the snapshot left out (the live Parameters written):
