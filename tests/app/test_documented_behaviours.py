@@ -24,6 +24,7 @@ from omegaconf import OmegaConf
 
 from tests.common.callbacks import read_jsonl
 from tests.common.cifar10_files import write_cifar10
+from tests.common.kernels import needs_compiler
 from tests.common.models import LinearLoss
 from tests.common.processes import processes_mentioning
 from trainkit import TrainingWrapper
@@ -37,19 +38,42 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 # ------------------------------------------------------------------- the finiteness check
 @pytest.mark.parametrize("compute_grad_norm", [False, True], ids=["sum", "norm"])
-def test_finite_gradients_whose_sum_overflows_float32_are_skipped(graph_mode, compute_grad_norm):
+def test_finite_gradients_whose_sum_overflows_float32_are_skipped_without_the_kernels(graph_mode, compute_grad_norm,
+                                                                                     monkeypatch):
+    """MindSpore's kernels (no C++ compiler): a float32 sum (or sum of squares) that overflows counts as not finite."""
+    monkeypatch.setenv("TRAINKIT_FUSED_KERNELS", "0")
     x = np.array([[1.5e38, 1.5e38, 1.5e38, 1.0]], np.float32)
     assert np.all(np.isfinite(x)) and x.astype(np.float64).sum() > FLOAT32_MAX  # each finite, the sum not
     assert abs(x.astype(np.float64) @ [1.0, -1.0, 1.0, -1.0]) < FLOAT32_MAX / 2  # the loss is finite
+    assert train_on(x, compute_grad_norm) == ([True, False], 1)  # only the small batch was applied
+
+
+@needs_compiler
+@pytest.mark.parametrize("compute_grad_norm", [False, True], ids=["check", "norm"])
+def test_with_the_kernels_finite_gradients_are_skipped_only_when_their_norm_passes_float32(graph_mode,
+                                                                                          compute_grad_norm):
+    """The norm kernel sums the squares in double: gradients each finite whose float32 sum overflows (norm 2.6e38)
+    are applied; a norm beyond float32's 3.4e38 is not finite."""
+    within = np.array([[1.5e38, 1.5e38, 1.5e38, 1.0]], np.float32)
+    assert np.sqrt((within.astype(np.float64) ** 2).sum()) < FLOAT32_MAX
+    assert train_on(within, compute_grad_norm, check_weights=False) == ([False, False], 2)
+    beyond = np.array([[3e38, 3e38, 0.0, 1.0]], np.float32)
+    assert np.sqrt((beyond.astype(np.float64) ** 2).sum()) > FLOAT32_MAX
+    assert train_on(beyond, compute_grad_norm) == ([True, False], 1)
+
+
+def train_on(x: np.ndarray, compute_grad_norm: bool, check_weights: bool = True) -> tuple:
+    """The guard's answers for batch `x` then a small one (SGD, lr 0.01), and how many steps were applied."""
     loss_net = LinearLoss([[1.0, -1.0, 1.0, -1.0]])  # loss x @ w: finite here
     optimizer = nn.SGD(loss_net.trainable_params(), learning_rate=0.01)
     wrapper = TrainingWrapper(loss_net, optimizer, skip_nonfinite=True, compute_grad_norm=compute_grad_norm)
     wrapper.set_train()
     small = np.array([[1.0, 2.0, 3.0, 4.0]], np.float32)
     overflows = [bool(wrapper(ms.Tensor(batch))[1].asnumpy()) for batch in (x, small)]
-    assert overflows == [True, False]
-    assert int(optimizer.global_step.asnumpy()) == 1  # only the small batch was applied
-    np.testing.assert_allclose(loss_net.dense.weight.asnumpy(), [[1.0, -1.0, 1.0, -1.0]] - 0.01 * small, rtol=1e-6)
+    if check_weights and overflows[0]:  # only the small batch was applied
+        np.testing.assert_allclose(loss_net.dense.weight.asnumpy(), [[1.0, -1.0, 1.0, -1.0]] - 0.01 * small,
+                                   rtol=1e-6)
+    return overflows, int(optimizer.global_step.asnumpy())
 
 
 # ------------------------------------------------------------------- resume

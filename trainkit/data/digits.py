@@ -10,14 +10,15 @@ import gzip
 import importlib.util
 import math
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, Optional, Tuple
+from typing import Iterable, Iterator, Optional, Tuple
 
 import mindspore.dataset as ds
 import numpy as np
 from mindspore.dataset import vision
 
 from trainkit.checks import check_int, check_split_fractions
-from trainkit.data.cifar10 import check_shards, pipeline_workers
+from trainkit.data.array_batches import array_batches
+from trainkit.data.cifar10 import check_shards
 from trainkit.data.predict_inputs import Sample, table_samples
 from trainkit.data.values import check_values
 from trainkit.errors import ConfigError, DataError
@@ -70,7 +71,8 @@ class DigitsData:
             training seed still evaluate on the same images.
         image_size: side of the square images; 8 is the native size, larger sizes are bilinear upscales
             (for networks whose stem needs more than 8x8).
-        num_parallel_workers: threads per pipeline stage.
+        num_parallel_workers: accepted for the config's sake and unused: the images are in memory, transformed
+            once, and cut into batches by NumPy (``trainkit.data.array_batches``).
 
     After `prepare()`, `mean` and `std` hold the normalisation statistics (of pixel / 16 over the train split).
     """
@@ -184,10 +186,11 @@ class DigitsData:
 
     def _pipeline(self, images: np.ndarray, labels: np.ndarray, train: bool, batch_size: int,
                   num_shards: int, shard_id: int) -> ds.Dataset:
-        shards: Dict[str, Any] = {"num_shards": num_shards, "shard_id": shard_id} if num_shards > 1 else {}
-        dataset = ds.NumpySlicesDataset({"image": images, "label": labels}, shuffle=train, **shards)
-        ops: list = [vision.Resize((self.image_size, self.image_size))] if self.image_size != 8 else []
-        ops.append(vision.HWC2CHW())
-        dataset = dataset.map(operations=ops, input_columns="image",
-                              num_parallel_workers=pipeline_workers(self.num_parallel_workers))
-        return dataset.batch(batch_size, drop_remainder=train)
+        """The images as the network takes them (resized, CHW: each image's transforms run once, here), in whole
+        batches (``trainkit.data.array_batches``: the pipeline's cost is per row), shuffled every epoch if `train`."""
+        if self.image_size != 8:
+            resize = vision.Resize((self.image_size, self.image_size))
+            images = np.stack([resize(image) for image in images])
+        chw = np.ascontiguousarray(images.transpose(0, 3, 1, 2))  # vision.HWC2CHW's values, the whole set at once
+        return array_batches({"image": chw, "label": labels}, batch_size, shuffle=train, drop_remainder=train,
+                             num_shards=num_shards, shard_id=shard_id)

@@ -40,6 +40,7 @@ import mindspore.dataset as ds
 import numpy as np
 
 from trainkit.checks import check_bool, check_int
+from trainkit.data.array_batches import array_batches
 from trainkit.data.cifar10 import check_shards
 from trainkit.data.table_file import SUFFIXES, Table, read_table
 from trainkit.data.tabular import shuffled_row_batches
@@ -261,9 +262,8 @@ class TableData:
     def _ordered(self, which: str, num_shards: int, shard_id: int) -> ds.Dataset:
         num_shards, shard_id = check_shards(num_shards, shard_id)
         features, target = self._split(which)
-        shards = {"num_shards": num_shards, "shard_id": shard_id} if num_shards > 1 else {}
-        dataset = ds.NumpySlicesDataset({"features": features, "target": target}, shuffle=False, **shards)
-        return dataset.batch(self.eval_batch_size or len(target))
+        return array_batches({"features": features, "target": target}, self.eval_batch_size or len(target),
+                             shuffle=False, drop_remainder=False, num_shards=num_shards, shard_id=shard_id)
 
     def _split(self, which: str) -> Tuple[np.ndarray, np.ndarray]:
         if self._arrays is None:

@@ -15,6 +15,7 @@ import mindspore.dataset as ds
 import numpy as np
 
 from trainkit.checks import check_bool, check_int, check_split_fractions
+from trainkit.data.array_batches import array_batches
 from trainkit.data.cifar10 import check_shards
 from trainkit.data.predict_inputs import Sample, table_samples
 from trainkit.data.values import check_values, num_classes_of
@@ -127,9 +128,8 @@ class SklearnTabularData:
     def _ordered(self, arrays: tuple, num_shards: int, shard_id: int) -> ds.Dataset:
         num_shards, shard_id = check_shards(num_shards, shard_id)
         features, target = arrays
-        shards = {"num_shards": num_shards, "shard_id": shard_id} if num_shards > 1 else {}
-        dataset = ds.NumpySlicesDataset({"features": features, "target": target}, shuffle=False, **shards)
-        return dataset.batch(self.eval_batch_size or len(target))
+        return array_batches({"features": features, "target": target}, self.eval_batch_size or len(target),
+                             shuffle=False, drop_remainder=False, num_shards=num_shards, shard_id=shard_id)
 
     @property
     def eval_arrays(self) -> tuple:
@@ -172,6 +172,5 @@ def shuffled_row_batches(features, target, batch_size: int, num_shards: int = 1,
     if per_shard < batch_size:
         raise ConfigError(f"batch_size={batch_size} is larger than the {per_shard} training rows per shard "
                           f"({len(target)} rows, num_shards={num_shards}): lower data.batch_size")
-    shards = {"num_shards": num_shards, "shard_id": shard_id} if num_shards > 1 else {}
-    dataset = ds.NumpySlicesDataset({"features": features, "target": target}, shuffle=True, **shards)
-    return dataset.batch(batch_size, drop_remainder=True)
+    return array_batches({"features": features, "target": target}, batch_size, shuffle=True, drop_remainder=True,
+                         num_shards=num_shards, shard_id=shard_id)
