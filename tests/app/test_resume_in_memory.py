@@ -27,3 +27,24 @@ def test_a_resume_mid_epoch_on_in_memory_data_ends_bitwise_the_uninterrupted_run
     assert got.keys() == expected.keys()
     differing = [name for name in expected if not np.array_equal(got[name], expected[name])]
     assert not differing, f"{len(differing)} of {len(expected)} differ, e.g. {differing[:5]}"
+
+
+def test_a_resume_into_another_order_mid_epoch_is_said(tmp_path, caplog):
+    """A checkpoint written mid-epoch under one order (trainer.resume_data=exact: array_batches' permutations),
+    resumed under the other (fast: MindSpore's sampler), logs what differs and how to continue in the checkpoint's
+    order; at an epoch's end nothing is said (the next epoch is whole either way)."""
+    import logging
+
+    whole = train(compose_config([*COMMON, "trainer.epochs=2", f"run_dir={tmp_path / 'whole'}"]))
+    steps = int(whole.metrics["optimizer_steps"]) // 2
+    checkpoints = tmp_path / "whole" / "checkpoints"
+    fast = [*COMMON, "trainer.epochs=2", "trainer.resume_data=fast"]
+    with caplog.at_level(logging.WARNING, logger="trainkit"):
+        train(compose_config([*fast, f"run_dir={tmp_path / 'end'}",
+                              f"trainer.resume={checkpoints}/trainkit-1_{steps}.ckpt"]))
+    assert "leaves out others" not in caplog.text
+    with caplog.at_level(logging.WARNING, logger="trainkit"):
+        train(compose_config([*fast, f"run_dir={tmp_path / 'mid'}", f"trainer.resume={checkpoints}/trainkit-2_1.ckpt"]))
+    assert "was written mid-epoch with the training order drawn by trainkit.data.array_batches" in caplog.text
+    assert "the rest of epoch 2 repeats some samples and leaves out others" in caplog.text
+    assert "resume with trainer.resume_data=exact to continue in the checkpoint's order" in caplog.text

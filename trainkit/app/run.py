@@ -25,6 +25,7 @@ from trainkit.callbacks import Evaluation, TrainMetrics
 from trainkit.callbacks.early_stopping import MARKER as EARLY_STOP_MARKER
 from trainkit.callbacks.evaluation import metric_name
 from trainkit.checks import choice
+from trainkit.data.array_batches import SHUFFLED_ORDER
 from trainkit.errors import ConfigError, RunDirectoryInUse
 from trainkit.rundir.checkpoint import TrainingCheckpoint as SavedCheckpoint
 from trainkit.rundir.checkpoint import check_resumable, checkpoint_files, find_resume_checkpoint, restore
@@ -177,6 +178,20 @@ def resume_checkpoint(cfg: DictConfig, run_dir: Path, wrapper: TrainingWrapper, 
                           "the updates taken keep their learning rates)")
     restore(checkpoint, wrapper)
     return checkpoint
+
+
+def warn_if_order_differs(resumed: SavedCheckpoint, data_order: str) -> None:
+    """Say so when a checkpoint written mid-epoch drew its training order otherwise than this run does (a trainkit
+    older than ``trainkit.data.array_batches``, or ``trainer.resume_data`` changed): the rest of the epoch then
+    repeats some samples and leaves out others."""
+    recorded = resumed.data_order or "mindspore.dataset's sampler"
+    if recorded == data_order:
+        return
+    fix = "trainer.resume_data=fast" if data_order == SHUFFLED_ORDER else "trainer.resume_data=exact"
+    log.warning("checkpoint %s was written mid-epoch with the training order drawn by %s, and this run draws it by "
+                "%s: the rest of epoch %d repeats some samples and leaves out others (the epochs after it are whole); "
+                "resume with %s to continue in the checkpoint's order", resumed.path, recorded, data_order,
+                resumed.position.epoch + 1, fix)
 
 
 def initial_epoch_of(done: int, steps_per_epoch: int, sink_size: int, resumed: Optional[SavedCheckpoint]) -> int:

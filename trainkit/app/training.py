@@ -35,6 +35,7 @@ from trainkit.app.testing import evaluate_test_set, wants_test
 from trainkit.callbacks import BestCheckpoint, RunLog
 from trainkit.callbacks.base import CallbackRun, bind_callbacks, learning_rate_table
 from trainkit.checks import choice
+from trainkit.data.array_batches import DATA_ORDER, order_of
 from trainkit.data.values import checked_batches
 from trainkit.distributed.agreement import check_ranks_agree
 from trainkit.distributed.parallel import (
@@ -106,6 +107,7 @@ def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResul
     class_names = class_names_of(data)  # stored in the run and its checkpoints: predictions name the classes
     state = data_state_of(data)  # what the data learnt of the training split (a table's statistics): the same
     train_set = data.train_dataset(num_shards=group_size, shard_id=rank)
+    data_order = order_of(train_set)  # before any wrapping: what checkpoints record (DATA_ORDER)
     batch_check = None
     if not getattr(data, "values_checked", False):  # a module that streams: its first epoch, batch by batch
         classes = getattr(data, "num_classes", None)
@@ -170,6 +172,8 @@ def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResul
                 save_class_names(run_dir, class_names)
             if state is not None:
                 save_data_state(run_dir, state)
+    if resumed and resumed.position.step_in_epoch:
+        run.warn_if_order_differs(resumed, data_order)
     if done:
         train_set.set_init_step(done)  # Model.train then continues the data mid-epoch where the checkpoint left it
         if choice(trainer.resume_data) == "exact":
@@ -188,7 +192,7 @@ def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResul
                     f"after step {done}" if resumed else "in this directory", run_log.superseded)
     hooks = build.build_callbacks(cfg, writer, run_dir, run_log, model, wrapper, eval_set, resumed,
                                   steps_per_epoch, sink_size, samples_per_step, group_size, user_callbacks,
-                                  build.checkpoint_metadata(data))
+                                  {**build.checkpoint_metadata(data), DATA_ORDER: data_order})
     hooks.callbacks.extend(profiler)
     bind_callbacks(user_callbacks, CallbackRun(
         run_log=run_log if writer else None, network=backbone, wrapper=wrapper, optimizer=optimizer,

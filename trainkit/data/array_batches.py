@@ -78,5 +78,19 @@ def array_batches(columns: Dict[str, np.ndarray], batch_size: int, *, shuffle: b
         return rows.batch(batch_size, drop_remainder=drop_remainder)
     source = ArrayBatches(columns, batch_size, shuffle=shuffle, drop_remainder=drop_remainder,
                           seed=ds.config.get_seed(), num_shards=num_shards, shard_id=shard_id)
-    return ds.GeneratorDataset(source, column_names=list(columns), shuffle=False, num_parallel_workers=1,
-                               python_multiprocessing=False)
+    dataset = ds.GeneratorDataset(source, column_names=list(columns), shuffle=False, num_parallel_workers=1,
+                                  python_multiprocessing=False)
+    if shuffle:  # what the app records in checkpoints, so a resume into another order is said (DATA_ORDER)
+        dataset.trainkit_data_order = SHUFFLED_ORDER
+    return dataset
+
+
+#: The checkpoint entry naming how the training set's order was drawn (absent: MindSpore's own sampler).
+DATA_ORDER = "data_order"
+#: Its value for a shuffled :func:`array_batches` set.
+SHUFFLED_ORDER = "trainkit.data.array_batches: a permutation per epoch drawn by (seed, epoch)"
+
+
+def order_of(dataset: ds.Dataset) -> str:
+    """How `dataset`'s order is drawn, as checkpoints record it (:data:`DATA_ORDER`)."""
+    return getattr(dataset, "trainkit_data_order", "mindspore.dataset's sampler")

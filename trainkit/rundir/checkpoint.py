@@ -32,6 +32,7 @@ import numpy as np
 from mindspore import nn
 from omegaconf import DictConfig, OmegaConf
 
+from trainkit.data.array_batches import DATA_ORDER
 from trainkit.errors import CheckpointError, ConfigError, DataError, TrainingError
 from trainkit.rundir.kernel_path import ENTRY as KERNEL_PATH
 from trainkit.rundir.kernel_path import check_same_kernels, kernel_path
@@ -100,6 +101,7 @@ class TrainingCheckpoint:
     group_size: int
     config: Optional[DictConfig]
     kernel_path: Optional[str] = None  # "fused" or "mindspore" (trainkit.rundir.kernel_path), None: no fused pass
+    data_order: Optional[str] = None  # how the training order was drawn (trainkit.data.array_batches.DATA_ORDER)
 
 
 def config_text(config: Optional[DictConfig]) -> Optional[str]:
@@ -262,7 +264,7 @@ def read_training_checkpoint(path: Path) -> TrainingCheckpoint:
                         "resume needs a file written by a trainkit run (checkpoints/trainkit-<epoch>_<step>.ckpt)")
     extra = {key: parameters.pop(key) for key in ("micro_steps", "steps_per_epoch", "skipped_steps", "group_size",
                                                    "trainkit_config", KERNEL_PATH, "trainkit_class_names",
-                                                   "trainkit_data_state") if key in parameters}
+                                                   "trainkit_data_state", DATA_ORDER) if key in parameters}
     config_text = extra.get("trainkit_config")
     config = OmegaConf.create(_scalar(config_text)) if config_text is not None else None
     if config is not None:  # a ConfigError, not a CheckpointError: never read past as "a file without a config"
@@ -272,7 +274,8 @@ def read_training_checkpoint(path: Path) -> TrainingCheckpoint:
         position=Position(int(_scalar(extra["micro_steps"])), int(_scalar(extra["steps_per_epoch"]))),
         skipped_steps=int(_scalar(extra.get("skipped_steps", 0))),
         group_size=int(_scalar(extra.get("group_size", 1))), config=config,
-        kernel_path=str(_scalar(extra[KERNEL_PATH])) if KERNEL_PATH in extra else None)
+        kernel_path=str(_scalar(extra[KERNEL_PATH])) if KERNEL_PATH in extra else None,
+        data_order=str(_scalar(extra[DATA_ORDER])) if DATA_ORDER in extra else None)
 
 
 def read_resumable_checkpoint(path: Path) -> TrainingCheckpoint:

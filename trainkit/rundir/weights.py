@@ -33,7 +33,7 @@ PYTORCH_SUFFIXES = (".pth", ".pt", ".bin", ".safetensors")
 EMA_PREFIX = "ema."
 # What trainkit appends to a training checkpoint besides Parameters (checkpoint.save_training_checkpoint).
 _APPENDED = ("micro_steps", "steps_per_epoch", "skipped_steps", "group_size", "trainkit_config", "kernel_path",
-             "best_metric", "best_value", "best_step", "trainkit_class_names", "trainkit_data_state")
+             "best_metric", "best_value", "best_step", "trainkit_class_names", "trainkit_data_state", "data_order")
 
 
 # Training state the TrainingWrapper adds under a prefix of its own or as a bare name.
