@@ -187,10 +187,13 @@ def warn_if_order_differs(resumed: SavedCheckpoint, data_order: str) -> None:
     recorded = resumed.data_order or "mindspore.dataset's sampler"
     if recorded == data_order:
         return
-    fix = "trainer.resume_data=fast" if data_order == SHUFFLED_ORDER else "trainer.resume_data=exact"
+    fix = (f"resume with trainer.resume_data={'fast' if data_order == SHUFFLED_ORDER else 'exact'} to continue in "
+           "the checkpoint's order")
+    if recorded not in (SHUFFLED_ORDER, "mindspore.dataset's sampler"):  # someone else's text: quoted, one line
+        recorded, fix = repr(recorded[:200]), "no setting of this trainkit continues in that order"
     log.warning("checkpoint %s was written mid-epoch with the training order drawn by %s, and this run draws it by "
                 "%s: the rest of epoch %d repeats some samples and leaves out others (the epochs after it are whole); "
-                "resume with %s to continue in the checkpoint's order", resumed.path, recorded, data_order,
+                "%s", resumed.path, recorded, data_order,
                 resumed.position.epoch + 1, fix)
 
 
