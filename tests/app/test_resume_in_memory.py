@@ -48,3 +48,19 @@ def test_a_resume_into_another_order_mid_epoch_is_said(tmp_path, caplog):
     assert "was written mid-epoch with the training order drawn by trainkit.data.array_batches" in caplog.text
     assert "the rest of epoch 2 repeats some samples and leaves out others" in caplog.text
     assert "resume with trainer.resume_data=exact to continue in the checkpoint's order" in caplog.text
+
+
+def test_a_checkpoint_of_mindsporess_order_resumed_mid_epoch_under_trainkits_says_how_to_continue(tmp_path, caplog):
+    """As a checkpoint written before array_batches (MindSpore's row shuffle: here trainer.resume_data=fast, whose
+    training set is that pipeline) resumed by the default run: the warning names resume_data=fast."""
+    import logging
+
+    whole = train(compose_config([*COMMON, "trainer.epochs=2", "trainer.resume_data=fast",
+                                  f"run_dir={tmp_path / 'whole'}"]))
+    assert int(whole.metrics["optimizer_steps"]) >= 4
+    middle = tmp_path / "whole" / "checkpoints" / "trainkit-1_1.ckpt"
+    with caplog.at_level(logging.WARNING, logger="trainkit"):
+        train(compose_config([*COMMON, "trainer.epochs=2", f"run_dir={tmp_path / 'mid'}", f"trainer.resume={middle}"]))
+    assert "the training order drawn by mindspore.dataset's sampler" in caplog.text
+    assert "the rest of epoch 1 repeats some samples" in caplog.text
+    assert "resume with trainer.resume_data=fast to continue in the checkpoint's order" in caplog.text

@@ -90,6 +90,12 @@ class Position:
         return f"{PREFIX}-{epoch + 1}_{step}.ckpt"
 
 
+#: What trainkit appends to a training checkpoint besides Parameters (:func:`save_training_checkpoint` and its
+#: metadata: the class names, the data state, the training order), none of them the network's.
+APPENDED = ("micro_steps", "steps_per_epoch", "skipped_steps", "group_size", "trainkit_config", KERNEL_PATH,
+            "trainkit_class_names", "trainkit_data_state", DATA_ORDER)
+
+
 @dataclass
 class TrainingCheckpoint:
     """A checkpoint read back: its file, its Parameters and what trainkit appended."""
@@ -262,9 +268,7 @@ def read_training_checkpoint(path: Path) -> TrainingCheckpoint:
     if missing:
         raise CheckpointError(f"checkpoint {path} is not a trainkit training checkpoint (no {', '.join(missing)}): "
                         "resume needs a file written by a trainkit run (checkpoints/trainkit-<epoch>_<step>.ckpt)")
-    extra = {key: parameters.pop(key) for key in ("micro_steps", "steps_per_epoch", "skipped_steps", "group_size",
-                                                   "trainkit_config", KERNEL_PATH, "trainkit_class_names",
-                                                   "trainkit_data_state", DATA_ORDER) if key in parameters}
+    extra = {key: parameters.pop(key) for key in APPENDED if key in parameters}
     config_text = extra.get("trainkit_config")
     config = OmegaConf.create(_scalar(config_text)) if config_text is not None else None
     if config is not None:  # a ConfigError, not a CheckpointError: never read past as "a file without a config"

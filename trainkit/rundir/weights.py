@@ -23,7 +23,7 @@ import numpy as np
 from mindspore import nn
 
 from trainkit.errors import CheckpointError
-from trainkit.rundir.checkpoint import load_checkpoint_file
+from trainkit.rundir.checkpoint import APPENDED, load_checkpoint_file
 from trainkit.rundir.parameter_fit import fit_problems
 
 log = logging.getLogger("trainkit")
@@ -31,9 +31,8 @@ log = logging.getLogger("trainkit")
 WEIGHTS = ("live", "ema")
 PYTORCH_SUFFIXES = (".pth", ".pt", ".bin", ".safetensors")
 EMA_PREFIX = "ema."
-# What trainkit appends to a training checkpoint besides Parameters (checkpoint.save_training_checkpoint).
-_APPENDED = ("micro_steps", "steps_per_epoch", "skipped_steps", "group_size", "trainkit_config", "kernel_path",
-             "best_metric", "best_value", "best_step", "trainkit_class_names", "trainkit_data_state", "data_order")
+# What trainkit appends to a training checkpoint or best.ckpt besides Parameters.
+_APPENDED = APPENDED + ("best_metric", "best_value", "best_step")
 
 
 # Training state the TrainingWrapper adds under a prefix of its own or as a bare name.
