@@ -139,6 +139,27 @@ def test_finish_returns_a_signal_that_came_while_only_the_hold_handlers_were_the
             signal.signal(signum, handler)
 
 
+def test_finish_returns_a_signal_the_forwarder_took_and_had_not_delivered(monkeypatch):
+    """The forwarder holds a signal it took while the main thread imports (and for a moment between taking and
+    delivering any): finish() joins it and counts what it still holds. Mutation caught: finish() clearing the
+    forwarder's pending signals unread (seen once in a CI run: python -m trainkit's main() then exited 0)."""
+    import time
+
+    previous = {signum: signal.getsignal(signum) for signum in signals.SIGNALS}
+    monkeypatch.setattr(signals, "_importing", lambda main_ident: True)  # the forwarder keeps what it takes
+    try:
+        signals.start()
+        os.kill(os.getpid(), signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while not signals._pending and time.monotonic() < deadline:  # the forwarder polls every 50 ms
+            threading.Event().wait(0.01)
+        assert signals._pending == [signal.SIGTERM]
+        assert signals.finish() == signal.SIGTERM
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def test_a_signal_after_the_commands_work_is_one_line_and_143(monkeypatch, capsys):
     """python -m trainkit's main(): a SIGTERM that lands after _main() put back the hold handlers (the window between
     the run's end and the process's) still ends the command with the one line and 143. Mutation caught: main()

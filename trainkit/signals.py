@@ -252,11 +252,15 @@ def finish() -> Optional[int]:
     signal that came while the command's own handlers were not in place, so that the command can still end as it."""
     global _farewell, _stop_handler, _by_exception
     _farewell, _stop_handler, _by_exception = None, None, False  # only an owning command ends without finish()
-    _pending.clear()
     if not _original:
         unroute()
+        _pending.clear()
         return None
     unroute()  # a signal that is still pending reaches the hold handler here (signal.signal runs it first)
+    # Taken by the forwarder and not yet delivered when it stopped (it holds one while the main thread imports, and
+    # between taking and delivering): it came before the command's end all the same. Cleared unread, it was lost.
+    _held.extend(_pending)
+    _pending.clear()
     for signum, handler in _original.items():
         signal.signal(signum, handler)
     _original.clear()
