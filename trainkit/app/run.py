@@ -25,7 +25,7 @@ from trainkit.callbacks import Evaluation, TrainMetrics
 from trainkit.callbacks.early_stopping import MARKER as EARLY_STOP_MARKER
 from trainkit.callbacks.evaluation import metric_name
 from trainkit.checks import choice
-from trainkit.data.array_batches import SHUFFLED_ORDER
+from trainkit.data.array_batches import SAMPLER_ORDER, SHUFFLED_ORDER
 from trainkit.errors import ConfigError, RunDirectoryInUse
 from trainkit.rundir.checkpoint import TrainingCheckpoint as SavedCheckpoint
 from trainkit.rundir.checkpoint import check_resumable, checkpoint_files, find_resume_checkpoint, restore
@@ -184,12 +184,12 @@ def warn_if_order_differs(resumed: SavedCheckpoint, data_order: str) -> None:
     """Say so when a checkpoint written mid-epoch drew its training order otherwise than this run does (a trainkit
     older than ``trainkit.data.array_batches``, or ``trainer.resume_data`` changed): the rest of the epoch then
     repeats some samples and leaves out others."""
-    recorded = resumed.data_order or "mindspore.dataset's sampler"
+    recorded = resumed.data_order or SAMPLER_ORDER
     if recorded == data_order:
         return
     fix = (f"resume with trainer.resume_data={'fast' if data_order == SHUFFLED_ORDER else 'exact'} to continue in "
            "the checkpoint's order")
-    if recorded not in (SHUFFLED_ORDER, "mindspore.dataset's sampler"):  # someone else's text: quoted, one line
+    if recorded not in (SHUFFLED_ORDER, SAMPLER_ORDER):  # someone else's text: quoted, one line
         recorded, fix = repr(recorded[:200]), "no setting of this trainkit continues in that order"
     log.warning("checkpoint %s was written mid-epoch with the training order drawn by %s, and this run draws it by "
                 "%s: the rest of epoch %d repeats some samples and leaves out others (the epochs after it are whole); "

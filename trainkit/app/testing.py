@@ -64,11 +64,7 @@ def evaluate_test_set(model: Model, wrapper: TrainingWrapper, test_set: Any, bes
     the wrapper holds its weights and the file is not read again (ResNet-50: 283 MB, 0.85 s with the copies).
     """
     if best_in_memory and best_checkpoint.is_file():
-        result = _prefixed("test", model.eval(test_set, dataset_sink_mode=False))
-        if wrapper.ema is not None:
-            with ema_weights(wrapper.ema):
-                result.update(_prefixed("test_ema", model.eval(test_set, dataset_sink_mode=False)))
-        return _recorded(result, str(best_checkpoint), step, epoch, run_log)
+        return _recorded(_evaluated(model, wrapper, test_set), str(best_checkpoint), step, epoch, run_log)
     # The weights and their EMA only: the optimizer's state (its learning-rate table among it) may have another
     # shape by now, in a finished run continued for more epochs, and is not what a test evaluates.
     # Written in place (graph_reuse.assign_in_place), never with set_data: the train step's graph, which a sweep's
@@ -84,14 +80,20 @@ def evaluate_test_set(model: Model, wrapper: TrainingWrapper, test_set: Any, bes
                 assign_in_place(parameter, saved[name].asnumpy())
         source = str(best_checkpoint)
     try:
-        result = _prefixed("test", model.eval(test_set, dataset_sink_mode=False))
-        if wrapper.ema is not None:
-            with ema_weights(wrapper.ema):
-                result.update(_prefixed("test_ema", model.eval(test_set, dataset_sink_mode=False)))
+        result = _evaluated(model, wrapper, test_set)
     finally:
         for name, parameter in tested.items():
             assign_in_place(parameter, live[name])
     return _recorded(result, source, step, epoch, run_log)
+
+
+def _evaluated(model: Model, wrapper: TrainingWrapper, test_set: Any) -> Dict[str, float]:
+    """``test/*`` of the weights the network holds, and ``test_ema/*`` with the EMA's swapped in."""
+    result = _prefixed("test", model.eval(test_set, dataset_sink_mode=False))
+    if wrapper.ema is not None:
+        with ema_weights(wrapper.ema):
+            result.update(_prefixed("test_ema", model.eval(test_set, dataset_sink_mode=False)))
+    return result
 
 
 def _recorded(result: Dict[str, float], source: str, step: int, epoch: Optional[int], run_log) -> Dict[str, float]:

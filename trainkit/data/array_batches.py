@@ -89,8 +89,10 @@ def array_batches(columns: Dict[str, np.ndarray], batch_size: int, *, shuffle: b
 DATA_ORDER = "data_order"
 #: Its value for a shuffled :func:`array_batches` set.
 SHUFFLED_ORDER = "trainkit.data.array_batches: a permutation per epoch drawn by (seed, epoch)"
+#: Its value for any other set (and what a checkpoint without the entry means).
+SAMPLER_ORDER = "mindspore.dataset's sampler"
 
 
 def order_of(dataset: ds.Dataset) -> str:
     """How `dataset`'s order is drawn, as checkpoints record it (:data:`DATA_ORDER`)."""
-    return getattr(dataset, "trainkit_data_order", "mindspore.dataset's sampler")
+    return getattr(dataset, "trainkit_data_order", SAMPLER_ORDER)

@@ -14,6 +14,13 @@ int64_t count(int ndim, const int64_t *shape) {
   return n;
 }
 
+// Where each of k tensors starts among their values one after another: k + 1 offsets, the last the total.
+std::vector<int64_t> starts(int k, int *ndims, int64_t **shapes) {
+  std::vector<int64_t> start(k + 1, 0);
+  for (int i = 0; i < k; ++i) start[i + 1] = start[i] + count(ndims[i], shapes[i]);
+  return start;
+}
+
 // Runs work(begin, end) over `rows` rows of `per_row` values each, in up to 8 threads (one below 256 Ki values:
 // starting a thread costs ~50-200 us, more than copying that much).
 template <typename Work>
@@ -206,8 +213,7 @@ bool all_float32(int n, const char **dtypes) {
 
 template <typename Update>
 void over_pairs(int k, void **params, int *ndims, int64_t **shapes, Update update) {
-  std::vector<int64_t> start(k + 1, 0);
-  for (int i = 0; i < k; ++i) start[i + 1] = start[i] + count(ndims[i], shapes[i]);
+  const std::vector<int64_t> start = starts(k, ndims, shapes);
   parallel(start[k], [&](int64_t begin, int64_t end) {
     int i = int(std::upper_bound(start.begin(), start.end(), begin) - start.begin()) - 1;
     for (; i < k && start[i] < end; ++i) {
@@ -299,11 +305,6 @@ float blocked_norm(int k, const std::vector<int64_t> &start, Segment segment) {
   return float(std::sqrt(sum));
 }
 
-std::vector<int64_t> starts(int k, int *ndims, int64_t **shapes) {
-  std::vector<int64_t> start(k + 1, 0);
-  for (int i = 0; i < k; ++i) start[i + 1] = start[i] + count(ndims[i], shapes[i]);
-  return start;
-}
 }  // namespace
 
 // k float32 tensors -> their global L2 norm (float32 [1]), summed as blocked_norm sums: one node in the graph and
@@ -375,8 +376,7 @@ namespace {
 // threads by values (as over_pairs).
 template <typename Update>
 void over_tensors(int k, int *ndims, int64_t **shapes, Update update) {
-  std::vector<int64_t> start(k + 1, 0);
-  for (int i = 0; i < k; ++i) start[i + 1] = start[i] + count(ndims[i], shapes[i]);
+  const std::vector<int64_t> start = starts(k, ndims, shapes);
   parallel(start[k], [&](int64_t begin, int64_t end) {
     int i = int(std::upper_bound(start.begin(), start.end(), begin) - start.begin()) - 1;
     for (; i < k && start[i] < end; ++i)
@@ -497,8 +497,7 @@ extern "C" int TrainkitConcatAll(int nparam, void **params, int *ndims, int64_t 
   if (nparam < 2) return 1;
   const int k = nparam - 1;
   if (!all_float32(nparam, dtypes)) return 2;
-  std::vector<int64_t> start(k + 1, 0);
-  for (int i = 0; i < k; ++i) start[i + 1] = start[i] + count(ndims[i], shapes[i]);
+  const std::vector<int64_t> start = starts(k, ndims, shapes);
   if (count(ndims[k], shapes[k]) != start[k]) return 3;
   float *out = static_cast<float *>(params[k]);
   over_tensors(k, ndims, shapes, [&](int i, int64_t low, int64_t high) {
@@ -516,8 +515,7 @@ extern "C" int TrainkitRestoreFlatUnless(int nparam, void **params, int *ndims, 
   const int k = nparam - 3;
   if (!all_float32(k + 1, dtypes) || std::strcmp(dtypes[nparam - 2], "bool") != 0) return 2;
   *static_cast<float *>(params[nparam - 1]) = 0.0f;
-  std::vector<int64_t> start(k + 1, 0);
-  for (int i = 0; i < k; ++i) start[i + 1] = start[i] + count(ndims[i], shapes[i]);
+  const std::vector<int64_t> start = starts(k, ndims, shapes);
   if (count(ndims[k], shapes[k]) != start[k]) return 3;
   if (*static_cast<const bool *>(params[nparam - 2])) return 0;
   const float *saved = static_cast<const float *>(params[k]);

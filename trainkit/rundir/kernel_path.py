@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 from typing import Any, List, Optional
 
-from mindspore import dtype as mstype
 from mindspore import nn
 
 from trainkit.errors import ConfigError
@@ -32,10 +31,8 @@ def fused_passes(wrapper: nn.Cell) -> List[str]:
     """The passes of `wrapper` (a TrainingWrapper) that run trainkit's kernels where they build."""
     im2col = any(isinstance(cell, UnfoldConv2d) and not cell.identity_columns for _, cell in wrapper.cells_and_names())
     optimizer = getattr(wrapper, "optimizer", None)
-    norm = ((getattr(wrapper, "compute_grad_norm", False) or getattr(wrapper, "skip_nonfinite", False))
-            and all(weight.dtype == mstype.float32 for weight in getattr(wrapper, "weights", ())))
     return [name for name, on in (("optimizer update", optimizer is not None and repeats(optimizer)),
-                                  ("gradient norm", norm),
+                                  ("gradient norm", getattr(wrapper, "fusable_norm", False)),
                                   ("EMA update", getattr(wrapper, "ema", None) is not None),
                                   ("gradient accumulation", getattr(wrapper, "accumulation_steps", 1) > 1),
                                   ("convolutions' im2col", im2col)) if on]

@@ -208,9 +208,10 @@ class TrainingWrapper(AccumulationWindow, RunningTotals, nn.Cell):
         self.concat_statistics = small_concat(self.moving_statistics, self.statistics_groups)
         # The gradients' norm (and their finite check) by one kernel call over them all where the kernels build and
         # every weight is float32: one pass over memory, the squares summed in double (or None: MindSpore's kernels).
-        self.norm_all = None
-        if (self.compute_grad_norm or self.skip_nonfinite) and all(w.dtype == mstype.float32 for w in self.weights):
-            self.norm_all = kernels.norm_all_kernel()
+        # Whether the norm is a pass of the kernels' where they build (trainkit.rundir.kernel_path reads it too).
+        self.fusable_norm = (self.compute_grad_norm or self.skip_nonfinite) and all(
+            w.dtype == mstype.float32 for w in self.weights)
+        self.norm_all = kernels.norm_all_kernel() if self.fusable_norm else None
 
         self.ema = None
         if ema_decay is not None:
