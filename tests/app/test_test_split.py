@@ -10,11 +10,13 @@ import mindspore as ms
 import numpy as np
 import pytest
 from mindspore import Tensor
+from mindspore.graph import api
 
 from tests.common.callbacks import read_jsonl
 from trainkit.app import train
 from trainkit.app.config import compose_config
 from trainkit.callbacks.evaluation import ema_weights
+from trainkit.step.mixed_precision import Float32EvalCell
 from trainkit.tools.evaluate import main as evaluate_main
 
 JUMP = ["lr_schedule=step", "lr_schedule.milestones=[1]", "lr_schedule.gamma=30", "trainer.epochs=2",
@@ -28,8 +30,18 @@ def accuracy_and_loss(logits: np.ndarray, labels: np.ndarray) -> tuple:
     return float((logits.argmax(axis=1) == labels).mean()), float(-log_probs[np.arange(len(labels)), labels].mean())
 
 
-def test_the_test_figures_come_from_best_ckpt_on_the_held_out_images(tmp_path):
+def test_the_test_figures_come_from_best_ckpt_on_the_held_out_images(tmp_path, monkeypatch):
+    eval_graph_shapes = []  # the input shapes of every graph-mode call of the evaluation network
+    compile_ = api._CellGraphExecutor.compile
+
+    def recorded(self, cell, *args, **kwargs):
+        if isinstance(cell, Float32EvalCell):
+            eval_graph_shapes.append(tuple(tuple(a.shape) for a in args))
+        return compile_(self, cell, *args, **kwargs)
+
+    monkeypatch.setattr(api._CellGraphExecutor, "compile", recorded)
     result = train(compose_config([f"run_dir={tmp_path}", *JUMP]))
+    monkeypatch.undo()
     records = read_jsonl(tmp_path / "metrics.jsonl")
     evaluations = [r for r in records if "eval/accuracy" in r]
     assert [r["epoch"] for r in evaluations] == [1, 2] and evaluations[0]["eval/accuracy"] > evaluations[1][
@@ -38,6 +50,11 @@ def test_the_test_figures_come_from_best_ckpt_on_the_held_out_images(tmp_path):
     assert tested["step"] == evaluations[-1]["step"] and tested["epoch"] == 2
 
     (images, labels), = list(result.data.test_dataset().create_tuple_iterator(output_numpy=True, num_epochs=1))
+    (validation_images, _), = list(result.data.eval_dataset().create_tuple_iterator(output_numpy=True, num_epochs=1))
+    assert len(images) != len(validation_images)
+    # The test set's one batch, of a shape the validation set did not compile, ran op by op (live and EMA
+    # weights): the evaluation graph was only ever called with the validation set's shape.
+    assert set(eval_graph_shapes) == {(validation_images.shape, (len(validation_images),))}
     network = result.network
     network.set_train(False)
     last = accuracy_and_loss(network(Tensor(images)).asnumpy(), labels)

@@ -4,6 +4,8 @@ from __future__ import annotations
 from mindspore import amp, nn, ops
 from mindspore import dtype as mstype
 
+from trainkit.step.rare_shapes import OpByOpForNewShapes
+
 AMP_LEVELS = ("O0", "O1", "O2", "O3")
 
 
@@ -38,13 +40,19 @@ def build_loss_network(backbone: nn.Cell, loss_fn: nn.Cell, amp_level: str = "O0
     return Float32LossCell(backbone, loss_fn)
 
 
-class Float32EvalCell(Float32LossCell):
+class Float32EvalCell(OpByOpForNewShapes, Float32LossCell):
     """``(losses, logits, label)`` with float32 logits, for ``Model(eval_network=..., eval_indexes=[0, 1, 2])``.
 
     A loss that reduces the batch to one number comes out repeated once per sample, so that a metric can weight
     each batch by its size: MindSpore's ``Loss`` metric averages the batches' means, which over-weights a smaller
-    last batch (see ``trainkit.callbacks.evaluation.SampleMeanLoss``).
+    last batch (see ``trainkit.callbacks.evaluation.SampleMeanLoss``). Inside ``new_shapes_op_by_op()`` (the test
+    set's evaluation) a batch shape the graph has not compiled runs op by op (``trainkit.step.rare_shapes``), when
+    the backbone is float32 without AMP: there the two give the same bits.
     """
+
+    def __init__(self, backbone: nn.Cell, loss_fn: nn.Cell):
+        super().__init__(backbone, loss_fn)
+        self.op_by_op_allowed = is_plain_float32(backbone)
 
     def construct(self, data, label):
         logits = self.backbone(data).astype(mstype.float32)
@@ -52,6 +60,16 @@ class Float32EvalCell(Float32LossCell):
         if loss.ndim == 0:  # decided when compiling: the shape is static
             loss = ops.broadcast_to(loss.reshape((1,)), (logits.shape[0],))
         return loss, logits, label
+
+
+def is_plain_float32(network: nn.Cell) -> bool:
+    """Whether `network` runs in float32 throughout: no AMP level applied, no Cell cast by ``to_float``, every
+    Parameter float32 (where a graph and op-by-op execution give the same bits)."""
+    if applied_amp_level(network) != "O0":
+        return False
+    if any(getattr(cell, "mixed_precision_type", None) for _, cell in network.cells_and_names()):
+        return False
+    return all(parameter.dtype == mstype.float32 for parameter in network.get_parameters())
 
 
 def applied_amp_level(backbone: nn.Cell) -> str:
