@@ -31,7 +31,7 @@ from trainkit.callbacks.training_checkpoint import StartAt, TrainingCheckpoint
 from trainkit.checks import choice
 from trainkit.errors import ConfigError
 from trainkit.metrics import SampleMeanLoss
-from trainkit.models.conv import CONV_IMPLS
+from trainkit.models.conv import CONV_IMPLS, kernel_convolutions
 
 DEFAULT_CONV_IMPL = "auto"  # where the model config has no conv_impl: a ported or user network's nn.Conv2d swapped
 from trainkit.models.conv_swap import swap_convolutions
@@ -39,7 +39,7 @@ from trainkit.models.dropout import streams_from_zero
 from trainkit.rundir import class_names, data_state
 from trainkit.rundir.checkpoint import TrainingCheckpoint as SavedCheckpoint
 from trainkit.rundir.kernel_path import fused_passes
-from trainkit.step.mixed_precision import Float32EvalCell, build_loss_network
+from trainkit.step.mixed_precision import Float32EvalCell, build_loss_network, is_plain_float32
 from trainkit.step.wrapper import TrainingWrapper
 
 log = logging.getLogger("trainkit")
@@ -162,8 +162,22 @@ def build_user_callbacks(cfg: DictConfig) -> List[ms.train.Callback]:
 
 
 def build_loss_network_for(cfg: DictConfig, backbone: nn.Cell, loss_fn: nn.Cell) -> nn.Cell:
-    """The backbone under ``amp.level`` with a float32 loss after it."""
-    return build_loss_network(backbone, loss_fn, choice(cfg.amp.level))
+    """The backbone under ``amp.level`` with a float32 loss after it.
+
+    Raises:
+        ConfigError: half precision op by op (``trainer.mode=pynative``) over convolutions that run trainkit's
+            float32 im2col kernel, which MindSpore would hand half-precision memory (``kernel_convolutions``).
+    """
+    loss_network = build_loss_network(backbone, loss_fn, choice(cfg.amp.level))
+    if choice(cfg.trainer.mode) == "pynative" and not is_plain_float32(loss_network.backbone):
+        convolutions = kernel_convolutions(loss_network.backbone)
+        if convolutions:
+            raise ConfigError(
+                f"amp={choice(cfg.amp.level)} with trainer.mode=pynative: op by op, MindSpore casts the inputs of "
+                f"every operator to float16, also of the float32 im2col kernel behind {len(convolutions)} "
+                f"convolutions ({convolutions[0]}, ...), which would compute garbage: use trainer.mode=graph, "
+                "amp=O0, or model.conv_impl=native (MindSpore's own convolution)")
+    return loss_network
 
 
 # ------------------------------------------------------------------- optimisation

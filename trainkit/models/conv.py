@@ -9,7 +9,7 @@ EMA are the same whichever is chosen.
 """
 from __future__ import annotations
 
-from typing import Tuple, Union
+from typing import List, Tuple, Union
 
 import mindspore as ms
 import numpy as np
@@ -216,3 +216,16 @@ class UnfoldConv2d(nn.Conv2d):
         if self.has_bias:
             y = y + self.bias.reshape((-1, 1, 1, 1)).astype(y.dtype)
         return y
+
+
+def kernel_convolutions(network: nn.Cell) -> List[str]:
+    """The names (their weights' without ``.weight``) of `network`'s convolutions that take their columns from
+    trainkit's float32 im2col kernel.
+
+    Op by op (PyNative), MindSpore casts the inputs of every operator inside a ``to_float(float16)`` Cell -- the
+    kernel's too, which then reads half-precision memory as float32 (the small CNN at amp O2: losses of 50-320
+    for 2.3). In a graph only the Cell's own inputs are cast, and the convolution casts its columns itself.
+    """
+    return [cell.weight.name.rsplit(".", 1)[0] for _, cell in network.cells_and_names()
+            if isinstance(cell, UnfoldConv2d) and cell.im2col is not None]
+
