@@ -152,3 +152,44 @@ def test_a_snapshot_writes_the_bytes_mindspores_save_of_the_cell_writes(tmp_path
     save_training_checkpoint(wrapper, tmp_path / "copy.ckpt", Position(3, 5), values=parameter_snapshot(wrapper),
                              **kwargs)
     assert (tmp_path / "copy.ckpt").read_bytes() == (tmp_path / "cell.ckpt").read_bytes()
+
+
+def test_a_snapshot_of_a_cell_never_saved_writes_the_bytes_mindspores_save_writes(tmp_path):
+    """A Cell whose Parameters hold no data yet (built under ``no_init_parameters``: made at the first use) is
+    snapshotted as MindSpore's own save writes it. (Reading a Parameter initialises it too: the snapshot's
+    ``init_parameters_data`` call, now made only where a Parameter has no data, is a belt to those braces.)"""
+    import mindspore as ms
+    from mindspore import nn
+    from mindspore.nn.utils import no_init_parameters
+
+    from trainkit.rundir.checkpoint import parameter_snapshot
+
+    def fresh():
+        ms.set_seed(3)
+        with no_init_parameters():
+            return nn.SequentialCell(nn.Dense(3, 4), nn.BatchNorm1d(4), nn.Dense(4, 2))
+
+    snapshot_first = fresh()
+    assert any(p.has_init for p in snapshot_first.get_parameters())
+    ms.save_checkpoint(parameter_snapshot(snapshot_first), str(tmp_path / "copy.ckpt"))
+    ms.save_checkpoint(fresh(), str(tmp_path / "cell.ckpt"))
+    assert (tmp_path / "copy.ckpt").read_bytes() == (tmp_path / "cell.ckpt").read_bytes()
+
+
+def test_the_apps_checkpoints_store_the_config_as_its_run_directory_does(tmp_path):
+    """The YAML made once for .hydra/config.yaml is the one every checkpoint stores: the resolved config."""
+    import mindspore as ms
+    from omegaconf import OmegaConf
+
+    from trainkit.app import train
+    from trainkit.app.config import compose_config
+
+    cfg = compose_config([f"run_dir={tmp_path}", "trainer.epochs=2", "logger.progress=off", "trainer.test=false"])
+    train(cfg)
+    expected = OmegaConf.to_yaml(cfg, resolve=True)
+    assert (tmp_path / ".hydra" / "config.yaml").read_text(encoding="utf-8") == expected
+    checkpoints = sorted((tmp_path / "checkpoints").glob("trainkit-*.ckpt"))
+    assert len(checkpoints) == 2
+    for path in checkpoints:
+        assert ms.load_checkpoint(str(path), choice_func=lambda name: name == "trainkit_config")[
+            "trainkit_config"] == expected

@@ -258,9 +258,10 @@ def build_callbacks(cfg: DictConfig, writer: bool, run_dir: Path, run_log: RunLo
                     wrapper: TrainingWrapper, eval_set: ds.Dataset, resumed: Optional[SavedCheckpoint],
                     steps_per_epoch: int, sink_size: int, samples_per_step: int, group_size: int,
                     user_callbacks: List[ms.train.Callback],
-                    metadata: Optional[Dict[str, str]] = None) -> RunCallbacks:
+                    metadata: Optional[Dict[str, str]] = None, config_text: Optional[str] = None) -> RunCallbacks:
     """The callbacks of a run, in the order they must run: trainkit's, then the user's. Every checkpoint they
-    write holds `metadata` (the data's class names and state: :func:`checkpoint_metadata`)."""
+    write holds `metadata` (the data's class names and state: :func:`checkpoint_metadata`) and the config
+    (`config_text`: its YAML as ``.hydra/config.yaml`` holds it, else made at the first save)."""
     trainer = cfg.trainer
     # With sink_size, Model.train counts each sink as an "epoch"; callbacks see those units.
     sinks_per_epoch = steps_per_epoch // sink_size if sink_size > 0 else 1
@@ -288,7 +289,7 @@ def build_callbacks(cfg: DictConfig, writer: bool, run_dir: Path, run_log: RunLo
                                           every_n_steps=trainer.checkpoint_every_n_steps if trainer.save_checkpoints
                                           else 0, keep=trainer.keep_checkpoints,
                                           skipped_steps=lambda: metrics_cb.skipped_steps, group_size=group_size,
-                                          config=cfg, metadata=metadata)
+                                          config=cfg, config_text=config_text, metadata=metadata)
     nonfinite_limit = trainer.max_nonfinite_steps  # without loss scaling, skipped updates do not fix themselves
     if nonfinite_limit and getattr(wrapper, "skip_nonfinite", False) and not wrapper.loss_scaling:
         callbacks.append(NonFiniteStop(nonfinite_limit, save_checkpoint=checkpointer.save if checkpointer else None))

@@ -28,7 +28,7 @@ from trainkit.checks import choice
 from trainkit.data.array_batches import SAMPLER_ORDER, SHUFFLED_ORDER
 from trainkit.errors import ConfigError, RunDirectoryInUse
 from trainkit.rundir.checkpoint import TrainingCheckpoint as SavedCheckpoint
-from trainkit.rundir.checkpoint import check_resumable, checkpoint_files, find_resume_checkpoint, restore
+from trainkit.rundir.checkpoint import check_resumable, checkpoint_files, config_text, find_resume_checkpoint, restore
 from trainkit.rundir.command import hydra_config_of
 from trainkit.step.wrapper import TrainingWrapper
 
@@ -57,8 +57,9 @@ def check_run_dir_is_new(run_dir: Path, metrics_file: Optional[str]) -> None:
                           "that run with trainer.resume=auto")
 
 
-def save_config(cfg: DictConfig, run_dir: Path) -> None:
-    """The composed config (and, under Hydra, its own config and the overrides) in ``.hydra/``, as Hydra would.
+def save_config(cfg: DictConfig, run_dir: Path) -> str:
+    """The composed config (and, under Hydra, its own config and the overrides) in ``.hydra/``, as Hydra would;
+    returns the config's text, which the run's checkpoints store too.
 
     A resumed run keeps the first run's files and writes its own into ``.hydra/resume-<n>/``. The config is saved
     resolved (``${hydra:runtime.cwd}`` becomes the path): the tools read it where no Hydra app runs.
@@ -70,11 +71,13 @@ def save_config(cfg: DictConfig, run_dir: Path) -> None:
             number += 1
         folder = folder / f"resume-{number}"
     folder.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(cfg, folder / "config.yaml", resolve=True)
+    text = config_text(cfg)  # what OmegaConf.save(cfg, ..., resolve=True) writes
+    (folder / "config.yaml").write_text(text, encoding="utf-8")
     hydra_cfg = hydra_config_of(run_dir)
     if hydra_cfg is not None:
         OmegaConf.save(OmegaConf.create({"hydra": hydra_cfg}), folder / "hydra.yaml")
         OmegaConf.save(hydra_cfg.overrides.task, folder / "overrides.yaml")
+    return text
 
 
 def set_context(trainer: DictConfig, run_dir: Path) -> None:

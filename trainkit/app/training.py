@@ -160,6 +160,7 @@ def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResul
 
     # 4. Every check passed: only now write into the run directory (bad input leaves no trace there).
     lock.commit()
+    saved_config = None  # the config's text, once .hydra/config.yaml holds it: every checkpoint stores the same
     held_log.release()  # the lines held since start-up (python -m trainkit) go into train.log
     if writer:
         with completing():  # a signal now ends the process after these moves and writes, not half-way
@@ -167,7 +168,7 @@ def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResul
                 run.set_aside_later_checkpoints(resumed)
             elif not resumed and run.continues_run_dir(trainer.resume, run_dir):
                 run.set_aside_earlier_attempt(run_dir / "checkpoints")
-            run.save_config(cfg, run_dir)
+            saved_config = run.save_config(cfg, run_dir)
             if class_names is not None:
                 save_class_names(run_dir, class_names)
             if state is not None:
@@ -192,7 +193,7 @@ def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResul
                     f"after step {done}" if resumed else "in this directory", run_log.superseded)
     hooks = build.build_callbacks(cfg, writer, run_dir, run_log, model, wrapper, eval_set, resumed,
                                   steps_per_epoch, sink_size, samples_per_step, group_size, user_callbacks,
-                                  {**build.checkpoint_metadata(data), DATA_ORDER: data_order})
+                                  {**build.checkpoint_metadata(data), DATA_ORDER: data_order}, saved_config)
     hooks.callbacks.extend(profiler)
     bind_callbacks(user_callbacks, CallbackRun(
         run_log=run_log if writer else None, network=backbone, wrapper=wrapper, optimizer=optimizer,
