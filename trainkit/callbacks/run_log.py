@@ -8,7 +8,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Mapping, Optional, Union
 
 import numpy as np
 
@@ -108,9 +108,10 @@ class RunLog:
         if self._writer is not None:
             tags = [tag for tag in record if tag not in RECORD_FIELDS]
             # One Event for the record's values (as TensorFlow's merged summaries): tensorboardX's protobuf runs in
-            # pure Python here, ~0.3 ms an Event, and a record of six values was six Events.
-            self._writer.write([merged([tb_summary.scalar(tag, float(record[tag])) for tag in tags])], int(step),
-                               record["time"])
+            # pure Python here, ~0.3 ms an Event, and a record of six values was six Events. Its Summary values are
+            # made directly, as ``tb_summary.scalar`` makes them (the same bytes), without one Summary a value
+            # merged after: 55 us a value inside a training loop.
+            self._writer.write([scalars_summary({tag: record[tag] for tag in tags})], int(step), record["time"])
         if self._metrics is not None:
             self._metrics.write(json.dumps(record) + "\n")
             self._metrics.flush()
@@ -216,9 +217,9 @@ class EventFile:
             self._writer.close()
 
 
-def merged(summaries: Sequence[Summary]) -> Summary:
-    """One Summary holding the values of `summaries` (TensorBoard reads each value under its own tag)."""
-    return Summary(value=[value for summary in summaries for value in summary.value])
+def scalars_summary(values: Mapping[str, float]) -> Summary:
+    """One Summary of scalars (tag -> number), each value as ``tensorboardX.summary.scalar`` writes it."""
+    return Summary(value=[Summary.Value(tag=tag, simple_value=float(value)) for tag, value in values.items()])
 
 
 def supersede_records(path: Path, step: int) -> Optional[Path]:

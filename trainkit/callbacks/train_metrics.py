@@ -11,6 +11,7 @@ from mindspore.train import Callback
 
 from trainkit.callbacks.run_log import RunLog
 from trainkit.rundir.weights import numpy_dtype
+from trainkit.step.in_place import assign_in_place
 
 
 class StepOutputs(NamedTuple):
@@ -76,7 +77,9 @@ def optimizer_learning_rate(optimizer: nn.Optimizer) -> float:
 
 
 def _set_zero(parameter: Parameter) -> None:
-    parameter.set_data(Tensor(np.zeros(parameter.shape, numpy_dtype(parameter.dtype))))
+    """Zero `parameter` in the memory compiled graphs read (``assign_in_place``: 10-20 us where ``set_data`` of a
+    new Tensor cost 160 us a record, and gives the Parameter new memory)."""
+    assign_in_place(parameter, np.zeros(parameter.shape, numpy_dtype(parameter.dtype)))
 
 
 class GlobalStep:
