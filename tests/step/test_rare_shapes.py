@@ -130,3 +130,22 @@ def test_a_network_cast_by_to_float_or_holding_float16_parameters_is_not_plain_f
     half = nn.Dense(3, 2)
     half.scale = ms.Parameter(Tensor(np.ones(2, np.float16)), name="scale")
     assert not is_plain_float32(half)
+
+
+@pytest.mark.slow  # the small CNN above runs the same convolution, batch-norm and kernel paths in the default suite
+def test_resnet18_op_by_op_is_its_compiled_graph_bit_for_bit(graph_calls):
+    from trainkit.models.resnet import resnet18
+
+    ms.set_seed(0)
+    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="none")
+    cell = Float32EvalCell(resnet18(num_classes=10), loss)
+    cell.set_train(False)
+    rng = np.random.default_rng(2)
+    images = Tensor(rng.normal(size=(5, 3, 32, 32)).astype(np.float32))
+    labels = Tensor(rng.integers(0, 10, 5).astype(np.int32))
+    with cell.new_shapes_op_by_op(calls=1):
+        op_by_op = [o.asnumpy() for o in cell(images, labels)]
+        compiled = [o.asnumpy() for o in cell(images, labels)]
+    assert graph_calls == [((5, 3, 32, 32), (5,))]
+    for a, b in zip(op_by_op, compiled):
+        np.testing.assert_array_equal(a, b)

@@ -5,11 +5,11 @@ when its batches have another shape than the validation set's (the digits' test 
 against the validation set's 179) that single forward pass compiled the evaluation graph a second time: on this
 2-core CPU 0.31 s of compiling for a pass that takes 0.03 s op by op (the quick start's network), 0.33 s for
 0.01 s (digits_lstm). A graph and the same Cell run op by op call the same CPU kernels; their outputs were
-bitwise equal on the small CNN, the LSTM and ResNet-50 in float32 (tests/step/test_rare_shapes.py). Not so in
-half precision: MindSpore 2.10 casts the inputs of every operator of a ``to_float(float16)`` Cell op by op, but
-only the Cell's inputs in a graph, so an AMP network's figures would differ (trainkit's float32-only C++ kernels
-then read half-precision memory). A Cell says whether it may run op by op (``op_by_op_allowed``); the evaluation
-network allows it only for a float32 network without AMP.
+bitwise equal on the small CNN, the LSTM and ResNet-18 in float32 (tests/step/test_rare_shapes.py; ResNet-50
+in a probe). Not so in half precision: MindSpore 2.10 casts the inputs of every operator of a
+``to_float(float16)`` Cell op by op, but only the Cell's inputs in a graph, so an AMP network's figures would
+differ (trainkit's float32-only C++ kernels then read half-precision memory). A Cell says whether it may run op
+by op (``op_by_op_allowed``); the evaluation network allows it only for a float32 network without AMP.
 
 Op by op is slower per call (ResNet-50 at 32x32, 32 images: 0.40 s against 0.06 s; its compile 2.5 s), so a
 shape runs op by op only for its first ``calls`` calls inside :meth:`OpByOpForNewShapes.new_shapes_op_by_op`;
