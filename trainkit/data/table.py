@@ -40,10 +40,8 @@ import mindspore.dataset as ds
 import numpy as np
 
 from trainkit.checks import check_bool, check_int
-from trainkit.data.array_batches import array_batches
-from trainkit.data.cifar10 import check_shards
 from trainkit.data.table_file import SUFFIXES, Table, read_table
-from trainkit.data.tabular import shuffled_row_batches
+from trainkit.data.tabular import ordered_row_batches, shuffled_row_batches
 from trainkit.data.values import check_values
 from trainkit.errors import ConfigError, DataError
 
@@ -260,10 +258,8 @@ class TableData:
         return self._split(which)
 
     def _ordered(self, which: str, num_shards: int, shard_id: int) -> ds.Dataset:
-        num_shards, shard_id = check_shards(num_shards, shard_id)
         features, target = self._split(which)
-        return array_batches({"features": features, "target": target}, self.eval_batch_size or len(target),
-                             shuffle=False, drop_remainder=False, num_shards=num_shards, shard_id=shard_id)
+        return ordered_row_batches(features, target, self.eval_batch_size, num_shards, shard_id)
 
     def _split(self, which: str) -> Tuple[np.ndarray, np.ndarray]:
         if self._arrays is None:

@@ -126,10 +126,8 @@ class SklearnTabularData:
         return self._ordered(self.test_arrays, num_shards, shard_id)
 
     def _ordered(self, arrays: tuple, num_shards: int, shard_id: int) -> ds.Dataset:
-        num_shards, shard_id = check_shards(num_shards, shard_id)
         features, target = arrays
-        return array_batches({"features": features, "target": target}, self.eval_batch_size or len(target),
-                             shuffle=False, drop_remainder=False, num_shards=num_shards, shard_id=shard_id)
+        return ordered_row_batches(features, target, self.eval_batch_size, num_shards, shard_id)
 
     @property
     def eval_arrays(self) -> tuple:
@@ -162,6 +160,15 @@ class SklearnTabularData:
 
         return table_samples(inputs, prepare, (self.in_features,), f"a row of {self.loader}'s {self.in_features} "
                                                                   "features")
+
+
+def ordered_row_batches(features, target, batch_size: Optional[int], num_shards: int = 1,
+                        shard_id: int = 0) -> ds.Dataset:
+    """A table's evaluation rows as "features"/"target" batches of `batch_size` (None: the whole split in one), in
+    row order, this shard's only, the last partial batch kept."""
+    num_shards, shard_id = check_shards(num_shards, shard_id)
+    return array_batches({"features": features, "target": target}, batch_size or len(target), shuffle=False,
+                         drop_remainder=False, num_shards=num_shards, shard_id=shard_id)
 
 
 def shuffled_row_batches(features, target, batch_size: int, num_shards: int = 1, shard_id: int = 0) -> ds.Dataset:
