@@ -155,3 +155,14 @@ def test_a_record_is_one_event(tmp_path):
     assert read_scalars(tmp_path / "tensorboard") == {
         "train/loss": [(5, 0.5), (10, 0.25)], "train/learning_rate": [(5, pytest.approx(0.01))],
         "train/grad_norm": [(5, 2.0)]}
+
+
+def test_merged_still_works_for_a_release_and_says_it_is_deprecated():
+    import pytest
+    from tensorboardX import summary as tb_summary
+
+    from trainkit.callbacks.run_log import merged
+
+    with pytest.warns(DeprecationWarning, match="scalars_summary"):
+        summary = merged([tb_summary.scalar("a", 1.5), tb_summary.scalar("b", -2.0)])
+    assert [(value.tag, value.simple_value) for value in summary.value] == [("a", 1.5), ("b", -2.0)]

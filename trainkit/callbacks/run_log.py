@@ -7,8 +7,9 @@ import numbers
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Union
+from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -220,6 +221,14 @@ class EventFile:
 def scalars_summary(values: Mapping[str, float]) -> Summary:
     """One Summary of scalars (tag -> number), each value as ``tensorboardX.summary.scalar`` writes it."""
     return Summary(value=[Summary.Value(tag=tag, simple_value=float(value)) for tag, value in values.items()])
+
+
+def merged(summaries: Sequence[Summary]) -> Summary:
+    """Deprecated (RunLog no longer uses it; kept for a release): one Summary holding the values of `summaries`.
+    Use :func:`scalars_summary` for scalars."""
+    warnings.warn("trainkit.callbacks.run_log.merged is deprecated and will be removed in the next release; use "
+                  "scalars_summary for scalars", DeprecationWarning, stacklevel=2)
+    return Summary(value=[value for summary in summaries for value in summary.value])
 
 
 def supersede_records(path: Path, step: int) -> Optional[Path]:
