@@ -31,6 +31,36 @@ def test_a_run_directory_that_is_a_file_is_one_line(tmp_path, monkeypatch):
     assert (tmp_path / "taken").read_text() == "not a folder"
 
 
+@pytest.mark.parametrize("planted", ["train.log", ".hydra/config.yaml", "class_names.json.tmp", "metrics.jsonl",
+                                     "checkpoints/best.json.tmp"])
+def test_a_file_link_planted_in_the_run_directory_is_refused_and_nothing_is_written_through_it(planted, tmp_path,
+                                                                                                  monkeypatch):
+    """Appending to train.log, writing .hydra/config.yaml or a .tmp file renamed into place would write through a
+    link to wherever it points (train.log took a run's log lines, .hydra/config.yaml created the file it named,
+    both with exit 0). Now: one line naming the link, and its target as it was: a file someone else holds, and a
+    dangling link's target not created."""
+    monkeypatch.chdir(tmp_path)
+    run_dir, victim, missing = tmp_path / "run", tmp_path / "victim.txt", tmp_path / "not-there.txt"
+    victim.write_text("precious\n")
+    for target, sub in ((victim, "held"), (missing, "dangling")):
+        link = run_dir / sub / planted
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(target)
+        one_line(trainkit(f"hydra.run.dir={run_dir / sub}", "trainer.epochs=1"),
+                 f"{link} is a symbolic link (to {target})")
+    assert victim.read_text() == "precious\n" and not missing.exists()
+
+
+def test_a_link_to_a_folder_inside_the_run_directory_is_allowed(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "notes").symlink_to(tmp_path / "elsewhere")
+    printed = trainkit(f"hydra.run.dir={tmp_path / 'run'}", "trainer.epochs=1", "logger.progress=off")
+    assert printed.status == 0, printed.stderr
+    assert (tmp_path / "run" / "metrics.jsonl").is_file()
+
+
 def test_a_read_only_run_directory_is_one_line(tmp_path, monkeypatch):
     # The tests may run as root, for whom every folder is writable: os.access says what a user would be told.
     monkeypatch.chdir(tmp_path)

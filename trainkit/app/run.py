@@ -47,6 +47,28 @@ def run_dir_of(cfg: DictConfig) -> Path:
     return run_dir.resolve()
 
 
+#: The folders of a run directory whose files a run writes by name (train.log, metrics.jsonl, .hydra/config.yaml, the
+#: ``.tmp`` files renamed into place...): a link among them would be written through, to wherever it points.
+WRITTEN_FOLDERS = (".", ".hydra", "checkpoints")
+
+
+def check_no_file_links(run_dir: Path) -> None:
+    """Refuse a run directory where a file a run writes could be a symbolic link (or a dangling one): appending to
+    ``train.log`` or writing ``.hydra/config.yaml`` would write through it, outside the run. A link to a folder (a
+    ``checkpoints`` folder on another disk) is allowed; its own files are checked."""
+    for folder in WRITTEN_FOLDERS:
+        path = run_dir / folder
+        if not path.is_dir():
+            continue
+        for entry in os.scandir(path):
+            if entry.is_symlink() and not entry.is_dir():  # is_dir() follows the link: a folder's link is allowed
+                name = os.path.normpath(os.path.join(folder, entry.name))
+                raise RunDirectoryInUse(
+                    f"{run_dir / name} is a symbolic link (to {os.readlink(entry.path)}): a run writes its own files "
+                    "in its directory and never through a link; nothing was changed there: remove the link or choose "
+                    "a new directory with hydra.run.dir=PATH")
+
+
 def check_run_dir_is_new(run_dir: Path, metrics_file: Optional[str]) -> None:
     """Refuse to mix two runs in one directory (``trainer.resume=auto`` continues the one there)."""
     earlier = [name for name in (".hydra/config.yaml", metrics_file, "tensorboard", "checkpoints")

@@ -98,6 +98,8 @@ def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResul
     writer = parallel.writer  # the rank that writes config, metrics, events, progress and checkpoints
     if writer and not lock.held and not held_by_launcher(run_dir):
         lock.acquire()
+    if writer:
+        run.check_no_file_links(run_dir)
     if writer and not run.continues_run_dir(trainer.resume, run_dir):
         run.check_run_dir_is_new(run_dir, cfg.logger.metrics_file)
 
