@@ -56,3 +56,19 @@ def test_amp_in_pynative_mode_over_kernel_convolutions_stops_with_one_line(tmp_p
     assert "amp=O2 with trainer.mode=pynative" in message and "model.conv_impl=native" in message
     assert "\n" not in message
     assert not (tmp_path / "metrics.jsonl").exists() and not (tmp_path / "checkpoints").exists()
+
+
+@needs_kernels
+def test_a_model_cell_cast_to_float16_without_amp_is_named_as_the_cause(tmp_path, monkeypatch):
+    """amp=O0, but the model casts a Cell itself (``to_float``): the same hazard, said as what it is."""
+    from trainkit.app import build
+
+    original = build.build_loss_network
+
+    def half_first_conv(backbone, loss_fn, level):
+        backbone.features[0][0].to_float(ms.float16)
+        return original(backbone, loss_fn, level)
+
+    monkeypatch.setattr(build, "build_loss_network", half_first_conv)
+    with pytest.raises(ConfigError, match=r"^a model Cell cast by to_float to half precision with trainer.mode=pyn"):
+        train(compose_config([f"run_dir={tmp_path}", "trainer.mode=pynative", "logger.progress=off"]))

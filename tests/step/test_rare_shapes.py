@@ -12,7 +12,13 @@ from mindspore.graph import api
 
 from trainkit.models import SmallCNN
 from trainkit.models.sequence import RowLSTM
-from trainkit.step.mixed_precision import AMP_LEVELS, Float32EvalCell, build_loss_network, is_plain_float32
+from trainkit.step.mixed_precision import (
+    AMP_LEVELS,
+    Float32EvalCell,
+    build_loss_network,
+    casts_to_half,
+    is_plain_float32,
+)
 from trainkit.step.rare_shapes import OpByOpForNewShapes
 
 
@@ -125,11 +131,14 @@ def test_a_float32_evaluation_runs_op_by_op_bit_for_bit_and_an_amp_one_always_co
 
 def test_a_network_cast_by_to_float_or_holding_float16_parameters_is_not_plain_float32():
     dense = nn.Dense(3, 2)
-    assert is_plain_float32(dense)
-    assert not is_plain_float32(nn.SequentialCell([nn.Dense(3, 2).to_float(ms.float16)]))
+    assert is_plain_float32(dense) and not casts_to_half(dense)
+    half_cast = nn.SequentialCell([nn.Dense(3, 2).to_float(ms.float16)])
+    assert casts_to_half(half_cast) and not is_plain_float32(half_cast)
+    float_cast = nn.SequentialCell([nn.Dense(3, 2).to_float(ms.float32)])
+    assert not casts_to_half(float_cast) and is_plain_float32(float_cast)
     half = nn.Dense(3, 2)
     half.scale = ms.Parameter(Tensor(np.ones(2, np.float16)), name="scale")
-    assert not is_plain_float32(half)
+    assert not is_plain_float32(half) and not casts_to_half(half)  # nothing op by op would cast
 
 
 @pytest.mark.slow  # the small CNN above runs the same convolution, batch-norm and kernel paths in the default suite

@@ -39,7 +39,7 @@ from trainkit.models.dropout import streams_from_zero
 from trainkit.rundir import class_names, data_state
 from trainkit.rundir.checkpoint import TrainingCheckpoint as SavedCheckpoint
 from trainkit.rundir.kernel_path import fused_passes
-from trainkit.step.mixed_precision import Float32EvalCell, build_loss_network, is_plain_float32
+from trainkit.step.mixed_precision import Float32EvalCell, build_loss_network, casts_to_half
 from trainkit.step.wrapper import TrainingWrapper
 
 log = logging.getLogger("trainkit")
@@ -168,15 +168,17 @@ def build_loss_network_for(cfg: DictConfig, backbone: nn.Cell, loss_fn: nn.Cell)
         ConfigError: half precision op by op (``trainer.mode=pynative``) over convolutions that run trainkit's
             float32 im2col kernel, which MindSpore would hand half-precision memory (``kernel_convolutions``).
     """
-    loss_network = build_loss_network(backbone, loss_fn, choice(cfg.amp.level))
-    if choice(cfg.trainer.mode) == "pynative" and not is_plain_float32(loss_network.backbone):
+    level = choice(cfg.amp.level)
+    loss_network = build_loss_network(backbone, loss_fn, level)
+    if choice(cfg.trainer.mode) == "pynative" and casts_to_half(loss_network.backbone):
         convolutions = kernel_convolutions(loss_network.backbone)
         if convolutions:
+            cause = f"amp={level}" if level != "O0" else "a model Cell cast by to_float to half precision"
             raise ConfigError(
-                f"amp={choice(cfg.amp.level)} with trainer.mode=pynative: op by op, MindSpore casts the inputs of "
-                f"every operator to float16, also of the float32 im2col kernel behind {len(convolutions)} "
-                f"convolutions ({convolutions[0]}, ...), which would compute garbage: use trainer.mode=graph, "
-                "amp=O0, or model.conv_impl=native (MindSpore's own convolution)")
+                f"{cause} with trainer.mode=pynative: op by op, MindSpore casts the inputs of every operator to "
+                f"float16, also of the float32 im2col kernel behind {len(convolutions)} convolutions "
+                f"({convolutions[0]}, ...), which would compute garbage: use trainer.mode=graph, amp=O0, or "
+                "model.conv_impl=native (MindSpore's own convolution)")
     return loss_network
 
 

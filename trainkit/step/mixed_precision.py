@@ -62,14 +62,18 @@ class Float32EvalCell(OpByOpForNewShapes, Float32LossCell):
         return loss, logits, label
 
 
+def casts_to_half(network: nn.Cell) -> bool:
+    """Whether an AMP level or a ``to_float(float16 | bfloat16)`` Cell runs part of `network` in half precision.
+    Op by op, MindSpore then casts the inputs of every operator inside such a Cell; a graph only the Cell's own."""
+    return applied_amp_level(network) != "O0" or any(
+        getattr(getattr(cell, "mixed_precision_type", None), "name", None) in ("FP16", "BF16")
+        for _, cell in network.cells_and_names())
+
+
 def is_plain_float32(network: nn.Cell) -> bool:
-    """Whether `network` runs in float32 throughout: no AMP level applied, no Cell cast by ``to_float``, every
+    """Whether `network` runs in float32 throughout: nothing cast to half precision (:func:`casts_to_half`), every
     Parameter float32 (where a graph and op-by-op execution give the same bits)."""
-    if applied_amp_level(network) != "O0":
-        return False
-    if any(getattr(cell, "mixed_precision_type", None) for _, cell in network.cells_and_names()):
-        return False
-    return all(parameter.dtype == mstype.float32 for parameter in network.get_parameters())
+    return not casts_to_half(network) and all(p.dtype == mstype.float32 for p in network.get_parameters())
 
 
 def applied_amp_level(backbone: nn.Cell) -> str:
