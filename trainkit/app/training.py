@@ -100,8 +100,8 @@ def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResul
         lock.acquire()
     if writer:
         run.check_no_file_links(run_dir)
-    if writer and not run.continues_run_dir(trainer.resume, run_dir):
-        run.check_run_dir_is_new(run_dir, cfg.logger.metrics_file)
+        if not run.continues_run_dir(trainer.resume, run_dir):
+            run.check_run_dir_is_new(run_dir, cfg.logger.metrics_file)
 
     # 2. Build the parts, each checked as it is built.
     data = build.instantiate_group("data", cfg.data)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
-from typing import Any, Dict, Hashable, Iterator, Set, Tuple
+from typing import Any, Dict, Hashable, Iterator, Tuple
 
 import mindspore as ms
 from mindspore import Tensor
@@ -56,14 +56,9 @@ class OpByOpForNewShapes:
     def op_by_op_allowed(self, allowed: bool) -> None:
         self._shapes_state()["allowed"] = bool(allowed)
 
-    @property
-    def compiled_shapes(self) -> Set[Hashable]:
-        """The :func:`shape_key` of every input this Cell ran as a graph."""
-        return set(self._shapes_state()["compiled"])
-
     @contextlib.contextmanager
     def new_shapes_op_by_op(self, calls: int = 2) -> Iterator[None]:
-        """Inside the block, an input shape not in :attr:`compiled_shapes` runs op by op for its first `calls`
+        """Inside the block, an input shape this Cell has not run as a graph runs op by op for its first `calls`
         calls (counted inside this block), and is compiled from the call after."""
         if isinstance(calls, bool) or not isinstance(calls, int) or calls < 0:
             raise ValueError(f"calls must be an int >= 0; got {calls!r}")
