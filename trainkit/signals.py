@@ -243,7 +243,8 @@ def start() -> None:
 
 
 def held() -> Optional[int]:
-    """The first signal that came since :func:`start`, before the command's own handlers, or None."""
+    """The first signal that came since :func:`start`, before the command's own handlers, or None (and None once
+    :func:`finish` has answered it)."""
     return _held[0] if _held else None
 
 
@@ -264,7 +265,9 @@ def finish() -> Optional[int]:
     for signum, handler in _original.items():
         signal.signal(signum, handler)
     _original.clear()
-    return held()
+    late = held()
+    _held.clear()  # answered once: a later command in this process (a test's, a notebook's) starts without it
+    return late
 
 
 def _hold(signum, frame) -> None:
