@@ -43,7 +43,8 @@ def launch(tmp_path: Path, workers: int = 2) -> None:
     if result.returncode != 0:
         tails = "\n".join(f"--- {log.name}\n" + "\n".join(log.read_text().splitlines()[-15:])
                           for log in sorted(logs.glob("*.log")))
-        pytest.fail(f"msrun exited with {result.returncode}\n{tails}")
+        said = "\n".join((result.stdout + result.stderr).splitlines()[-25:])  # which process ended, and how
+        pytest.fail(f"msrun exited with {result.returncode}\n--- msrun's output\n{said}\n{tails}")
 
 
 def test_two_ranks_equal_one_process_with_the_global_batch(tmp_path):
