@@ -10,10 +10,9 @@ import mindspore as ms
 import numpy as np
 from mindspore import Tensor, nn
 
-from bench.common import Row, Settings, Stepper, alternate, batch_tensors, loss_network, ratio, setup
+from bench.common import Row, Settings, Stepper, alternate, batch_tensors, large_backbone, loss_network, ratio, setup
 from trainkit import TrainingWrapper
 from trainkit.data.cifar10 import Cifar10Data
-from trainkit.models import resnet18, resnet50
 
 #: num_parallel_workers tried; MindSpore refuses more than the machine's cores.
 WORKERS = tuple(sorted({1, 2, 4} & set(range(1, (os.cpu_count() or 1) + 1))))
@@ -52,7 +51,7 @@ def run(settings: Settings) -> List[Row]:
         best_workers = max(rates, key=rates.get)
 
         ms.set_seed(0)
-        backbone = {"resnet50": resnet50, "resnet18": resnet18}[settings.large_model](num_classes=10)
+        backbone = large_backbone(settings)
         optimizer = nn.Momentum(backbone.trainable_params(), learning_rate=0.01, momentum=0.9)
         compute = Stepper(TrainingWrapper(loss_network(backbone), optimizer), batch_tensors(batch, 3, image),
                           settings.warmup)

@@ -6,16 +6,27 @@ from typing import Callable, List, Tuple
 import mindspore as ms
 from mindspore import nn
 
-from bench.common import Row, Settings, Stepper, alternate, batch_tensors, loss_network, median_ms, ratio, setup
+from bench.common import (
+    Row,
+    Settings,
+    Stepper,
+    alternate,
+    batch_tensors,
+    large_backbone,
+    loss_network,
+    median_ms,
+    ratio,
+    setup,
+)
 from trainkit import TrainingWrapper
-from trainkit.models import SmallCNN, resnet18, resnet50
+from trainkit.models import SmallCNN
 
 
 def models(settings: Settings) -> List[Tuple[str, Callable[[], nn.Cell], tuple]]:
     """(name, builder, input shape): the small CNN on digit-sized images (loop overhead shows most) and ResNet-50."""
     small = ("small_cnn", lambda: SmallCNN(num_classes=10, in_channels=1), (settings.batch, 1, 8, 8))
-    build = {"resnet50": resnet50, "resnet18": resnet18}[settings.large_model]
-    large = (settings.large_model, lambda: build(num_classes=10), (settings.batch, 3, settings.image, settings.image))
+    image = settings.image
+    large = (settings.large_model, lambda: large_backbone(settings), (settings.batch, 3, image, image))
     return [small, large]
 
 

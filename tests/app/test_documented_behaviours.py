@@ -196,7 +196,9 @@ def test_a_sweep_stops_at_its_bad_job_after_the_earlier_ones_ran(cifar10, tmp_pa
     assert not (sweep / "1" / "metrics.jsonl").exists() and not (sweep / "1" / ".hydra" / "config.yaml").exists()
 
 
-@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "ctrl_c"])
+@pytest.mark.parametrize("stop", [pytest.param(signal.SIGTERM, marks=pytest.mark.slow),  # 19 s; SIGTERM to a
+                                  signal.SIGINT],  # launcher: tests/distributed/test_launch.py's SIGTERM test
+                         ids=["sigterm", "ctrl_c"])
 def test_hybrid_parallel_trains_on_cpu_and_a_signal_to_the_launcher_stops_every_process(cifar10, tmp_path, stop):
     run_dir = tmp_path / "run"
     launcher = trainkit(*overrides(cifar10, "data.batch_size=4", "trainer.epochs=500", "trainer.save_checkpoints=false",
