@@ -99,7 +99,9 @@ def test_in_pynative_mode_the_block_changes_nothing(graph_calls):
     assert ms.get_context("mode") == ms.PYNATIVE_MODE and graph_calls == []
 
 
-@pytest.mark.parametrize("amp_level", AMP_LEVELS)
+# O0 and O2 cover the two paths (op by op; compiled under AMP): O1 and O3 are slow, for the suite's time
+@pytest.mark.parametrize("amp_level", [level if level in ("O0", "O2") else pytest.param(level, marks=pytest.mark.slow)
+                                       for level in AMP_LEVELS])
 @pytest.mark.parametrize("model", ["small_cnn", "row_lstm"])
 def test_a_float32_evaluation_runs_op_by_op_bit_for_bit_and_an_amp_one_always_compiles(graph_calls, model,
                                                                                         amp_level):
