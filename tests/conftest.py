@@ -1,6 +1,7 @@
 """Shared test settings: quiet MindSpore logs and run each mode-dependent test in graph and pynative mode."""
 import os
 import signal
+from pathlib import Path
 
 os.environ.setdefault("GLOG_v", "3")
 # Tests send SIGINT to the processes they start and expect the disposition a terminal gives them. A suite started as
@@ -53,10 +54,22 @@ def tiny_cifar10(tmp_path_factory):
 
 @pytest.fixture
 def own_cache(tmp_path, monkeypatch):
-    """TRAINKIT_CACHE_DIR in the test's folder, the built library forgotten before and after: the cache folder."""
+    """TRAINKIT_CACHE_DIR in the test's folder, the built library forgotten before and after: the cache folder. For
+    tests of building, caching and loading the library (each builds it: about 3 s)."""
     from trainkit import kernels
 
     monkeypatch.setenv("TRAINKIT_CACHE_DIR", str(tmp_path / "cache"))
     kernels.build._build.cache_clear()
     yield tmp_path / "cache"
+    kernels.build._build.cache_clear()
+
+
+@pytest.fixture
+def shared_cache():
+    """The process's TRAINKIT_CACHE_DIR (set above), where the library is built once per test process: for tests of
+    what the kernels compute. The library an earlier test built in its own folder is forgotten before and after."""
+    from trainkit import kernels
+
+    kernels.build._build.cache_clear()
+    yield Path(os.environ["TRAINKIT_CACHE_DIR"])
     kernels.build._build.cache_clear()

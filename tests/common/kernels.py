@@ -1,5 +1,5 @@
 """What the tests of trainkit's C++ kernels share: a skip mark where no compiler builds them (the cache folder of
-the test's own is tests/conftest.py's ``own_cache``)."""
+the test's own is tests/conftest.py's ``own_cache``, the process's ``shared_cache``)."""
 import os
 import shutil
 

@@ -34,7 +34,7 @@ class Updater(nn.Cell):
 
 @needs_compiler
 @pytest.mark.parametrize("size", [1, 7, 1000, 300_001])  # 300,001: the multithreaded path, an odd tail
-def test_the_kernel_updates_the_parameter_in_place_bitwise_as_numpy(mode, own_cache, size):
+def test_the_kernel_updates_the_parameter_in_place_bitwise_as_numpy(mode, shared_cache, size):
     rng = np.random.default_rng(size)
     shadow, value = rng.standard_normal(size).astype(np.float32), rng.standard_normal(size).astype(np.float32)
     cell = Updater(shadow.reshape(-1, 1) if size % 2 else shadow, value.reshape(-1, 1) if size % 2 else value)
@@ -110,7 +110,7 @@ def test_without_a_compiler_or_when_turned_off_mindspores_kernels_run(own_cache,
 
 
 @pytest.mark.parametrize("path", ["fused", "mindspore"])
-def test_the_wrappers_ema_is_bitwise_the_same_on_both_paths(mode, own_cache, monkeypatch, path):
+def test_the_wrappers_ema_is_bitwise_the_same_on_both_paths(mode, shared_cache, monkeypatch, path):
     if path == "fused" and shutil.which(os.environ.get("CXX") or "g++") is None:
         pytest.skip("no C++ compiler")
     if path == "mindspore":
@@ -144,7 +144,7 @@ class Adder(nn.Cell):
 
 @needs_compiler
 @pytest.mark.parametrize("size", [1, 1000, 300_001])
-def test_the_accumulate_kernel_adds_into_the_parameter_bitwise_as_numpy(mode, own_cache, size):
+def test_the_accumulate_kernel_adds_into_the_parameter_bitwise_as_numpy(mode, shared_cache, size):
     rng = np.random.default_rng(size)
     buffer = rng.standard_normal(size).astype(np.float32)
     cell = Adder(buffer)
@@ -157,7 +157,7 @@ def test_the_accumulate_kernel_adds_into_the_parameter_bitwise_as_numpy(mode, ow
 
 
 @needs_compiler
-def test_accumulation_is_bitwise_the_same_on_both_paths(mode, own_cache, monkeypatch):
+def test_accumulation_is_bitwise_the_same_on_both_paths(mode, shared_cache, monkeypatch):
     """The fallback (AssignAdd) is checked against the PyTorch reference in test_wrapper.py; the fused path must
     give the same bits: weights after 3 windows of 3 micro-batches, and the buffer of the window in progress."""
 
@@ -205,7 +205,7 @@ SIZES = [(3, 1), (300_001,), (7,), (2, 100_000), (1,)]
 
 @needs_compiler
 @pytest.mark.parametrize("which", ["ema", "add", "accumulate"])
-def test_the_kernels_over_all_tensors_at_once_are_bitwise_numpys(mode, own_cache, which):
+def test_the_kernels_over_all_tensors_at_once_are_bitwise_numpys(mode, shared_cache, which):
     """``accumulate`` (the window with no branch): its flag says a window's first micro-step, which assigns."""
     rng = np.random.default_rng(11)
     firsts = [rng.standard_normal(shape).astype(np.float32) for shape in SIZES]
@@ -228,7 +228,7 @@ def test_the_kernels_over_all_tensors_at_once_are_bitwise_numpys(mode, own_cache
 
 
 @needs_compiler
-def test_the_kernels_over_all_tensors_refuse_what_is_not_float32(own_cache, graph_mode):
+def test_the_kernels_over_all_tensors_refuse_what_is_not_float32(shared_cache, graph_mode):
     """A float16 value read as float32 would be garbage: the kernel fails the step instead."""
     cell = AllAtOnce(kernels.add_into_all_kernel(), [np.zeros(4, np.float32)], with_weight=False)
     with pytest.raises(RuntimeError):
@@ -258,7 +258,7 @@ class SaveAndRestore(nn.Cell):
 
 @needs_compiler
 @pytest.mark.parametrize("keep", [True, False])
-def test_the_flat_copy_and_restore_are_numpys_concatenate_and_read_in_program_order(mode, own_cache, keep):
+def test_the_flat_copy_and_restore_are_numpys_concatenate_and_read_in_program_order(mode, shared_cache, keep):
     """The copy taken before the assigns holds the old values, the one after the new (the wrapper copies the moving
     statistics before the forward pass writes them); the restore writes the flat values back only when not `keep`.
     Mutations caught: a copy that skips a tensor's tail (`high - low - 1`); the restore's flag ignored."""

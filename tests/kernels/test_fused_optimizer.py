@@ -108,7 +108,7 @@ def fused_and_reference(kind: str, steps: list):
     return state(reference), state(fused), fused
 
 
-def test_momentum_is_bitwise_nn_momentum(mode, own_cache):
+def test_momentum_is_bitwise_nn_momentum(mode, shared_cache):
     """Mutations caught: the kernel without its weight decay line; without ``* factor``."""
     reference, fused, _ = fused_and_reference("momentum", gradients(len(RATES)))
     assert reference.keys() == fused.keys() and any(name.startswith("moments.") for name in fused)
@@ -118,7 +118,7 @@ def test_momentum_is_bitwise_nn_momentum(mode, own_cache):
 
 
 @pytest.mark.parametrize("kind", ["adam", "adamw"])
-def test_adam_is_bitwise_numpys_float32_arithmetic_and_within_a_rounding_of_mindspores(mode, own_cache, kind):
+def test_adam_is_bitwise_numpys_float32_arithmetic_and_within_a_rounding_of_mindspores(mode, shared_cache, kind):
     """Moments, bias correction and weight decay as NumPy computes them here, bit for bit; MindSpore's own
     (SIMD) kernels differ from that in the last bit of a few values, so they are compared within 1e-6.
     Mutation caught: Adam's bias correction from the beta powers before this step's multiply."""
@@ -138,7 +138,7 @@ def test_adam_is_bitwise_numpys_float32_arithmetic_and_within_a_rounding_of_mind
 
 
 @pytest.mark.parametrize("kind", ["momentum", "adam", "adamw"])
-def test_a_nonfinite_step_moves_no_weight_moment_power_or_step(mode, own_cache, kind):
+def test_a_nonfinite_step_moves_no_weight_moment_power_or_step(mode, shared_cache, kind):
     """A skipped step between two good ones: nothing moved by it, and the run goes on as if it never came (the
     schedule's next rate included). Mutation caught: the kernel without its finite check (and with it, the step
     counter moved on a skipped step)."""
@@ -165,7 +165,7 @@ def test_a_nonfinite_step_moves_no_weight_moment_power_or_step(mode, own_cache, 
     assert got["global_step"].tolist() == [3]
 
 
-def test_optimizers_it_does_not_repeat_stay_on_mindspores_kernels(own_cache, graph_mode):
+def test_optimizers_it_does_not_repeat_stay_on_mindspores_kernels(shared_cache, graph_mode):
     """The decision in Python (__init__): None for what the kernels do not do, so MindSpore's runs."""
     def params():
         return [Parameter(Tensor(np.ones(3, f32)), name="w")]

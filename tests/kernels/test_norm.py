@@ -36,7 +36,7 @@ def norm_of(arrays) -> np.float32:
     return out[0]
 
 
-def test_the_norm_is_the_exact_sum_of_squares_rounded_once_and_split_anywhere_the_same(mode, own_cache):
+def test_the_norm_is_the_exact_sum_of_squares_rounded_once_and_split_anywhere_the_same(mode, shared_cache):
     rng = np.random.default_rng(5)
     arrays = [(rng.standard_normal(shape) * rng.uniform(0.01, 100)).astype(np.float32) for shape in SIZES]
     got = norm_of(arrays)
@@ -47,7 +47,7 @@ def test_the_norm_is_the_exact_sum_of_squares_rounded_once_and_split_anywhere_th
         assert norm_of(parts) == got, cuts
 
 
-def test_not_finite_exactly_when_a_value_is_not(mode, own_cache):
+def test_not_finite_exactly_when_a_value_is_not(mode, shared_cache):
     """Squares that overflow float32 (1e20) are summed in double: the norm stays finite, unlike a float32 sum."""
     big = np.full((300_001,), 1e20, np.float32)
     assert norm_of([np.ones(3, np.float32), big]) == exact_norm([np.ones(3, np.float32), big])
@@ -60,7 +60,7 @@ def test_not_finite_exactly_when_a_value_is_not(mode, own_cache):
     assert norm_of([np.full(4, 3e38, np.float32)]) == np.inf  # the norm itself beyond float32
 
 
-def test_a_tensor_that_is_not_float32_fails_the_call(own_cache, graph_mode):
+def test_a_tensor_that_is_not_float32_fails_the_call(shared_cache, graph_mode):
     with pytest.raises(RuntimeError):
         norm_of([np.ones(4, np.float16)])
 
@@ -76,7 +76,7 @@ class Accumulate(nn.Cell):
         return self.kernel(*self.buffers, *values, first)
 
 
-def test_the_accumulation_kernel_returns_the_norm_of_the_sum_as_written(mode, own_cache):
+def test_the_accumulation_kernel_returns_the_norm_of_the_sum_as_written(mode, shared_cache):
     rng = np.random.default_rng(8)
     cell = Accumulate([np.zeros(shape, np.float32) for shape in SIZES])
     expected = None

@@ -18,7 +18,7 @@ pytestmark = needs_compiler
 
 
 @pytest.mark.parametrize("accumulation_steps", [1, 2, 3])
-def test_every_feature_on_with_a_skipped_window_is_bitwise_the_branch_it_replaces(mode, own_cache, monkeypatch,
+def test_every_feature_on_with_a_skipped_window_is_bitwise_the_branch_it_replaces(mode, shared_cache, monkeypatch,
                                                                                     accumulation_steps):
     """Weights, moments, step counter, EMA shadows and counters, moving statistics, loss scale and running totals
     after 5 windows (the second not finite) are the same bits on both paths: the branch here is MindSpore's
@@ -84,7 +84,7 @@ class OwnApply(TrainingWrapper):
         return self.optimizer(grads)
 
 
-def test_taken_only_where_it_stands_for_the_same_arithmetic(own_cache, graph_mode, monkeypatch):
+def test_taken_only_where_it_stands_for_the_same_arithmetic(shared_cache, graph_mode, monkeypatch):
     """A subclass overriding a phase the call stands for, an optimizer the kernels do not repeat, and a machine
     without the kernels all keep MindSpore's optimizer behind the branch."""
     assert TrainingWrapper(**everything_on_kwargs(1)).fused_update is not None

@@ -47,7 +47,7 @@ def test_totals_equal_numpy_on_small_and_large_tensors(mode, planted):
 
 @needs_compiler
 @pytest.mark.parametrize("planted", [None, (3, np.nan), (0, np.inf)], ids=["finite", "nan-small", "inf-small"])
-def test_the_small_tensors_joined_by_one_kernel_answer_the_finite_check_alike(mode, own_cache, planted):
+def test_the_small_tensors_joined_by_one_kernel_answer_the_finite_check_alike(mode, shared_cache, planted):
     """The wrapper's finite checks join the small tensors with ``TrainkitConcatAll`` where the kernels build: the
     same answer as ``ops.concat`` of their reshapes, and sums within float32 rounding of NumPy's (not always the
     same bits: MindSpore rewrites a ReduceSum of a Concat). Mutation caught: the kernel's copy of each tensor
