@@ -75,13 +75,28 @@ def shared_cache():
     kernels.build._build.cache_clear()
 
 
-#: The suite's longest files (each over a minute of one worker's time), started first: `make test` hands whole files
-#: to its two workers in collection order, and one of these collected last kept one worker busy alone for a minute
-#: or more at the end (a measured run: 1252 s of wall time for 1178 s a worker).
-LONGEST_FIRST = ("tests/distributed/test_launch.py", "tests/test_bench_models.py", "tests/test_docs_transcripts.py",
-                 "tests/test_bench.py", "tests/app/test_resume.py", "tests/app/test_resume_in_memory.py")
+#: The suite's longest files (each about a minute of one worker's time or more), handed out first. `make test`'s
+#: `--dist loadfile` hands whole files to its two workers, most tests first (pytest-xdist 3.6 sorts the files by
+#: their number of tests), so these files of one or two long tests came last and kept one worker busy alone at the
+#: end: a measured run took 1252 s of wall time for 1178 s of each worker's.
+LONGEST_FIRST = ("tests/test_bench_models.py", "tests/distributed/test_launch.py", "tests/test_bench.py",
+                 "tests/test_docs_transcripts.py", "tests/distributed/test_agreement.py",
+                 "tests/app/test_documented_behaviours.py")
 
 
-def pytest_collection_modifyitems(config, items):
-    rank = {path: index for index, path in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable: the rest keep order
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile` with LONGEST_FIRST's files at the head of its queue; any other mode as pytest-xdist has it."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class LongestFilesFirst(LoadFileScheduling):
+        def _assign_work_unit(self, node):
+            if not getattr(self, "_longest_first", False):  # the queue is complete by the first assignment
+                self._longest_first = True
+                for scope in reversed(LONGEST_FIRST):
+                    if scope in self.workqueue:
+                        self.workqueue.move_to_end(scope, last=False)
+            super()._assign_work_unit(node)
+
+    return LongestFilesFirst(config, log)
