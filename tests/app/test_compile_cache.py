@@ -12,6 +12,7 @@ import mindspore as ms
 import numpy as np
 import pytest
 
+from tests.common.kernels import seeded_cache
 from trainkit.app import compile_cache
 from trainkit.app.config import compose_config
 
@@ -20,6 +21,8 @@ QUICK = ["recipe=digits_quickstart", "trainer.epochs=1", "logger.progress=off", 
 
 
 def trainkit(*args, cwd, cache):
+    if not cache.exists():
+        seeded_cache(cache)  # this process's kernels: the run compiles graphs, not the C++ library (3 s)
     env = {**os.environ, "GLOG_v": "3", "PYTHONPATH": str(REPO), "TRAINKIT_CACHE_DIR": str(cache)}
     env.pop("TRAINKIT_COMPILE_CACHE", None)
     return subprocess.run([sys.executable, "-m", "trainkit", *args], cwd=cwd, env=env, capture_output=True,

@@ -21,6 +21,7 @@ from pathlib import Path
 import mindspore as ms
 import pytest
 
+from tests.common.kernels import seeded_cache
 from trainkit.app import compile_cache
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,6 +62,8 @@ class SaveFinalParameters(ms.train.Callback):
 
 
 def trainkit(*args, cwd, cache, final, on=True):
+    if not cache.exists():
+        seeded_cache(cache)  # this process's kernels: the run compiles graphs, not the C++ library (3 s)
     env = {**os.environ, "GLOG_v": "3", "PYTHONPATH": str(REPO), "TRAINKIT_CACHE_DIR": str(cache),
            "TK_FINAL": str(final), "TRAINKIT_COMPILE_CACHE": "1" if on else "0"}
     result = subprocess.run([sys.executable, "-m", "trainkit", *args], cwd=cwd, env=env, capture_output=True,
