@@ -25,7 +25,7 @@ class Settings:
     image: int         # image size
     native_steps: int  # steps per repetition for ResNet-50 with MindSpore's own (slow on CPU) convolution
     app_epochs: int    # epochs of the digits run in row 4
-    large_model: str = "resnet50"  # rows 1-3, 5 and 10 (LARGE_MODELS); the smoke test's RGB small CNN compiles in 1 s
+    large_model: str = "resnet50"  # rows 1-3 and 5 (large_backbone); the smoke test's RGB small CNN compiles in 1 s
     feature_rows: bool = True  # rows 2': each wrapper feature alone (the smoke test skips their compiles)
     smoke: bool = False
 
@@ -138,7 +138,7 @@ def batch_tensors(batch: int, channels: int, image: int, classes: int = 10, seed
 
 
 def large_backbone(settings: Settings, num_classes: int = 10) -> nn.Cell:
-    """The RGB model of rows 1-3, 5 and 10 (``settings.large_model``): ResNet-50 in the bench; the smoke test only
+    """The RGB model of rows 1-3 and 5 (``settings.large_model``): ResNet-50 in the bench; the smoke test only
     proves the rows run, so it takes a small CNN on RGB images (ResNet-18's six compiles were 25 s of the suite)."""
     from trainkit.models import SmallCNN, resnet18, resnet50
 
