@@ -120,6 +120,9 @@ def run(argv: List[str]) -> Breakdown:
     start = process_start()
     os.environ.setdefault("GLOG_v", "3")  # noqa: SIM112 -- as the command sets it before importing MindSpore
     timers = Timers()
+    from trainkit import startup_gc
+
+    startup_gc.pause()  # as python -m trainkit does before its imports; its _hydra_main resumes the collector
     with timers.phase("import: mindspore"):
         import mindspore  # noqa: F401
     with timers.phase("import: trainkit, Hydra, the config store"):

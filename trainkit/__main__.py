@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from trainkit import signals
+from trainkit import signals, startup_gc
 
 _STOPPED = ("stopped by {} outside the training loop (while starting up or finishing), so no checkpoint was written "
             "for it: run the command again (with trainer.resume=auto to continue a run)")
@@ -61,6 +61,7 @@ def _entry() -> dict:
 
 if __name__ == "__main__":  # before the imports below: a signal during one ends the process (trainkit/signals.py)
     signals.start()
+    startup_gc.pause()  # no full collection through the imports (trainkit/startup_gc.py); _hydra_main resumes it
     if _owns_process(globals()):
         signals.own_process(_farewell)  # and _stop, defined below, from main()
 
@@ -104,6 +105,7 @@ def _hydra_main(cfg: DictConfig) -> float:
     from trainkit.distributed.parallel import close_log_files
     from trainkit.rundir import held_log
 
+    startup_gc.resume()  # the imports and the config are done: freeze them, collect again (every path from here)
     note_worker_pid()  # under a trainkit launcher: so a failure at once still names its rank
     start = time.perf_counter()
     held_log.hold()  # until train() accepts the input: a refusal leaves an earlier run's train.log as it was
@@ -288,6 +290,7 @@ def _main() -> None:
         from mindspore.communication import init
 
         signals.finish()  # the scheduler keeps the default actions: the launcher ends it with SIGTERM
+        startup_gc.resume()
         init()  # returns when the workers are done
         return
     problem = _unusable_run_dir(sys.argv[1:]) or _mistyped_override(sys.argv[1:])
@@ -312,6 +315,7 @@ def _main() -> None:
         print(f"trainkit: {message}", file=sys.stderr)
         sys.exit(128 + stop.signum)
     finally:
+        startup_gc.resume()  # where Hydra ended before _hydra_main (--help, a refused override): as it was
         for signum, handler in previous.items():
             signal.signal(signum, handler)
 

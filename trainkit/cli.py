@@ -33,6 +33,7 @@ def main(config_path: str = "conf", config_name: Optional[str] = None, argv: Opt
             runs it).
     """
     caller = sys._getframe(1).f_globals
+    command_process = caller.get("__name__") == "__main__" and sys._getframe(1).f_code.co_name == "<module>"
     base = Path(caller.get("__file__") or ".").resolve().parent
     folder = Path(config_path).expanduser()
     folder = (folder if folder.is_absolute() else base / folder).resolve()
@@ -48,10 +49,12 @@ def main(config_path: str = "conf", config_name: Optional[str] = None, argv: Opt
         _refuse(problem)
     flags = [f"--config-dir={folder}", *([f"--config-name={config_name}"] if config_name else [])]
     overrides = [f"hydra.help.app_name={program}"]  # after the user's: Hydra's parser takes flags first
-    from trainkit import signals
+    from trainkit import signals, startup_gc
     from trainkit.rundir import command
 
     signals.start()  # before trainkit.__main__'s imports: a signal during them waits for their end
+    if command_process:  # a project's python -m, not a test or a notebook calling main()
+        startup_gc.pause()  # as python -m trainkit: no full collection through the imports (trainkit/startup_gc.py)
     previous_argv = sys.argv
     command.set_entry_point(["python", "-m", program], [*flags, *overrides])
     sys.argv = [sys.argv[0], *flags, *(sys.argv[1:] if argv is None else argv), *overrides]
@@ -63,6 +66,7 @@ def main(config_path: str = "conf", config_name: Optional[str] = None, argv: Opt
         command.set_entry_point(["python", "-m", "trainkit"])
         sys.argv = previous_argv
         signals.finish()
+        startup_gc.resume()
 
 
 def _unreadable_yaml(folder: Path) -> Optional[str]:
