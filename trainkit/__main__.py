@@ -61,7 +61,7 @@ def _entry() -> dict:
 
 if __name__ == "__main__":  # before the imports below: a signal during one ends the process (trainkit/signals.py)
     signals.start()
-    startup_gc.pause()  # no full collection through the imports (trainkit/startup_gc.py); _hydra_main resumes it
+    startup_gc.pause()  # no full collection through the start-up (trainkit/startup_gc.py); _hydra_main resumes it
     if _owns_process(globals()):
         signals.own_process(_farewell)  # and _stop, defined below, from main()
 
@@ -105,7 +105,6 @@ def _hydra_main(cfg: DictConfig) -> float:
     from trainkit.distributed.parallel import close_log_files
     from trainkit.rundir import held_log
 
-    startup_gc.resume()  # the imports and the config are done: freeze them, collect again (every path from here)
     note_worker_pid()  # under a trainkit launcher: so a failure at once still names its rank
     start = time.perf_counter()
     held_log.hold()  # until train() accepts the input: a refusal leaves an earlier run's train.log as it was
@@ -114,6 +113,7 @@ def _hydra_main(cfg: DictConfig) -> float:
             from trainkit.app.config import check_config
 
             check_config(cfg)  # every value, before any process starts
+            startup_gc.resume()  # the start-up is over: freeze it, collect again (trainkit/startup_gc.py)
             status = launch_workers(cfg)
             if status:
                 return _failed(status, f"the workers of {_output_dir()} ended with exit status {status} (their logs "
@@ -124,6 +124,7 @@ def _hydra_main(cfg: DictConfig) -> float:
 
         cached = compile_cache.enable(cfg)  # a second run of this config loads its graphs instead of compiling
         gc.freeze()  # MindSpore collects garbage before each graph compile: not through what exists by now
+        startup_gc.resume()  # the start-up is over (its imports, the config): collect again (trainkit/startup_gc.py)
         try:
             with graph_reuse.sharing(graph_reuse.key_of(cfg)):  # a sweep's next job may train these cells
                 result = train(cfg)

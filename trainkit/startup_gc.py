@@ -4,9 +4,9 @@ Importing MindSpore, Hydra and trainkit makes about 190,000 objects, and the col
 on the way (full collections as the heap grew): 0.3 s of CPU a command on the 2-core machine, 0.5-0.8 s of wall time
 when it ran slow (docs/performance.md). Those objects live as long as the process, and the cycles among them hold
 about 1 MB. So ``python -m trainkit`` (and a project's command through :func:`trainkit.cli.main`) pauses the
-collector before its imports, and :func:`resume` freezes what exists once the config is composed -- frozen objects
-are never traversed again -- and turns the collector back on. The training loop freezes once more before it
-compiles (``trainkit/__main__.py``), since MindSpore collects before every graph compile.
+collector before its imports, and :func:`resume`, just before training (``trainkit/__main__.py``: the config
+composed, the training code imported), freezes what exists -- frozen objects are never traversed again, not even by
+the collection MindSpore runs before every graph compile -- and turns the collector back on.
 
 Only a command's own process is paused: importing ``trainkit`` as a library changes nothing.
 """
