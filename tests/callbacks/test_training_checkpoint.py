@@ -16,7 +16,7 @@ class Recorder(TrainingCheckpoint):
         super().__init__(network=None, directory="unused", steps_per_epoch=5, **kwargs)
         self.saved_at = []
 
-    def _save(self, in_background):
+    def _save(self, in_background, copy=True):
         self.saved_at.append(self._step)
 
 
@@ -193,3 +193,46 @@ def test_the_apps_checkpoints_store_the_config_as_its_run_directory_does(tmp_pat
     for path in checkpoints:
         assert ms.load_checkpoint(str(path), choice_func=lambda name: name == "trainkit_config")[
             "trainkit_config"] == expected
+
+
+def test_the_last_epochs_checkpoint_is_written_from_the_parameters_before_the_hook_returns(tmp_path, monkeypatch):
+    """Of a train call's epochs (a resumed one: epochs 3 and 4 of 4), the earlier epoch's checkpoint is serialised
+    from a copy on the callback's thread; the last epoch's, which no step follows and the train end waits for at
+    once, from the Parameters themselves, written when the hook returns, with the values of its step. Mutation
+    caught: the last epoch copied like the others (``copy=True`` always): the snapshot count is 2."""
+    import mindspore as ms
+    import numpy as np
+    from mindspore import ops
+
+    snapshots = []
+    real_snapshot = training_checkpoint.parameter_snapshot
+
+    def counted_snapshot(network):
+        snapshots.append(network)
+        return real_snapshot(network)
+
+    monkeypatch.setattr(training_checkpoint, "parameter_snapshot", counted_snapshot)
+
+    def at(step, epoch):
+        args = SimpleNamespace(cur_step_num=step, cur_epoch_num=epoch, epoch_num=2)  # Model.train(4, initial_epoch=2)
+        return SimpleNamespace(original_args=lambda: args)
+
+    network = nn.Dense(2, 3)
+    callback = TrainingCheckpoint(network, tmp_path, steps_per_epoch=1, keep=5)
+    callback.on_train_begin(at(2, 3))
+    callback.on_train_epoch_begin(at(2, 3))
+    callback.on_train_step_end(at(3, 3))
+    callback.on_train_epoch_end(at(3, 3))
+    assert len(snapshots) == 1
+    callback.on_train_epoch_begin(at(3, 4))
+    for parameter in network.get_parameters():  # epoch 4's step
+        ops.assign(parameter, parameter + 1.0)
+    at_step = {p.name: p.asnumpy().copy() for p in network.get_parameters()}
+    callback.on_train_step_end(at(4, 4))
+    callback.on_train_epoch_end(at(4, 4))
+    assert len(snapshots) == 1
+    saved = ms.load_checkpoint(str(tmp_path / "trainkit-4_1.ckpt"))  # in place when the hook returned
+    for name, value in at_step.items():
+        np.testing.assert_array_equal(saved[name].asnumpy(), value, err_msg=name)
+    callback.on_train_end(at(4, 4))
+    assert sorted(path.name for path in tmp_path.glob("trainkit-*.ckpt")) == ["trainkit-3_1.ckpt", "trainkit-4_1.ckpt"]
