@@ -14,7 +14,7 @@ from mindspore.train import Callback
 
 from trainkit.callbacks.evaluation import Evaluation, check_watched
 from trainkit.errors import DataError
-from trainkit.rundir.checkpoint import checkpoint_crc, load_checkpoint_file, save_checksummed
+from trainkit.rundir.checkpoint import checkpoint_crc, load_checkpoint_file, nothing_partial_left, save_checksummed
 
 logger = logging.getLogger("trainkit")
 
@@ -128,8 +128,9 @@ class BestCheckpoint(Callback):
             return False
         self.directory.mkdir(parents=True, exist_ok=True)
         temporary = self.directory / self.temporary_name
-        save_checksummed(network, temporary, {**self.metadata, "best_metric": self.metric, "best_value": value,
-                                              "best_step": int(result.get("step") or 0)})
+        with nothing_partial_left(temporary, f"{self.path.name} holds the previous best, intact", named=self.path):
+            save_checksummed(network, temporary, {**self.metadata, "best_metric": self.metric, "best_value": value,
+                                                  "best_step": int(result.get("step") or 0)})
         os.replace(temporary, self.path)
         info = {"metric": self.metric, "mode": self.mode, "value": value, "epoch": result.get("epoch"),
                 "step": result.get("step"), "checkpoint": self.checkpoint_name, "crc32": checkpoint_crc(self.path)}

@@ -25,7 +25,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import mindspore as ms
 import numpy as np
@@ -141,17 +141,8 @@ def save_training_checkpoint(wrapper: nn.Cell, path: Path, position: Position, *
         append[KERNEL_PATH] = kernels
     append.update(metadata or {})
     path = Path(path)
-    try:
+    with nothing_partial_left(path, "the earlier checkpoints are intact"):
         save_checksummed(wrapper if values is None else values, path, append)  # written as <name>.tmp, renamed
-    except BaseException as error:
-        _remove_partial(path.with_suffix(".tmp"))
-        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
-            full = TrainingError(f"checkpoint {path} could not be written: the disk is full ({error.strerror}); "
-                                 "nothing partial was left and the earlier checkpoints are intact: free some space, "
-                                 "then continue with trainer.resume=auto")
-            log.error("%s", full)
-            raise full from error
-        raise
     if durable:
         make_durable(path)
     return path
@@ -505,6 +496,24 @@ def _scalar(value):
         return value
     array = value.asnumpy() if hasattr(value, "asnumpy") else value
     return array.item() if hasattr(array, "item") else array
+
+
+@contextlib.contextmanager
+def nothing_partial_left(path: Path, intact: str, named: Optional[Path] = None) -> Iterator[None]:
+    """Around a ``mindspore.save_checkpoint`` to `path` (which writes ``<stem>.tmp``, then renames it): a failure
+    removes that temporary file, and a full disk (or quota) becomes one ``TrainingError`` naming the checkpoint
+    (`named`, default `path`) and saying what is `intact`, instead of a crash's traceback."""
+    try:
+        yield
+    except BaseException as error:
+        _remove_partial(path.with_suffix(".tmp"))
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            full = TrainingError(f"checkpoint {named or path} could not be written: the disk is full "
+                                 f"({error.strerror}); nothing partial was left and {intact}: free some space, then "
+                                 "continue with trainer.resume=auto")
+            log.error("%s", full)
+            raise full from error
+        raise
 
 
 def _remove_partial(path: Path) -> None:
