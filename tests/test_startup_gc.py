@@ -61,3 +61,37 @@ def test_python_m_trainkit_runs_no_full_collection_before_it_builds_and_collects
     assert state["full_collections"] == 0
     assert state["enabled"] is True
     assert state["frozen"] > 100_000  # MindSpore, Hydra and trainkit's modules
+
+
+def _project(tmp_path: Path) -> Path:
+    """A project package whose __main__ is trainkit's command (``trainkit.cli.main``), and a script that calls it."""
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "__init__.py").write_text("")
+    (tmp_path / "proj" / "__main__.py").write_text("import trainkit.cli\n\ntrainkit.cli.main(config_path='../conf')\n")
+    (tmp_path / "script.py").write_text("import trainkit.cli\n\ntrainkit.cli.main(config_path='conf')\n")
+    return tmp_path
+
+
+# Reports, as the process ends, whether the collector is on and how much start-up froze: frozen objects mean it paused.
+_REPORT = ("import atexit, gc, os, runpy, sys\n"
+           "atexit.register(lambda: os.write(1, f'FROZEN {gc.get_freeze_count()} ON {gc.isenabled()}\\n'.encode()))\n")
+
+
+def _report(folder: Path, code: str) -> str:
+    result = subprocess.run([sys.executable, "-c", _REPORT + code], cwd=folder, capture_output=True, text=True,
+                            timeout=120, env={**os.environ, "GLOG_v": "3", "PYTHONPATH": f"{REPO}{os.pathsep}{folder}"})
+    return next(line for line in result.stdout.splitlines() if line.startswith("FROZEN"))
+
+
+def test_a_projects_python_m_pauses_and_resumes_but_a_script_calling_main_leaves_the_collector_alone(tmp_path):
+    """``python -m proj`` (runpy, as python -m runs it) through ``trainkit.cli.main`` pauses the collector for its
+    start-up and resumes it (so its start-up's objects are frozen); a script, a notebook cell or a test calling
+    ``cli.main`` is not its command process and keeps its heap as it was. Mutation caught: the old test of the caller
+    (module-level code named ``__main__``, which a script and a notebook cell are too) froze the script's heap."""
+    folder = _project(tmp_path)
+    frozen, _, on = _report(folder, "sys.argv = ['proj', '--cfg', 'job']\n"
+                                    "runpy.run_module('proj', run_name='__main__', alter_sys=True)\n").split()[1:]
+    assert int(frozen) > 10_000 and on == "True"
+    assert _report(folder, "sys.argv = ['script.py', '--cfg', 'job']\n"
+                           "runpy.run_path('script.py', run_name='__main__')\n") == "FROZEN 0 ON True"

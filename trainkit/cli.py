@@ -33,7 +33,8 @@ def main(config_path: str = "conf", config_name: Optional[str] = None, argv: Opt
             runs it).
     """
     caller = sys._getframe(1).f_globals
-    command_process = caller.get("__name__") == "__main__" and sys._getframe(1).f_code.co_name == "<module>"
+    # A project's python -m (the module python -m runs has a __spec__), not a script, a notebook or a test
+    command_process = caller.get("__name__") == "__main__" and caller.get("__spec__") is not None
     base = Path(caller.get("__file__") or ".").resolve().parent
     folder = Path(config_path).expanduser()
     folder = (folder if folder.is_absolute() else base / folder).resolve()
@@ -53,7 +54,7 @@ def main(config_path: str = "conf", config_name: Optional[str] = None, argv: Opt
     from trainkit.rundir import command
 
     signals.start()  # before trainkit.__main__'s imports: a signal during them waits for their end
-    if command_process:  # a project's python -m, not a test or a notebook calling main()
+    if command_process:
         startup_gc.pause()  # as python -m trainkit: no full collection through the imports (trainkit/startup_gc.py)
     previous_argv = sys.argv
     command.set_entry_point(["python", "-m", program], [*flags, *overrides])

@@ -255,8 +255,8 @@ def test_a_full_disk_while_best_ckpt_is_written_is_one_error_and_leaves_the_prev
     assert best.update({"eval/accuracy": 0.5, "epoch": 1, "step": 4}, network)
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
 
-    def disk_full(network, name, **kwargs):  # MindSpore had written part of its temporary file
-        (tmp_path / "best.tmp.tmp").write_bytes(b"partial")
+    def disk_full(network, name, **kwargs):  # MindSpore had written part of its temporary file, best.tmp.tmp
+        Path(name).with_suffix(".tmp").write_bytes(b"partial")
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), name)
 
     monkeypatch.setattr(ms, "save_checkpoint", disk_full)
@@ -266,3 +266,7 @@ def test_a_full_disk_while_best_ckpt_is_written_is_one_error_and_leaves_the_prev
         best.update({"eval/accuracy": 0.9, "epoch": 2, "step": 8}, network)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
     assert best.best == 0.5
+    first = BestCheckpoint(FakeEvaluation(), tmp_path / "first", metric="eval/accuracy", mode="max")
+    with pytest.raises(TrainingError, match=r"nothing partial was left and no best\.ckpt was left: free some space"):
+        first.update({"eval/accuracy": 0.9, "epoch": 1, "step": 4}, network)  # a first best: nothing to keep
+    assert not list((tmp_path / "first").iterdir()) and first.best is None

@@ -128,7 +128,8 @@ class BestCheckpoint(Callback):
             return False
         self.directory.mkdir(parents=True, exist_ok=True)
         temporary = self.directory / self.temporary_name
-        with nothing_partial_left(temporary, f"{self.path.name} holds the previous best, intact", named=self.path):
+        intact = f"{self.path.name} holds the previous best, intact" if self.path.is_file() else "no best.ckpt was left"
+        with nothing_partial_left(temporary, intact, named=self.path):
             save_checksummed(network, temporary, {**self.metadata, "best_metric": self.metric, "best_value": value,
                                                   "best_step": int(result.get("step") or 0)})
         os.replace(temporary, self.path)
