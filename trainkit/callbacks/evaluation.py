@@ -10,7 +10,7 @@ import numpy as np
 from mindspore.train import Callback, Model
 
 from trainkit.callbacks.run_log import RunLog
-from trainkit.callbacks.train_metrics import GlobalStep
+from trainkit.callbacks.train_metrics import GlobalStep, last_epoch
 from trainkit.step.ema import ExponentialMovingAverage
 from trainkit.step.in_place import assign_in_place
 
@@ -105,8 +105,8 @@ class Evaluation(Callback):
     def on_train_epoch_begin(self, run_context) -> None:
         params = run_context.original_args()
         self._global_step(params)  # fixes the offset of a resumed run (initial_epoch) at its first epoch
-        if self._last_epoch is None:  # epochs run from initial_epoch + 1 to initial_epoch + epoch_num
-            self._last_epoch = int(params.cur_epoch_num) - 1 + int(params.epoch_num)
+        if self._last_epoch is None:
+            self._last_epoch = last_epoch(params)
 
     def on_train_epoch_end(self, run_context) -> None:
         if _stopped_mid_epoch(run_context):  # a signal stopped the run after a step: the epoch did not end

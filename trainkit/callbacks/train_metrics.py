@@ -82,6 +82,12 @@ def _set_zero(parameter: Parameter) -> None:
     assign_in_place(parameter, np.zeros(parameter.shape, numpy_dtype(parameter.dtype)))
 
 
+def last_epoch(params: Any) -> int:
+    """The last epoch of the ``Model.train`` call whose callback parameters are `params` (read at an epoch's begin):
+    its epochs run from ``initial_epoch + 1`` to ``initial_epoch + epoch_num``."""
+    return int(params.cur_epoch_num) - 1 + int(params.epoch_num)
+
+
 class GlobalStep:
     """The run's global step from Model's callback parameters, continuing across a resume.
 

@@ -10,6 +10,7 @@ from mindspore import nn
 from mindspore.train import Callback
 from omegaconf import DictConfig
 
+from trainkit.callbacks.train_metrics import last_epoch
 from trainkit.rundir.checkpoint import (
     Position,
     checkpoint_files,
@@ -85,8 +86,8 @@ class TrainingCheckpoint(Callback):
 
     def on_train_epoch_begin(self, run_context) -> None:
         params = run_context.original_args()
-        if self._last_epoch is None:  # epochs run from initial_epoch + 1 to initial_epoch + epoch_num
-            self._last_epoch = int(params.cur_epoch_num) - 1 + int(params.epoch_num)
+        if self._last_epoch is None:
+            self._last_epoch = last_epoch(params)
         self._epoch = int(params.cur_epoch_num)
 
     def on_train_step_begin(self, run_context) -> None:
