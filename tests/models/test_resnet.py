@@ -131,6 +131,44 @@ def test_initialisation_is_torchvisions():
     assert np.all(values["fc.bias"] == 0.0)
 
 
+@pytest.mark.parametrize("conv_impl", ["native", "unfold"])
+def test_a_seeds_weights_are_those_of_drawing_mindspores_default_init_and_replacing_it(monkeypatch, conv_impl):
+    """The convolutions skip drawing MindSpore's default init (init_like_torchvision replaces it) without moving
+    NumPy's global stream: built the way a ResNet was built before, with nn.Conv2d's HeUniform drawn, a seed gives
+    the same bits, and the stream stands at the same place afterwards."""
+    import math
+
+    from mindspore.common.initializer import HeUniform
+
+    import trainkit.models.resnet as resnet_module
+
+    def built(seed: int):
+        ms.set_seed(seed)
+        np.random.seed(seed)
+        network = resnet18(num_classes=10, conv_impl=conv_impl)
+        return parameters(network), np.random.randint(0, 2 ** 31)
+
+    skipped, after_skipped = built(7)
+    monkeypatch.setattr(resnet_module, "_DefaultInitsSeed", lambda: HeUniform(math.sqrt(5)))  # nn.Conv2d's default
+    drawn, after_drawn = built(7)
+    assert skipped.keys() == drawn.keys()
+    for name in drawn:
+        np.testing.assert_array_equal(skipped[name], drawn[name], err_msg=name)
+    assert after_skipped == after_drawn
+    assert not np.array_equal(built(8)[0]["conv1.weight"], drawn["conv1.weight"])  # the seed does matter
+
+
+def test_a_block_built_on_its_own_keeps_mindspores_default_init():
+    """Only a whole ResNet, which replaces every convolution's weight, skips the default: a block built alone has
+    nn.Conv2d's HeUniform (a = sqrt(5)): U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
+    block = Bottleneck(64, 16, conv_impl="native")
+    weight = block.conv2.weight.asnumpy()
+    bound = 1.0 / np.sqrt(16 * 3 * 3)
+    assert np.abs(weight).max() <= bound
+    assert np.abs(weight).max() > 0.95 * bound
+    assert weight.std() == pytest.approx(bound / np.sqrt(3), rel=0.1)
+
+
 @pytest.mark.parametrize("factory, last_bn", [(resnet18, "bn2"), (resnet50, "bn3")], ids=["basic", "bottleneck"])
 def test_zero_init_residual_zeroes_the_last_bn_gamma_of_every_block_and_nothing_else(factory, last_bn):
     values = parameters(factory(num_classes=10, zero_init_residual=True))

@@ -55,19 +55,20 @@ def resolve_conv_impl(conv_impl: str, device_target: str = None) -> str:
 
 
 def conv2d(in_channels: int, out_channels: int, kernel_size: int, stride: int = 1, padding: int = 0,
-           has_bias: bool = False, group: int = 1, conv_impl: str = "native") -> nn.Conv2d:
+           has_bias: bool = False, group: int = 1, conv_impl: str = "native", weight_init=None) -> nn.Conv2d:
     """A torch-style convolution (explicit symmetric `padding`, NCHW) built by the chosen implementation.
 
     Args:
-        in_channels, out_channels, kernel_size, stride, padding, has_bias, group: as `nn.Conv2d` with
-            `pad_mode="pad"`.
+        in_channels, out_channels, kernel_size, stride, padding, has_bias, group, weight_init: as `nn.Conv2d`
+            with `pad_mode="pad"` (`weight_init=None`: MindSpore's default, HeUniform).
         conv_impl: one of `CONV_IMPLS` (see `resolve_conv_impl`).
 
     Returns:
         An `nn.Conv2d` (or subclass): the same Parameters whichever implementation runs.
     """
     conv_impl = resolve_conv_impl(conv_impl)
-    arguments = dict(stride=stride, pad_mode="pad", padding=padding, has_bias=has_bias, group=group)
+    arguments = dict(stride=stride, pad_mode="pad", padding=padding, has_bias=has_bias, group=group,
+                     weight_init=weight_init)
     if conv_impl == "native":
         return nn.Conv2d(in_channels, out_channels, kernel_size, **arguments)
     return UnfoldConv2d(in_channels, out_channels, kernel_size, channel_major=conv_impl == "channel_major",
