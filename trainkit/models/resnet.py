@@ -36,7 +36,7 @@ class _DefaultInitsSeed(Initializer):
 
     MindSpore seeds each random initializer with one number from NumPy's global stream. A ResNet's convolutions
     are built with that default, then :func:`init_like_torchvision` replaces every one of their weights; drawing
-    the default was 0.18 s of ResNet-50's 0.9 s construction, all of it thrown away. This initializer takes the
+    the default was 0.1-0.2 s of ResNet-50's 0.8 s construction, all of it thrown away. This initializer takes the
     one number HeUniform would have taken and leaves zeros, so the draws after it -- and a seed's initial
     weights -- are bitwise those of drawing the default and replacing it.
     """
