@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -95,3 +97,32 @@ def test_a_projects_python_m_pauses_and_resumes_but_a_script_calling_main_leaves
     assert int(frozen) > 10_000 and on == "True"
     assert _report(folder, "sys.argv = ['script.py', '--cfg', 'job']\n"
                            "runpy.run_path('script.py', run_name='__main__')\n") == "FROZEN 0 ON True"
+
+
+
+TOOLS = ("predict", "evaluate", "export", "compare", "convert", "port")
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_a_tools_command_runs_no_full_collection_in_its_imports_and_collects_again(tool):
+    """``python -m trainkit.<tool> --help``, run as ``python -m`` runs it (runpy, the module named ``__main__``):
+    its imports (MindSpore's among them) ran 3 full collections before; now none, what they made is frozen and the
+    collector is on when the tool's work starts."""
+    printed = _python(
+        "import contextlib, gc, io, json, runpy, sys\n"
+        "full = []\n"
+        "gc.callbacks.append(lambda phase, info: full.append(1) if phase == 'stop' and info['generation'] == 2 "
+        "else None)\n"
+        f"sys.argv = ['trainkit.{tool}', '--help']\n"
+        "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    runpy.run_module('trainkit.{tool}', run_name='__main__', alter_sys=True)\n"
+        "print(json.dumps([len(full), gc.isenabled(), gc.get_freeze_count() > 10000]))\n")
+    assert json.loads(printed.splitlines()[-1]) == [0, True, True]
+
+
+def test_a_tools_module_imported_as_a_library_leaves_the_collector_alone():
+    printed = _python(
+        "import gc, json\n"
+        "import trainkit.export\n"  # trainkit.export.export_checkpoint is documented for library use
+        "print(json.dumps([gc.isenabled(), gc.get_freeze_count()]))\n")
+    assert json.loads(printed.splitlines()[-1]) == [True, 0]

@@ -1,7 +1,10 @@
 """``python -m trainkit.compare``: the entry point of :mod:`trainkit.bridge.compare`."""
 import sys
 
-from trainkit.bridge.compare import main
+from trainkit import startup_gc
+
+with startup_gc.paused_while_importing(__name__):  # python -m: no full collection in the imports
+    from trainkit.bridge.compare import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,7 +1,10 @@
 """``python -m trainkit.convert``: the entry point of :mod:`trainkit.bridge.convert`."""
 import sys
 
-from trainkit.bridge.convert import main
+from trainkit import startup_gc
+
+with startup_gc.paused_while_importing(__name__):  # python -m: no full collection in the imports
+    from trainkit.bridge.convert import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -5,12 +5,15 @@ output, of :mod:`trainkit.bridge.export_torch` (a PyTorch state dict under PyTor
 import sys
 from typing import Optional, Sequence
 
-from trainkit.bridge.export_torch import TORCH_SUFFIXES
-from trainkit.bridge.export_torch import main as torch_main
-from trainkit.tools.deploy import FORMATS
-from trainkit.tools.deploy import main as deploy_main
-from trainkit.tools.export import export_checkpoint  # noqa: F401 - trainkit.export.export_checkpoint, as documented
-from trainkit.tools.export import main as mindspore_main
+from trainkit import startup_gc
+
+with startup_gc.paused_while_importing(__name__):  # python -m: no full collection in the imports
+    from trainkit.bridge.export_torch import TORCH_SUFFIXES
+    from trainkit.bridge.export_torch import main as torch_main
+    from trainkit.tools.deploy import FORMATS
+    from trainkit.tools.deploy import main as deploy_main
+    from trainkit.tools.export import export_checkpoint  # noqa: F401 - trainkit.export.export_checkpoint, documented
+    from trainkit.tools.export import main as mindspore_main
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -8,11 +8,17 @@ collector before its imports, and :func:`resume`, just before training (``traink
 composed, the training code imported), freezes what exists -- frozen objects are never traversed again, not even by
 the collection MindSpore runs before every graph compile -- and turns the collector back on.
 
+The tools' commands (``python -m trainkit.predict``, ``.evaluate``, ``.export``, ``.compare``, ``.convert``,
+``.port``) pause it around their entry module's imports only (:func:`paused_while_importing`): the same
+three full collections, and their work then runs on a frozen start-up like the training command's.
+
 Only a command's own process is paused: importing ``trainkit`` as a library changes nothing.
 """
 from __future__ import annotations
 
+import contextlib
 import gc
+from typing import Iterator
 
 _paused = False
 
@@ -39,3 +45,17 @@ def resume() -> None:
 def paused() -> bool:
     """Whether :func:`pause` stopped the collector and it has not resumed."""
     return _paused
+
+
+@contextlib.contextmanager
+def paused_while_importing(module_name: str) -> Iterator[None]:
+    """Around a tool's entry-module imports: when the module runs as ``__main__`` (``python -m trainkit.predict``),
+    no automatic collection inside the block, then :func:`resume`; imported as a library, nothing."""
+    if module_name != "__main__":
+        yield
+        return
+    pause()
+    try:
+        yield
+    finally:
+        resume()
