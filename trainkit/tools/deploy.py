@@ -4,8 +4,8 @@ it is written as done.
 The network is built for inference (evaluation mode, the run's ``amp.level``, float32 outputs) with
 ``model.conv_impl=native`` where the model has the key: trainkit's own convolutions (``unfold``,
 ``channel_major``: custom kernels) compute the same numbers but do not export, MindSpore's ``nn.Conv2d`` does. The
-input shape is the data's: that of the first batch of its evaluation set. ``mindspore.export`` writes the file
-under a temporary name beside the output; then
+input shape is the data's: that of the first batch of its evaluation set. ``mindspore.export`` (MindIR) or
+``mindspore.onnx.export`` writes the file under a temporary name beside the output; then
 
 - a MindIR is loaded back with ``mindspore.load`` + ``nn.GraphCell``, an ONNX file run by onnxruntime, on the
   first :data:`CHECK_SAMPLES` inputs of the data's ``--split`` set;
@@ -122,12 +122,17 @@ def _export(network: InferenceCell, shape: tuple, dtype: np.dtype, path: Path, f
     example = (ms.Tensor(shape=list(shape), dtype=dtype_ms) if None in shape
                else ms.Tensor(np.zeros(shape, dtype)))
     try:
-        ms.export(network, example, file_name=str(path), file_format=file_format)
+        if file_format == "ONNX":  # mindspore.export's ONNX path is deprecated in 2.10 (and says so on every export)
+            from mindspore.onnx import export as export_onnx
+
+            export_onnx(network, example, file_name=str(path))
+        else:
+            ms.export(network, example, file_name=str(path), file_format=file_format)
     except (RuntimeError, ValueError, TypeError) as error:  # an operator the format has no counterpart for
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ConfigError(f"{path.name}: MindSpore cannot export this network as {file_format} ({reason})") from error
     if not path.is_file():
-        raise DataError(f"mindspore.export wrote no {path}")
+        raise DataError(f"MindSpore's export wrote no {path}")
 
 
 def _run_mindir(path: Path, batch: np.ndarray) -> np.ndarray:
