@@ -54,6 +54,25 @@ def test_onnx_is_written_by_mindspore_onnx_export_not_the_deprecated_path(digits
     assert {path.name for path in tmp_path.iterdir()} == {"model.onnx", "model.mindir"}
 
 
+def test_an_operator_the_format_lacks_is_one_line_naming_the_output(digits_run, tmp_path, capsys, monkeypatch):
+    """ResNet's padded max pooling has no ONNX counterpart in MindSpore 2.10 (MaxPool3DWithArgmax): the refusal names
+    the file asked for, not the temporary name it was being written under, and leaves nothing.
+
+    Mutation caught: the message naming the temporary file (``.model.<pid>.tmp.onnx``)."""
+    import mindspore.onnx
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("Can not find key MaxPool3DWithArgmax in convert map.\nmore lines")
+
+    monkeypatch.setattr(mindspore.onnx, "export", refuse)
+    output = tmp_path / "model.onnx"
+    assert main([str(digits_run), str(output)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"trainkit: error: {output}: MindSpore cannot export this network as ONNX (Can not find key "
+                   "MaxPool3DWithArgmax in convert map.); nothing was written\n"), err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_file_that_disagrees_is_not_left_behind(digits_run, tmp_path, capsys, monkeypatch):
     """Trainkit's own evaluation moved by 0.5: the check fails, one line says by how much, nothing is left.
 

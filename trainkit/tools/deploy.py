@@ -96,7 +96,7 @@ def export_model(target: Union[str, Path], output: Union[str, Path], overrides: 
     output.parent.mkdir(parents=True, exist_ok=True)
     temporary = output.with_name(f".{output.stem}.{os.getpid()}.tmp{output.suffix.lower()}")
     try:
-        _export(network, shape, batch.dtype, temporary, file_format)
+        _export(network, shape, batch.dtype, temporary, file_format, output)
         got = _run_mindir(temporary, batch) if file_format == "MINDIR" else _run_onnx(temporary, batch, batch_size)
         difference = float(np.max(np.abs(got.astype(np.float64) - reference))) if got.shape == reference.shape \
             else float("inf")
@@ -117,7 +117,9 @@ def _shapes(got: np.ndarray, reference: np.ndarray) -> str:
     return "" if got.shape == reference.shape else f" (shapes {got.shape} and {reference.shape})"
 
 
-def _export(network: InferenceCell, shape: tuple, dtype: np.dtype, path: Path, file_format: str) -> None:
+def _export(network: InferenceCell, shape: tuple, dtype: np.dtype, path: Path, file_format: str,
+            output: Path) -> None:
+    """Write `network` to `path` (a temporary name); errors name `output`, the file the user asked for."""
     dtype_ms = ms.Tensor(np.zeros((), dtype)).dtype
     example = (ms.Tensor(shape=list(shape), dtype=dtype_ms) if None in shape
                else ms.Tensor(np.zeros(shape, dtype)))
@@ -130,9 +132,10 @@ def _export(network: InferenceCell, shape: tuple, dtype: np.dtype, path: Path, f
             ms.export(network, example, file_name=str(path), file_format=file_format)
     except (RuntimeError, ValueError, TypeError) as error:  # an operator the format has no counterpart for
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ConfigError(f"{path.name}: MindSpore cannot export this network as {file_format} ({reason})") from error
+        raise ConfigError(f"{output}: MindSpore cannot export this network as {file_format} ({reason}); nothing "
+                          "was written") from error
     if not path.is_file():
-        raise DataError(f"MindSpore's export wrote no {path}")
+        raise DataError(f"{output}: MindSpore's export wrote no file ({path})")
 
 
 def _run_mindir(path: Path, batch: np.ndarray) -> np.ndarray:
