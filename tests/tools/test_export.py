@@ -109,6 +109,20 @@ def test_an_existing_output_is_kept_unless_forced(training_checkpoint, tmp_path,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.ckpt"]
 
 
+def test_an_output_whose_suffix_names_no_format_is_one_line_before_any_work(training_checkpoint, tmp_path, capsys):
+    """``model.onxx`` (a typo of .onnx) had written a checkpoint under that name, then crashed reading it back (a
+    traceback, exit status 1). Mutation caught: the suffix check left out."""
+    from trainkit.export import main as command
+
+    for name in ("model.onxx", "model", "model.ckpt.bak", "model.CKPT"):  # MindSpore reads back .ckpt alone
+        assert command([str(training_checkpoint), str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err
+        assert err == (f"trainkit: error: {tmp_path / name}: the output's suffix names no format trainkit writes: "
+                       ".ckpt (an inference checkpoint), .mindir or .onnx (a model for serving), .safetensors, .pth "
+                       "or .pt (PyTorch weights); nothing was written\n"), err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_bad_inputs_name_the_file(tmp_path, capsys):
     missing = tmp_path / "missing.ckpt"
     with pytest.raises(CheckpointError, match=f"checkpoint {missing} does not exist"):
