@@ -46,25 +46,24 @@ class _DefaultInitsSeed(Initializer):
         arr.fill(0)  # MindSpore hands an uninitialised array (its own Zero initializer draws no seed)
 
 
-#: The weight init the convolutions of a ResNet being built take: the default's seed only (ResNet.__init__
-#: replaces them all); None (MindSpore's default) for a block built on its own.
-_conv_weight_init: contextvars.ContextVar = contextvars.ContextVar("resnet_conv_weight_init", default=None)
+#: Whether this thread is inside a ResNet's __init__, which replaces every convolution's weight at its end.
+_inside_resnet_init: contextvars.ContextVar = contextvars.ContextVar("inside_resnet_init", default=False)
 
 
 @contextlib.contextmanager
 def _replaced_at_the_end() -> Iterator[None]:
     """Inside, the convolutions built take :class:`_DefaultInitsSeed`: for a network that ends its __init__ with
     :func:`init_like_torchvision`."""
-    token = _conv_weight_init.set(_DefaultInitsSeed)
+    token = _inside_resnet_init.set(True)
     try:
         yield
     finally:
-        _conv_weight_init.reset(token)
+        _inside_resnet_init.reset(token)
 
 
 def _weight_init():
-    made = _conv_weight_init.get()
-    return None if made is None else made()
+    """A convolution's `weight_init`: the default's seed only inside a ResNet's __init__, else MindSpore's (None)."""
+    return _DefaultInitsSeed() if _inside_resnet_init.get() else None
 
 
 def conv3x3(in_channels: int, out_channels: int, stride: int = 1, conv_impl: str = "native") -> nn.Conv2d:
