@@ -122,8 +122,9 @@ def run(argv: List[str]) -> Breakdown:
     start = process_start()
     os.environ.setdefault("GLOG_v", "3")  # noqa: SIM112 -- as the command sets it before importing MindSpore
     timers = Timers()
-    from trainkit import startup_gc
+    from trainkit import protobuf_backend, startup_gc
 
+    protobuf_backend.choose_upb()  # as python -m trainkit does before anything imports MindSpore
     startup_gc.pause()  # as python -m trainkit does before its imports; its _hydra_main resumes the collector
     with timers.phase("import: mindspore"):
         import mindspore  # noqa: F401

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from trainkit import signals, startup_gc
+from trainkit import protobuf_backend, signals, startup_gc
 
 _STOPPED = ("stopped by {} outside the training loop (while starting up or finishing), so no checkpoint was written "
             "for it: run the command again (with trainer.resume=auto to continue a run)")
@@ -78,6 +78,7 @@ def _mindspore_log_level(argv) -> str:
 
 
 os.environ["GLOG_v"] = _mindspore_log_level(sys.argv[1:])  # noqa: SIM112 -- before anything imports mindspore
+protobuf_backend.choose_upb()  # before MindSpore chooses protobuf's pure-Python backend (trainkit/protobuf_backend.py)
 
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
