@@ -104,6 +104,7 @@ def _hydra_main(cfg: DictConfig) -> float:
     from trainkit.app.sweep import objective, record_job
     from trainkit.distributed.launch import launch_workers, needs_launch, note_worker_pid
     from trainkit.distributed.parallel import close_log_files
+    from trainkit.errors import disk_full
     from trainkit.rundir import held_log
 
     note_worker_pid()  # under a trainkit launcher: so a failure at once still names its rank
@@ -150,6 +151,10 @@ def _hydra_main(cfg: DictConfig) -> float:
         sys.exit(stop.status)
     except Exception as error:  # a crash: the traceback goes to train.log as well as the console
         held_log.release()
+        if disk_full(error):  # not a crash of trainkit's: one line (train.log may be on that disk too)
+            message = _disk_full_message(error)
+            log.error("%s", message)
+            return _failed(1, message, start)
         log.exception("the run crashed: %s: %s", type(error).__name__, error)
         return _failed(1, f"the run crashed ({type(error).__name__}); the full traceback is in {_log_file()}", start)
     record_job("completed", time.perf_counter() - start, metrics=result.metrics)
@@ -171,6 +176,14 @@ def _failed(status: int, message: str, start: float, printed: bool = False) -> f
 
         write_summary(Path(HydraConfig.get().sweep.dir))  # the jobs so far, this one a failed row
     sys.exit(status)
+
+
+def _disk_full_message(error: OSError) -> str:
+    """A full disk's one line: the file the write was for, and what is still whole (a checkpoint's own save says
+    it itself: trainkit.rundir.checkpoint.nothing_partial_left)."""
+    written = f"{error.filename} could not be written" if error.filename else "a file of the run could not be written"
+    return (f"the disk is full ({error.strerror}): {written}; the checkpoints saved before are whole: free some "
+            "space, then run the command again (with trainer.resume=auto to continue from the newest checkpoint)")
 
 
 def _output_dir() -> Path:

@@ -26,7 +26,7 @@ from trainkit.callbacks.early_stopping import MARKER as EARLY_STOP_MARKER
 from trainkit.callbacks.evaluation import metric_name
 from trainkit.checks import choice
 from trainkit.data.array_batches import SAMPLER_ORDER, SHUFFLED_ORDER
-from trainkit.errors import ConfigError, RunDirectoryInUse
+from trainkit.errors import ConfigError, RunDirectoryInUse, naming_the_file
 from trainkit.rundir.checkpoint import TrainingCheckpoint as SavedCheckpoint
 from trainkit.rundir.checkpoint import check_resumable, checkpoint_files, config_text, find_resume_checkpoint, restore
 from trainkit.rundir.command import hydra_config_of
@@ -94,11 +94,14 @@ def save_config(cfg: DictConfig, run_dir: Path) -> str:
         folder = folder / f"resume-{number}"
     folder.mkdir(parents=True, exist_ok=True)
     text = config_text(cfg)  # what OmegaConf.save(cfg, ..., resolve=True) writes
-    (folder / "config.yaml").write_text(text, encoding="utf-8")
+    with naming_the_file(folder / "config.yaml"):
+        (folder / "config.yaml").write_text(text, encoding="utf-8")
     hydra_cfg = hydra_config_of(run_dir)
     if hydra_cfg is not None:
-        OmegaConf.save(OmegaConf.create({"hydra": hydra_cfg}), folder / "hydra.yaml")
-        OmegaConf.save(hydra_cfg.overrides.task, folder / "overrides.yaml")
+        with naming_the_file(folder / "hydra.yaml"):
+            OmegaConf.save(OmegaConf.create({"hydra": hydra_cfg}), folder / "hydra.yaml")
+        with naming_the_file(folder / "overrides.yaml"):
+            OmegaConf.save(hydra_cfg.overrides.task, folder / "overrides.yaml")
     return text
 
 

@@ -13,6 +13,8 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
+from trainkit.errors import naming_the_file
+
 
 def _import_tensorboardx_without_torch() -> None:
     """Import tensorboardX without PyTorch unless the process has imported PyTorch already.
@@ -114,8 +116,9 @@ class RunLog:
             # merged after: 55 us a value inside a training loop.
             self._writer.write([scalars_summary({tag: record[tag] for tag in tags})], int(step), record["time"])
         if self._metrics is not None:
-            self._metrics.write(json.dumps(record) + "\n")
-            self._metrics.flush()
+            with naming_the_file(self.metrics_path):
+                self._metrics.write(json.dumps(record) + "\n")
+                self._metrics.flush()
         return record
 
     def hparams(self, hparams: Mapping[str, Any], metrics: Mapping[str, float], name: str = "hparams") -> None:
@@ -152,10 +155,13 @@ class RunLog:
         if self.closed:
             return
         self.closed = True
-        if self._writer is not None:
-            self._writer.close()
-        if self._metrics is not None:
-            self._metrics.close()
+        try:
+            if self._writer is not None:
+                self._writer.close()
+        finally:  # the metrics file is closed even when the event file's last flush fails
+            if self._metrics is not None:
+                with naming_the_file(self.metrics_path):
+                    self._metrics.close()
 
     def __enter__(self) -> RunLog:
         return self
@@ -184,13 +190,15 @@ class EventFile:
         directory.mkdir(parents=True, exist_ok=True)
         self._writer = EventsWriter(str(directory / "events"), filename_suffix=f".{os.getpid()}.{next(self._count)}")
         self.path = Path(self._writer._file_name)
-        self._writer.flush()
         self._closed = False
+        with naming_the_file(self.path):
+            self._writer.flush()
 
     def write(self, summaries, step: int, wall_time: float) -> None:
         """One Event per Summary proto, at `step`; then flush."""
-        for summary in summaries:
-            self._writer.write_event(Event(wall_time=wall_time, step=int(step), summary=summary))
+        with naming_the_file(self.path):
+            for summary in summaries:
+                self._writer.write_event(Event(wall_time=wall_time, step=int(step), summary=summary))
         self._flush()
 
     def purge_after(self, step: int) -> None:
@@ -200,22 +208,25 @@ class EventFile:
         ``step + 1``. TensorBoard, reading the folder's files in order, drops the events it has read so far at
         steps >= that one (the records up to `step` stay, as in ``metrics.jsonl``).
         """
-        self._writer.write_event(Event(step=int(step) + 1, wall_time=time.time(),
-                                       session_log=SessionLog(status=SessionLog.START)))
+        with naming_the_file(self.path):
+            self._writer.write_event(Event(step=int(step) + 1, wall_time=time.time(),
+                                           session_log=SessionLog(status=SessionLog.START)))
         self._flush()
 
     def _flush(self) -> None:
         """Flush the file to the OS without fsync (tensorboardX's ``RecordWriter`` holds the open file)."""
         stream = getattr(getattr(self._writer, "_py_recordio_writer", None), "_writer", None)
-        if stream is None or not hasattr(stream, "flush"):  # another tensorboardX layout: its own flush
-            self._writer.flush()
-            return
-        stream.flush()
+        with naming_the_file(self.path):
+            if stream is None or not hasattr(stream, "flush"):  # another tensorboardX layout: its own flush
+                self._writer.flush()
+                return
+            stream.flush()
 
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._writer.close()
+            with naming_the_file(self.path):
+                self._writer.close()
 
 
 def scalars_summary(values: Mapping[str, float]) -> Summary:

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from typing import List
+
+from trainkit.errors import disk_full
 
 
 class _Holding(logging.Handler):
@@ -42,11 +45,30 @@ def hold() -> None:
             root.addHandler(_Holding(handler))
 
 
+def _said_once_when_full(handler: logging.FileHandler) -> None:
+    """`handler`'s write errors on a full disk: one line on stderr the first time, not logging's traceback for
+    every line (the write that fails next, a record's or a checkpoint's, ends the run with its own line)."""
+    original = handler.handleError
+    said: List[bool] = []
+
+    def handle_error(record: logging.LogRecord) -> None:
+        error = sys.exc_info()[1]
+        if error is None or not disk_full(error):
+            original(record)
+        elif not said:
+            said.append(True)
+            print(f"trainkit: warning: {handler.baseFilename} could not be written: the disk is full "
+                  f"({error.strerror}); its lines are lost from here", file=sys.stderr, flush=True)
+
+    handler.handleError = handle_error  # type: ignore[method-assign]
+
+
 def release() -> None:
     """The input is accepted: write the held records and log into the files directly again (no-op unless held)."""
     root = logging.getLogger()
     for holding in _holding():
         root.removeHandler(holding)
+        _said_once_when_full(holding.target)
         root.addHandler(holding.target)
         for record in holding.records:
             holding.target.handle(record)
