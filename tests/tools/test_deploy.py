@@ -146,3 +146,25 @@ def test_a_network_whose_config_has_no_conv_impl_exports_with_mindspores_convolu
     (feed,) = session.get_inputs()
     got = np.concatenate([session.run(None, {feed.name: images[i:i + 4]})[0] for i in range(0, 8, 4)])
     np.testing.assert_allclose(got, live, atol=1e-4 * max(1.0, np.abs(live).max()), rtol=0)
+
+
+def test_a_full_disk_is_one_line_naming_the_output_and_leaves_nothing(digits_run, tmp_path, capsys, monkeypatch):
+    """MindSpore's MindIR writer on a full disk: part of the file written, then ENOSPC from a write that names no
+    file. As the command runs main (``tool_status``): one line naming model.mindir, status 1, nothing left.
+    Mutation caught: the export without ``written_whole`` (a traceback naming no file, the temporary file left)."""
+    import errno
+    import os
+
+    from trainkit.errors import tool_status
+
+    def full_disk(network, example, file_name, file_format):
+        with open(file_name, "wb") as stream:
+            stream.write(b"partial")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(ms, "export", full_disk)
+    output = tmp_path / "model.mindir"
+    assert tool_status(lambda: main([str(digits_run), str(output)])) == 1
+    assert capsys.readouterr().err == (f"trainkit: error: {output} could not be written: the disk is full (No space "
+                                       "left on device); nothing partial was left\n")
+    assert list(tmp_path.iterdir()) == []

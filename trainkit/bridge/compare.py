@@ -37,6 +37,7 @@ from trainkit.bridge.convert import build_prepared, convert_state_dict
 from trainkit.bridge.name_mapping import Rule, load_rules, map_names, module_name
 from trainkit.bridge.state_dict import read_state_dict
 from trainkit.errors import CheckpointError, ConfigError, DataError
+from trainkit.rundir.output_file import write_text_whole, written_whole
 from trainkit.rundir.parameter_fit import listing
 from trainkit.rundir.trust import add_trust_argument
 from trainkit.rundir.weights import load_weights, network_weights
@@ -263,14 +264,12 @@ def write_table(rows: Sequence[LayerRow], csv_path: Optional[Path], json_path: O
                 summary: Dict[str, Any]) -> None:
     records = [asdict(row) for row in rows]
     if csv_path:
-        csv_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(csv_path, "w", newline="", encoding="utf-8") as stream:
+        with written_whole(csv_path) as temporary, open(temporary, "w", newline="", encoding="utf-8") as stream:
             writer = csv.DictWriter(stream, fieldnames=list(records[0]) if records else ["name"])
             writer.writeheader()
             writer.writerows(records)
     if json_path:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps({**summary, "layers": records}, indent=1, allow_nan=True), encoding="utf-8")
+        write_text_whole(json_path, json.dumps({**summary, "layers": records}, indent=1, allow_nan=True))
 
 
 def fixed_batch(shape: Sequence[int], seed: int) -> np.ndarray:

@@ -22,6 +22,7 @@ import numpy as np
 
 from trainkit.bridge.name_mapping import BATCH_NORM_COUNTER, BATCH_NORM_NAMES, Rule, apply_rules, load_rules
 from trainkit.errors import CheckpointError, ConfigError, DataError
+from trainkit.rundir.output_file import written_whole
 from trainkit.rundir.weights import WEIGHTS, network_weights, refuse_existing
 
 TORCH_SUFFIXES = (".safetensors", ".pth", ".pt")
@@ -106,15 +107,25 @@ def torch_state(values: Dict[str, np.ndarray], rules: Sequence[Rule] = ()) -> Di
     return state
 
 
+def os_error_of(error: BaseException) -> Optional[OSError]:
+    """The OSError inside a Rust library's error message (``... (os error 28)``), or None."""
+    found = re.search(r"\(os error (\d+)\)", str(error))
+    return OSError(int(found.group(1)), os.strerror(int(found.group(1)))) if found else None
+
+
 def write_torch(state: Dict[str, np.ndarray], output: Path) -> Path:
     """`state` as ``.safetensors`` or a ``torch.save`` state dict, through a temporary file renamed into place."""
-    temporary = output.with_name(f".{output.name}.{os.getpid()}.tmp{output.suffix}")
-    output.parent.mkdir(parents=True, exist_ok=True)
-    try:
+    with written_whole(output, output.suffix) as temporary:
         if output.suffix == ".safetensors":
             from safetensors.numpy import save_file
 
-            save_file({name: np.array(value, order="C") for name, value in state.items()}, str(temporary))
+            try:
+                save_file({name: np.array(value, order="C") for name, value in state.items()}, str(temporary))
+            except Exception as error:  # safetensors' own error class, for an I/O error too: said as the OSError
+                underlying = os_error_of(error)
+                if underlying is None:
+                    raise
+                raise underlying from error
         else:
             try:
                 import torch
@@ -122,10 +133,6 @@ def write_torch(state: Dict[str, np.ndarray], output: Path) -> Path:
                 raise ConfigError(f"{output}: writing a .pth needs PyTorch: pip install 'trainkit[torch]', or write "
                                   ".safetensors, which needs none") from error
             torch.save({name: torch.from_numpy(np.array(value)) for name, value in state.items()}, str(temporary))
-        os.replace(temporary, output)
-    finally:
-        if temporary.exists():
-            temporary.unlink()
     return output
 
 

@@ -9,12 +9,12 @@ None or absent: the classes have no names, or the task is a regression). The app
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from trainkit.errors import CheckpointError, DataError
 from trainkit.rundir.checkpoint import load_checkpoint_file
+from trainkit.rundir.output_file import write_text_whole
 
 FILE_NAME = "class_names.json"
 CHECKPOINT_KEY = "trainkit_class_names"  # a checkpoint's append_dict entry: the names as a JSON list
@@ -38,11 +38,7 @@ def checkpoint_entries(names: Optional[Sequence[str]]) -> Dict[str, str]:
 
 def save_class_names(run_dir: Union[str, Path], names: Sequence[str]) -> Path:
     """Write `names` to ``<run_dir>/class_names.json`` atomically (a temporary file renamed into place)."""
-    path = Path(run_dir) / FILE_NAME
-    temporary = path.with_name(FILE_NAME + ".tmp")
-    temporary.write_text(json.dumps(list(names), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(temporary, path)
-    return path
+    return write_text_whole(Path(run_dir) / FILE_NAME, json.dumps(list(names), indent=1, ensure_ascii=False) + "\n")
 
 
 def load_class_names(run_dir_or_checkpoint: Union[str, Path]) -> Optional[List[str]]:

@@ -11,10 +11,10 @@ one of three kinds of MindSpore checkpoint, told apart by their entries:
 """
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import functools
 import logging
-import os
 from pathlib import Path
 from typing import Dict, Iterable, List, Sequence, Union
 
@@ -24,6 +24,7 @@ from mindspore import nn
 
 from trainkit.errors import CheckpointError
 from trainkit.rundir.checkpoint import APPENDED, load_checkpoint_file
+from trainkit.rundir.output_file import written_whole
 from trainkit.rundir.parameter_fit import fit_problems
 
 log = logging.getLogger("trainkit")
@@ -92,14 +93,12 @@ def write_checkpoint(entries: Sequence[Dict], output: Union[str, Path]) -> Path:
     The output is never left half-written: a crash or an error leaves the previous file (or none).
     """
     target = Path(output)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp.ckpt")  # save_checkpoint insists on .ckpt
-    try:
-        ms.save_checkpoint(list(entries), str(temporary), crc_check=True)
-        os.replace(temporary, target)
-    finally:
-        if temporary.exists():
-            temporary.unlink()
+    with written_whole(target, ".ckpt") as temporary:  # save_checkpoint insists on .ckpt
+        try:
+            ms.save_checkpoint(list(entries), str(temporary), crc_check=True)
+        finally:  # MindSpore's own temporary file, left where its save failed
+            with contextlib.suppress(OSError):
+                temporary.with_suffix(".tmp").unlink(missing_ok=True)
     return target
 
 

@@ -20,7 +20,6 @@ so an ONNX file takes batches of ``--batch-size`` (default 1).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ from mindspore import nn
 
 from trainkit.app.build import DEFAULT_CONV_IMPL
 from trainkit.errors import ConfigError, DataError
+from trainkit.rundir.output_file import written_whole
 from trainkit.rundir.trust import add_trust_argument
 from trainkit.rundir.weights import WEIGHTS, refuse_existing
 from trainkit.tools.inference import InferenceCell, data_batch, load_trained, outputs
@@ -93,9 +93,7 @@ def export_model(target: Union[str, Path], output: Union[str, Path], overrides: 
     batch = data_batch(trained.data, split, CHECK_SAMPLES)
     reference = outputs(trained.network, batch)
     shape = ((None,) if file_format == "MINDIR" else (batch_size,)) + tuple(batch.shape[1:])
-    output.parent.mkdir(parents=True, exist_ok=True)
-    temporary = output.with_name(f".{output.stem}.{os.getpid()}.tmp{output.suffix.lower()}")
-    try:
+    with written_whole(output, output.suffix.lower()) as temporary:  # MindSpore's export adds a missing suffix
         _export(network, shape, batch.dtype, temporary, file_format, output)
         got = _run_mindir(temporary, batch) if file_format == "MINDIR" else _run_onnx(temporary, batch, batch_size)
         difference = float(np.max(np.abs(got.astype(np.float64) - reference))) if got.shape == reference.shape \
@@ -106,10 +104,6 @@ def export_model(target: Union[str, Path], output: Union[str, Path], overrides: 
                 f"{output}: the exported model's outputs differ from trainkit's evaluation by {difference:.3g} "
                 f"(allowed: {allowed:.3g} = {tolerance:g} x max(1, largest |output|)) on {len(batch)} inputs of the "
                 f"{split} set{_shapes(got, reference)}: nothing was written")
-        os.replace(temporary, output)
-    finally:
-        if temporary.exists():
-            temporary.unlink()
     return Exported(output, file_format, shape, len(batch), difference, allowed, conv_impl)
 
 
@@ -134,8 +128,9 @@ def _export(network: InferenceCell, shape: tuple, dtype: np.dtype, path: Path, f
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ConfigError(f"{output}: MindSpore cannot export this network as {file_format} ({reason}); nothing "
                           "was written") from error
-    if not path.is_file():
-        raise DataError(f"{output}: MindSpore's export wrote no file ({path})")
+    if not path.is_file():  # mindspore.onnx.export logs a failed write (a full disk) and returns
+        raise DataError(f"{output}: MindSpore's export wrote no file (its reason is in its log line above); "
+                        "nothing was written")
 
 
 def _run_mindir(path: Path, batch: np.ndarray) -> np.ndarray:

@@ -36,6 +36,7 @@ from trainkit.app.tool_config import build_network, saved_config, tool_config
 from trainkit.distributed.parallel import ParallelSetup, launched_by_msrun, setup_parallel
 from trainkit.errors import CheckpointError, ConfigError, DataError
 from trainkit.rundir.checkpoint import checkpoint_files, read_training_checkpoint
+from trainkit.rundir.output_file import write_text_whole
 from trainkit.rundir.trust import add_trust_argument
 from trainkit.rundir.weights import WEIGHTS, load_weights, network_weights, refuse_existing
 from trainkit.step.mixed_precision import Float32EvalCell
@@ -213,8 +214,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     if parallel.writer:
         print("\n".join(format_result(result)))
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(json.dumps(result, indent=1), encoding="utf-8")
+        write_text_whole(output, json.dumps(result, indent=1))
         print(f"wrote {output}")
     return 0
 

@@ -18,7 +18,6 @@ import argparse
 import csv
 import inspect
 import logging
-import os
 import sys
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ from trainkit.callbacks.progress import format_duration
 from trainkit.data.predict_inputs import Sample, table_samples
 from trainkit.errors import ConfigError, DataError
 from trainkit.rundir.class_names import load_class_names  # the names a run stores (image folders, tables)
+from trainkit.rundir.output_file import written_whole
 from trainkit.rundir.trust import add_trust_argument
 from trainkit.rundir.weights import WEIGHTS, refuse_existing
 from trainkit.tools.inference import Trained, data_batch, load_trained, outputs, split_arguments
@@ -201,17 +201,12 @@ def prediction_rows(values: np.ndarray, names: Optional[List[str]], top_k: int,
 def write_csv(output: Path, rows: Callable[[Callable[[List[Any]], None]], Tuple[int, int]]) -> Tuple[int, int]:
     """`rows(write_row)` written to a temporary file beside `output`, renamed into place when it returns having
     written a row (its first result is not 0); else nothing is left."""
-    output.parent.mkdir(parents=True, exist_ok=True)
-    temporary = output.with_name(f".{output.name}.{os.getpid()}.tmp")
-    try:
+    with written_whole(output) as temporary:
         with temporary.open("w", newline="", encoding="utf-8") as handle:
             result = rows(csv.writer(handle).writerow)
-        if result[0]:
-            os.replace(temporary, output)
-        return result
-    finally:
-        if temporary.exists():
-            temporary.unlink()
+        if not result[0]:
+            temporary.unlink()  # no row: nothing replaces the output
+    return result
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

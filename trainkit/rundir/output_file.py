@@ -1,0 +1,44 @@
+"""Outputs written whole or not at all: under a temporary name beside the output, then renamed into place.
+
+A write that fails -- a full disk, an error of the code that makes the content, a check that refuses it -- removes
+the temporary file, so neither a partial output nor a stray file is left, and a full disk's error names the output
+asked for, not the temporary name (the command's one line says which file).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Iterator, Union
+
+from trainkit.errors import disk_full
+
+
+@contextlib.contextmanager
+def written_whole(output: Union[str, Path], suffix: str = "") -> Iterator[Path]:
+    """Yields the temporary path to write (``.<name>.<pid>.tmp<suffix>`` beside `output`); when the block ends
+    without an error, what it wrote there replaces `output` -- nothing, if the block removed or never made the file.
+
+    `suffix`: for writers that insist on one (MindSpore's checkpoint and export add theirs to a name without it).
+    """
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    temporary = output.with_name(f".{output.name}.{os.getpid()}.tmp{suffix}")
+    try:
+        yield temporary
+        if temporary.exists():
+            os.replace(temporary, output)
+    except OSError as error:
+        if disk_full(error):
+            raise OSError(error.errno, error.strerror, str(output)) from error
+        raise
+    finally:
+        with contextlib.suppress(OSError):  # a folder gone read-only: the write's own error is the one to report
+            temporary.unlink(missing_ok=True)
+
+
+def write_text_whole(output: Union[str, Path], text: str) -> Path:
+    """`text` (UTF-8) to `output`, whole or not at all."""
+    with written_whole(output) as temporary:
+        temporary.write_text(text, encoding="utf-8")
+    return Path(output)
