@@ -141,3 +141,26 @@ def test_bad_inputs_name_the_file(tmp_path, capsys):
     assert not (tmp_path / "out.ckpt").exists()
     with pytest.raises(ValueError, match="weights must be one of live, ema"):
         export_checkpoint(no_ema, tmp_path / "out.ckpt", weights="shadow")
+
+
+def test_a_run_directory_exports_its_best_checkpoint_as_the_serving_formats_do(digits_run, tmp_path, capsys):
+    """``python -m trainkit.export RUN model.ckpt`` (and ``model.safetensors``) read the run's best.ckpt, as
+    ``RUN model.onnx`` does; it was refused (``checkpoint RUN is not a file``). The written weights are best.ckpt's
+    network parameters, read here by MindSpore's own loader."""
+    from trainkit.export import main as command
+
+    best = ms.load_checkpoint(str(digits_run / "checkpoints" / "best.ckpt"))
+    output = tmp_path / "model.ckpt"
+    assert command([str(digits_run), str(output)]) == 0
+    assert f"from {digits_run / 'checkpoints' / 'best.ckpt'}" in capsys.readouterr().out
+    written = ms.load_checkpoint(str(output))
+    assert written and all(np.array_equal(value.asnumpy(), best[name].asnumpy()) for name, value in written.items())
+    pytest.importorskip("safetensors")
+    from safetensors.numpy import load_file
+
+    assert command([str(digits_run), str(tmp_path / "model.safetensors")]) == 0
+    assert f"from {digits_run / 'checkpoints' / 'best.ckpt'}" in capsys.readouterr().out
+    tensors = {name: value for name, value in load_file(str(tmp_path / "model.safetensors")).items()
+               if not name.endswith("num_batches_tracked")}  # PyTorch's batch-norm counters, added as 0
+    assert sorted(float(value.astype(np.float64).sum()) for value in tensors.values()) == pytest.approx(
+        sorted(float(best[name].asnumpy().astype(np.float64).sum()) for name in written))

@@ -22,6 +22,7 @@ import numpy as np
 
 from trainkit.bridge.name_mapping import BATCH_NORM_COUNTER, BATCH_NORM_NAMES, Rule, apply_rules, load_rules
 from trainkit.errors import CheckpointError, ConfigError, DataError
+from trainkit.rundir.checkpoint import find_checkpoint
 from trainkit.rundir.output_file import written_whole
 from trainkit.rundir.weights import WEIGHTS, network_weights, refuse_existing
 
@@ -155,7 +156,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         prog="python -m trainkit.export",
         description="Write a network's weights (from a training, exported or converted checkpoint) as a PyTorch "
                     "state dict under PyTorch's names: .safetensors, or .pth/.pt for torch.load(weights_only=True).")
-    parser.add_argument("checkpoint", help="a trainkit checkpoint, e.g. outputs/<recipe>/<run>/checkpoints/best.ckpt")
+    parser.add_argument("checkpoint", help="a trainkit checkpoint, e.g. outputs/<recipe>/<run>/checkpoints/best.ckpt, "
+                                           "or a run directory (its best.ckpt, else its newest checkpoint)")
     parser.add_argument("output", help="the PyTorch file to write: .safetensors, .pth or .pt")
     parser.add_argument("--to", choices=("torch",), default="torch", help="torch (implied by the output's suffix)")
     parser.add_argument("--mapping", type=Path, help="the mapping file convert used: its rules are applied in "
@@ -165,13 +167,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--force", action="store_true", help="replace OUTPUT if it exists")
     args = parser.parse_args(argv)
     try:
-        state = export_torch(Path(args.checkpoint), Path(args.output), args.mapping, args.weights, args.force)
+        source = find_checkpoint(Path(args.checkpoint))  # a run directory: its best.ckpt (or its newest)
+        state = export_torch(source, Path(args.output), args.mapping, args.weights, args.force)
     except (ConfigError, DataError, CheckpointError) as error:
         print(f"trainkit: error: {error}", file=sys.stderr)
         return 2
     counters = sum(name.endswith(BATCH_NORM_COUNTER) for name in state)
     print(f"wrote {args.output}: {len(state) - counters} tensors of the network under PyTorch's names ({args.weights} "
-          f"weights, from {args.checkpoint})" + (f", and {counters} batch-norm num_batches_tracked counters (0)"
+          f"weights, from {source})" + (f", and {counters} batch-norm num_batches_tracked counters (0)"
                                                    if counters else ""))
     return 0
 

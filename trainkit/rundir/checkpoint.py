@@ -41,6 +41,7 @@ from trainkit.rundir.trust import check_data_only, check_trusted, targets
 from trainkit.step.running_totals import RUNNING_TOTALS
 
 log = logging.getLogger("trainkit")
+BEST = "best.ckpt"  # a run's best checkpoint, in its checkpoints/ folder
 
 PREFIX = "trainkit"
 _NAME = re.compile(rf"^{PREFIX}-(\d+)_(\d+)\.ckpt$")
@@ -200,6 +201,24 @@ def checkpoint_files(directory: Path) -> List[Path]:
         if match and path.is_file():
             found.append(((int(match.group(1)), int(match.group(2))), path))
     return [path for _, path in sorted(found)]
+
+
+def find_checkpoint(path: Path, which: str = "best") -> Path:
+    """The checkpoint `path` names: the file itself, or a run directory's best (or newest) checkpoint."""
+    if path.is_file():
+        return path
+    if not path.exists():
+        raise CheckpointError(f"{path} does not exist")
+    folder = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+    if which == "best" and (folder / BEST).is_file():
+        return folder / BEST
+    files = checkpoint_files(folder)
+    if not files:
+        raise CheckpointError(f"{path} holds no checkpoint ({BEST} or trainkit-<epoch>_<step>.ckpt in "
+                              f"{folder}): pass a run directory or a checkpoint file")
+    if which == "best":
+        log.info("%s has no %s: using the newest checkpoint, %s", folder, BEST, files[-1].name)
+    return files[-1]
 
 
 def load_checkpoint_file(path: Path) -> Dict[str, ms.Parameter]:

@@ -35,32 +35,13 @@ from trainkit.app import build, run
 from trainkit.app.tool_config import build_network, saved_config, tool_config
 from trainkit.distributed.parallel import ParallelSetup, launched_by_msrun, setup_parallel
 from trainkit.errors import CheckpointError, ConfigError, DataError
-from trainkit.rundir.checkpoint import checkpoint_files, read_training_checkpoint
+from trainkit.rundir.checkpoint import BEST, find_checkpoint, read_training_checkpoint  # noqa: F401 (names kept)
 from trainkit.rundir.output_file import write_text_whole
 from trainkit.rundir.trust import add_trust_argument
 from trainkit.rundir.weights import WEIGHTS, load_weights, network_weights, refuse_existing
 from trainkit.step.mixed_precision import Float32EvalCell
 
 log = logging.getLogger("trainkit")
-BEST = "best.ckpt"
-
-
-def find_checkpoint(path: Path, which: str = "best") -> Path:
-    """The checkpoint `path` names: the file itself, or a run directory's best (or newest) checkpoint."""
-    if path.is_file():
-        return path
-    if not path.exists():
-        raise CheckpointError(f"{path} does not exist")
-    folder = path / "checkpoints" if (path / "checkpoints").is_dir() else path
-    if which == "best" and (folder / BEST).is_file():
-        return folder / BEST
-    files = checkpoint_files(folder)
-    if not files:
-        raise CheckpointError(f"{path} holds no checkpoint ({BEST} or trainkit-<epoch>_<step>.ckpt in "
-                              f"{folder}): pass a run directory or a checkpoint file")
-    if which == "best":
-        log.info("%s has no %s: evaluating the newest checkpoint, %s", folder, BEST, files[-1].name)
-    return files[-1]
 
 
 def evaluation_config(target: Path, checkpoint: Path, overrides: Sequence[str],

@@ -20,6 +20,7 @@ from typing import Optional, Sequence, Union
 import mindspore as ms
 
 from trainkit.errors import CheckpointError
+from trainkit.rundir.checkpoint import find_checkpoint
 from trainkit.rundir.weights import WEIGHTS, network_weights, refuse_existing, write_checkpoint
 
 
@@ -54,7 +55,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         prog="python -m trainkit.export",
         description="Write an inference checkpoint of the network alone (no optimizer, EMA or wrapper state) "
                     "from a trainkit training checkpoint.")
-    parser.add_argument("checkpoint", help="a training checkpoint, e.g. outputs/<recipe>/<run>/checkpoints/best.ckpt")
+    parser.add_argument("checkpoint", help="a training checkpoint, e.g. outputs/<recipe>/<run>/checkpoints/best.ckpt, "
+                                           "or a run directory (its best.ckpt, else its newest checkpoint)")
     parser.add_argument("output", help="the inference checkpoint to write (.ckpt); an OUT.mindir or OUT.onnx output "
                                        "writes a model for serving instead (python -m trainkit.export CKPT "
                                        "model.onnx --help lists its options)")
@@ -75,12 +77,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               "weights); nothing was written", file=sys.stderr)
         return 2
     try:
-        path = export_checkpoint(args.checkpoint, args.output, weights=args.weights, force=args.force)
+        source = find_checkpoint(Path(args.checkpoint))  # a run directory: its best.ckpt (or its newest)
+        path = export_checkpoint(source, args.output, weights=args.weights, force=args.force)
     except CheckpointError as error:
         print(f"trainkit: error: {error}", file=sys.stderr)
         return 2
     count = len(ms.load_checkpoint(str(path)))
-    print(f"wrote {path}: {count} parameters of the network, {args.weights} weights, from {args.checkpoint}")
+    print(f"wrote {path}: {count} parameters of the network, {args.weights} weights, from {source}")
     return 0
 
 
