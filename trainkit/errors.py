@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import sys
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Union
+from typing import Iterator, Optional, Union
 
 
 class ConfigError(ValueError):
@@ -59,17 +58,3 @@ def naming_the_file(path: Optional[Union[str, Path]]) -> Iterator[None]:
         if error.filename is None and path is not None:
             raise OSError(error.errno, error.strerror, str(path)) from error
         raise
-
-
-def tool_status(main: Callable[[], int]) -> int:
-    """A tool's ``main()`` as its command runs it (``python -m trainkit.<tool>``): its exit status, and a full disk
-    as one line and status 1 instead of a traceback. The tools write each output under a temporary name renamed
-    into place, and remove it when a write fails, so nothing partial is left."""
-    try:
-        return main()
-    except OSError as error:
-        if not disk_full(error):
-            raise
-        print(f"trainkit: error: {error.filename or 'the output'} could not be written: the disk is full "
-              f"({error.strerror}); nothing partial was left", file=sys.stderr)
-        return 1

@@ -2,7 +2,7 @@
 import sys
 
 from trainkit import protobuf_backend, startup_gc
-from trainkit.errors import tool_status
+from trainkit.tool_command import tool_status
 
 protobuf_backend.choose_upb_for(__name__)  # python -m: protobuf's C backend, before MindSpore picks Python
 
@@ -10,4 +10,4 @@ with startup_gc.paused_while_importing(__name__):  # python -m: no full collecti
     from trainkit.tools.evaluate import main
 
 if __name__ == "__main__":
-    sys.exit(tool_status(main))  # a full disk: one line, status 1
+    sys.exit(tool_status(main))  # a full disk or a signal: one line

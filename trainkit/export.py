@@ -6,7 +6,7 @@ import sys
 from typing import Optional, Sequence
 
 from trainkit import protobuf_backend, startup_gc
-from trainkit.errors import tool_status
+from trainkit.tool_command import tool_status
 
 protobuf_backend.choose_upb_for(__name__)  # python -m: protobuf's C backend, before MindSpore picks Python
 
@@ -35,4 +35,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(tool_status(main))  # a full disk: one line, status 1
+    sys.exit(tool_status(main))  # a full disk or a signal: one line

@@ -4,7 +4,6 @@ import os
 
 import pytest
 
-from trainkit.errors import tool_status
 from trainkit.rundir.output_file import write_text_whole, written_whole
 
 
@@ -49,22 +48,6 @@ def test_a_block_that_writes_nothing_leaves_the_output_alone(tmp_path):
         temporary.write_text("header only")
         temporary.unlink()
     assert output.read_text() == "previous" and [p.name for p in tmp_path.iterdir()] == ["predictions.csv"]
-
-
-def test_a_tools_full_disk_is_one_line_and_status_1_and_other_errors_stay_errors(capsys):
-    def full():
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "runs/model.mindir")
-
-    assert tool_status(full) == 1
-    assert capsys.readouterr().err == ("trainkit: error: runs/model.mindir could not be written: the disk is full "
-                                       "(No space left on device); nothing partial was left\n")
-
-    def denied():
-        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), "x")
-
-    with pytest.raises(PermissionError):
-        tool_status(denied)
-    assert tool_status(lambda: 2) == 2
 
 
 def test_safetensors_on_a_full_disk_is_the_os_error_naming_the_output(tmp_path, monkeypatch):
