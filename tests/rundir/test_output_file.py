@@ -80,3 +80,16 @@ def test_safetensors_on_a_full_disk_is_the_os_error_naming_the_output(tmp_path, 
     monkeypatch.setattr(safetensors_numpy, "save_file", other)
     with pytest.raises(SafetensorError):
         write_torch({"w": np.zeros(2, np.float32)}, output)
+
+
+def test_a_link_planted_under_the_temporary_name_is_not_written_through(tmp_path):
+    """The temporary name is predictable (pid): a symbolic link someone planted there is removed, not followed, so
+    the file it points to keeps its bytes. Mutation caught: without the unlink, the victim's bytes were replaced."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("someone else's")
+    output = tmp_path / "out" / "table.csv"
+    output.parent.mkdir()
+    (output.parent / f".table.csv.{os.getpid()}.tmp").symlink_to(victim)
+    write_text_whole(output, "rows")
+    assert victim.read_text() == "someone else's" and output.read_text() == "rows"
+    assert sorted(p.name for p in output.parent.iterdir()) == ["table.csv"]

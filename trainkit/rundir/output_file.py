@@ -25,6 +25,7 @@ def written_whole(output: Union[str, Path], suffix: str = "") -> Iterator[Path]:
     output.parent.mkdir(parents=True, exist_ok=True)
     temporary = output.with_name(f".{output.name}.{os.getpid()}.tmp{suffix}")
     try:
+        temporary.unlink(missing_ok=True)  # a file or link planted under the name: its target is not written through
         yield temporary
         if temporary.exists():
             os.replace(temporary, output)
