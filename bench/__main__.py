@@ -15,7 +15,11 @@ import traceback
 from pathlib import Path
 from typing import List
 
-import mindspore as ms
+from trainkit import protobuf_backend
+
+protobuf_backend.choose_upb()  # as python -m trainkit: row 4's app writes its records as the command does
+
+import mindspore as ms  # noqa: E402
 
 from bench.common import Row, Settings, environment
 
