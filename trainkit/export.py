@@ -5,12 +5,9 @@ output, of :mod:`trainkit.bridge.export_torch` (a PyTorch state dict under PyTor
 import sys
 from typing import Optional, Sequence
 
-from trainkit import protobuf_backend, startup_gc
-from trainkit.tool_command import tool_status
+from trainkit.tool_command import importing, tool_status
 
-protobuf_backend.choose_upb_for(__name__)  # python -m: protobuf's C backend, before MindSpore picks Python
-
-with startup_gc.paused_while_importing(__name__):  # python -m: no full collection in the imports
+with importing(__name__):  # python -m: protobuf's C backend, no full collection in the imports
     from trainkit.bridge.export_torch import TORCH_SUFFIXES
     from trainkit.bridge.export_torch import main as torch_main
     from trainkit.tools.deploy import FORMATS

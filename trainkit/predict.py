@@ -1,12 +1,9 @@
 """``python -m trainkit.predict``: the entry point of :mod:`trainkit.tools.predict`."""
 import sys
 
-from trainkit import protobuf_backend, startup_gc
-from trainkit.tool_command import tool_status
+from trainkit.tool_command import importing, tool_status
 
-protobuf_backend.choose_upb_for(__name__)  # python -m: protobuf's C backend, before MindSpore picks Python
-
-with startup_gc.paused_while_importing(__name__):  # python -m: no full collection in the imports
+with importing(__name__):  # python -m: protobuf's C backend, no full collection in the imports
     from trainkit.tools.predict import main
 
 if __name__ == "__main__":

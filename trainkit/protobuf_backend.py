@@ -37,8 +37,3 @@ def choose_upb() -> bool:
     os.environ[VARIABLE] = "upb"
     return True
 
-
-def choose_upb_for(module_name: str) -> None:
-    """:func:`choose_upb` when `module_name` is ``__main__``: a tool's entry module run by ``python -m``."""
-    if module_name == "__main__":
-        choose_upb()

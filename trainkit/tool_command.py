@@ -1,5 +1,9 @@
-"""How a tool's command ends (``python -m trainkit.predict``, ``.evaluate``, ``.export``, ``.compare``, ``.convert``,
-``.port``): with its ``main()``'s exit status, or with one line for what is not the tool's fault.
+"""How a tool's command starts and ends (``python -m trainkit.predict``, ``.evaluate``, ``.export``, ``.compare``,
+``.convert``, ``.port``).
+
+It starts as the training command does (:func:`importing`): protobuf on its C backend
+(``trainkit.protobuf_backend``) and no full garbage collection through the imports (``trainkit.startup_gc``). It ends
+with its ``main()``'s exit status, or with one line for what is not the tool's fault (:func:`tool_status`):
 
 - A full disk (or quota): ``trainkit: error: FILE could not be written: the disk is full (...)``, status 1. The
   tools write each output under a temporary name renamed into place (``trainkit.rundir.output_file``), removed when
@@ -11,11 +15,13 @@
 """
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import threading
-from typing import Callable
+from typing import Callable, Iterator
 
+from trainkit import protobuf_backend, startup_gc
 from trainkit.errors import disk_full
 
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -31,6 +37,17 @@ class _Stopped(BaseException):
 
 def _stop(signum, frame) -> None:
     raise _Stopped(signum)
+
+
+@contextlib.contextmanager
+def importing(module_name: str) -> Iterator[None]:
+    """Around a tool's entry-module imports: when the module runs as ``__main__`` (``python -m``), protobuf's C
+    backend chosen before MindSpore picks Python, and no full collection inside the block; imported as a library,
+    nothing."""
+    if module_name == "__main__":
+        protobuf_backend.choose_upb()
+    with startup_gc.paused_while_importing(module_name):
+        yield
 
 
 def tool_status(main: Callable[[], int]) -> int:

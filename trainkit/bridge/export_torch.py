@@ -109,8 +109,8 @@ def torch_state(values: Dict[str, np.ndarray], rules: Sequence[Rule] = ()) -> Di
 
 
 def os_error_of(error: BaseException) -> Optional[OSError]:
-    """The OSError inside a Rust library's error message (``... (os error 28)``), or None."""
-    found = re.search(r"\(os error (\d+)\)", str(error))
+    """The OSError inside a Rust library's I/O error message (``I/O error: ... (os error 28)``), or None."""
+    found = re.search(r"I/O error: .*\(os error (\d+)\)", str(error))
     return OSError(int(found.group(1)), os.strerror(int(found.group(1)))) if found else None
 
 
