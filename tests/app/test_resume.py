@@ -351,7 +351,7 @@ def test_a_finished_run_continues_for_longer_when_the_past_learning_rates_stay(u
     cosine = compose_config([*with_epochs(tiny_cifar10, 2, "lr_schedule=cosine"), f"run_dir={run_dir}"])
     from omegaconf import OmegaConf
     append = {k: saved.pop(k) for k in ("micro_steps", "steps_per_epoch", "skipped_steps", "group_size",
-                                       "trainkit_config", "kernel_path", "data_order") if k in saved}
+                                       "trainkit_config", "kernel_path", "data_order", "trainkit_parts") if k in saved}
     append = {k: v if isinstance(v, str) else int(v.asnumpy()) for k, v in append.items()}
     append["trainkit_config"] = OmegaConf.to_yaml(cosine, resolve=True)
     cosine_run = tmp_path / "cosine"

@@ -106,7 +106,9 @@ def test_mindspore_callbacks_keep_working_beside_trainkits(uninterrupted):
 def test_a_polite_stop_reports_no_partial_epoch_and_the_resume_records_each_step_once(uninterrupted, tmp_path):
     reference_dir, reference = uninterrupted
     steps_per_epoch = reference.data.train_dataset().get_dataset_size()
-    stop_after = steps_per_epoch + 10  # in epoch 2; SIGTERM: trainkit stops after the next step, with a checkpoint
+    # in epoch 2; SIGTERM sent in the user's on_step_end: trainkit's stop runs after the user's callbacks
+    # (trainkit.callbacks.order), so the run stops after that same step, with a checkpoint there
+    stop_after = steps_per_epoch + 10
     recorder = CALLBACKS.replace("Recorder}", f"Recorder,stop_at_step:{stop_after}}}")
     with pytest.raises(RunInterrupted):
         train(compose_config([*overrides(tmp_path), recorder]))
@@ -114,9 +116,9 @@ def test_a_polite_stop_reports_no_partial_epoch_and_the_resume_records_each_step
 
     result = train(compose_config([*overrides(tmp_path), "trainer.resume=auto"]))
     continued = of_type(result, Recorder)
-    assert continued.started[0][0] == stop_after + 1  # the run starts again after the step it stopped at
+    assert continued.started[0][0] == stop_after  # the run starts again after the step it stopped at
     # a MindSpore callback's cur_step_num continues too: the steps after the stop, each once
-    assert of_type(result, CountSteps).step_numbers == list(range(stop_after + 2, EPOCHS * steps_per_epoch + 1))
+    assert of_type(result, CountSteps).step_numbers == list(range(stop_after + 1, EPOCHS * steps_per_epoch + 1))
     assert (tmp_path / "epochs.csv").read_text() == "".join(
         f"{e},{e * steps_per_epoch}\n" for e in range(1, EPOCHS + 1))  # each epoch once
 
@@ -232,7 +234,7 @@ def test_logged_values_after_the_checkpoint_a_run_continues_from_are_superseded_
 
     assert logged(tmp_path / "metrics.jsonl") == logged(reference_dir / "metrics.jsonl")
     assert [s for s, _ in logged(tmp_path / "metrics.superseded-1.jsonl")] == list(
-        range(steps_per_epoch + 1, stop_after + 2))
+        range(steps_per_epoch + 1, stop_after + 1))
     assert (tmp_path / "epochs.csv").read_text() == "".join(
         f"{e},{e * steps_per_epoch}\n" for e in range(1, EPOCHS + 1))
     tensorboard = read_scalars_as_tensorboard_shows(tmp_path / "tensorboard")["custom/learning_rate"]

@@ -7,9 +7,9 @@ the objects built before it.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import mindspore as ms
 import mindspore.dataset as ds
@@ -25,7 +25,9 @@ from trainkit.app.finetune import model_arguments
 from trainkit.app.stopping import stop_callbacks
 from trainkit.app.targets import accepted_arguments, floats_where_expected, required_arguments
 from trainkit.callbacks import BestCheckpoint, Evaluation, NonFiniteStop, Progress, RunLog, TrainMetrics
+from trainkit.callbacks.early_stopping import EarlyStopping
 from trainkit.callbacks.evaluation import eval_tag
+from trainkit.callbacks.order import sort_callbacks
 from trainkit.callbacks.train_metrics import checked_scalars
 from trainkit.callbacks.training_checkpoint import StartAt, TrainingCheckpoint
 from trainkit.checks import choice
@@ -36,9 +38,11 @@ from trainkit.models.conv import CONV_IMPLS, kernel_convolutions
 DEFAULT_CONV_IMPL = "auto"  # where the model config has no conv_impl: a ported or user network's nn.Conv2d swapped
 from trainkit.models.conv_swap import swap_convolutions
 from trainkit.models.dropout import streams_from_zero
-from trainkit.rundir import class_names, data_state
+from trainkit.rundir import checkpoint, class_names, data_state
+from trainkit.rundir.checkpoint import CONFIG_ENTRY
 from trainkit.rundir.checkpoint import TrainingCheckpoint as SavedCheckpoint
 from trainkit.rundir.kernel_path import fused_passes
+from trainkit.rundir.stateful_parts import StatefulParts, is_stateful
 from trainkit.step.mixed_precision import Float32EvalCell, build_loss_network, casts_to_half
 from trainkit.step.wrapper import TrainingWrapper
 
@@ -254,6 +258,7 @@ class RunCallbacks:
     callbacks: List[ms.train.Callback]
     train_metrics: TrainMetrics
     evaluation: Optional[Evaluation]  # None with trainer.evaluate=false
+    parts: StatefulParts = field(default_factory=StatefulParts)  # what each checkpoint saves of them, by name
 
 
 def build_callbacks(cfg: DictConfig, writer: bool, run_dir: Path, run_log: RunLog, model: Model,
@@ -261,10 +266,14 @@ def build_callbacks(cfg: DictConfig, writer: bool, run_dir: Path, run_log: RunLo
                     steps_per_epoch: int, sink_size: int, samples_per_step: int, group_size: int,
                     user_callbacks: List[ms.train.Callback],
                     metadata: Optional[Dict[str, str]] = None, config_text: Optional[str] = None) -> RunCallbacks:
-    """The callbacks of a run, in the order they must run: trainkit's, then the user's. Every checkpoint they
-    write holds `metadata` (the data's class names and state: :func:`checkpoint_metadata`) and the config
-    (`config_text`: its YAML as ``.hydra/config.yaml`` holds it, else made at the first save)."""
+    """The callbacks of a run, sorted in the order they declare (:mod:`trainkit.callbacks.order`), and the
+    registry of their state. Every checkpoint they write, ``best.ckpt`` included, holds `metadata` (the data's class
+    names and state: :func:`checkpoint_metadata`) and the config (`config_text`: its YAML as
+    ``.hydra/config.yaml`` holds it, else made here); the training checkpoints hold the parts' state too."""
     trainer = cfg.trainer
+    parts = StatefulParts()
+    if config_text is None:
+        config_text = checkpoint.config_text(cfg)
     # With sink_size, Model.train counts each sink as an "epoch"; callbacks see those units.
     sinks_per_epoch = steps_per_epoch // sink_size if sink_size > 0 else 1
     model_epochs = trainer.epochs * sinks_per_epoch
@@ -272,6 +281,7 @@ def build_callbacks(cfg: DictConfig, writer: bool, run_dir: Path, run_log: RunLo
                               log_every_n_steps=cfg.logger.log_every_n_steps, scalars=wrapper.logged_scalars())
     if resumed:
         metrics_cb.skipped_steps = resumed.skipped_steps
+    parts.register("train_metrics", metrics_cb)
     eval_interval = trainer.eval_interval * sinks_per_epoch if trainer.eval_interval else model_epochs
     evaluation = None
     if trainer.evaluate:
@@ -291,7 +301,7 @@ def build_callbacks(cfg: DictConfig, writer: bool, run_dir: Path, run_log: RunLo
                                           every_n_steps=trainer.checkpoint_every_n_steps if trainer.save_checkpoints
                                           else 0, keep=trainer.keep_checkpoints,
                                           skipped_steps=lambda: metrics_cb.skipped_steps, group_size=group_size,
-                                          config=cfg, config_text=config_text, metadata=metadata)
+                                          config=cfg, config_text=config_text, metadata=metadata, parts=parts)
     nonfinite_limit = trainer.max_nonfinite_steps  # without loss scaling, skipped updates do not fix themselves
     if nonfinite_limit and getattr(wrapper, "skip_nonfinite", False) and not wrapper.loss_scaling:
         callbacks.append(NonFiniteStop(nonfinite_limit, save_checkpoint=checkpointer.save if checkpointer else None))
@@ -301,11 +311,29 @@ def build_callbacks(cfg: DictConfig, writer: bool, run_dir: Path, run_log: RunLo
             best = best_metric(cfg)
             callbacks.append(BestCheckpoint(evaluation, checkpoints, metric=eval_tag(best),
                                             mode=best_mode(best, trainer.best_mode), network=wrapper,
-                                            metadata=metadata))
+                                            metadata={**(metadata or {}), CONFIG_ENTRY: config_text}))
     if checkpointer is not None:  # after the evaluation and best.ckpt: an epoch's checkpoint holds their outcome
         callbacks.append(checkpointer)
     callbacks += stop_callbacks(cfg, evaluation, checkpointer, checkpoints, group_size, writer)  # signals, early stop
-    return RunCallbacks(callbacks + list(user_callbacks), metrics_cb, evaluation)
+    for callback in callbacks:
+        if isinstance(callback, EarlyStopping):
+            parts.register("early_stopping", callback)
+    for name, callback in user_callback_names(user_callbacks):
+        if is_stateful(callback):
+            parts.register(name, callback)
+    return RunCallbacks(sort_callbacks(callbacks + list(user_callbacks)), metrics_cb, evaluation, parts)
+
+
+def user_callback_names(callbacks: Sequence[Any]) -> List[Tuple[str, Any]]:
+    """A stable name per user callback for the registry of stateful parts: ``callbacks/<class>``, numbered
+    ``callbacks/<class>#2`` ... when a class comes more than once (in the order of the ``callbacks`` list)."""
+    counts: Dict[str, int] = {}
+    named = []
+    for callback in callbacks:
+        kind = type(callback).__qualname__
+        counts[kind] = counts.get(kind, 0) + 1
+        named.append((f"callbacks/{kind}" + (f"#{counts[kind]}" if counts[kind] > 1 else ""), callback))
+    return named
 
 
 def checkpoint_metadata(data: Any) -> Dict[str, str]:

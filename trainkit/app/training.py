@@ -197,6 +197,8 @@ def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResul
                                   steps_per_epoch, sink_size, samples_per_step, group_size, user_callbacks,
                                   {**build.checkpoint_metadata(data), DATA_ORDER: data_order}, saved_config)
     hooks.callbacks.extend(profiler)
+    if resumed:  # every stateful part continues from the checkpoint: early stopping, the records, user callbacks
+        hooks.parts.load(resumed.parts, f"checkpoint {resumed.path}")
     bind_callbacks(user_callbacks, CallbackRun(
         run_log=run_log if writer else None, network=backbone, wrapper=wrapper, optimizer=optimizer,
         learning_rates=learning_rate_table(optimizer), run_dir=run_dir, rank=rank, writer=writer,

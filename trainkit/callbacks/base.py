@@ -116,6 +116,9 @@ class Callback(MindSporeCallback):
     recipe). Outside trainkit's app (a plain ``Model.train``) it does nothing until :meth:`bind` is called.
     """
 
+    order_role = "user"
+    run_after: tuple = ('evaluation', 'best_checkpoint', 'early_stopping')
+
     _run: Optional[CallbackRun] = None
 
     # ------------------------------------------------------------------ the hooks to override

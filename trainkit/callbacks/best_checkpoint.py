@@ -58,6 +58,9 @@ class BestCheckpoint(Callback):
             `mode` is not "max"/"min".
     """
 
+    order_role = "best_checkpoint"
+    run_after: tuple = ('evaluation',)
+
     checkpoint_name = "best.ckpt"
     temporary_name = "best.tmp.ckpt"
     info_name = "best.json"

@@ -37,6 +37,9 @@ class EarlyStopping(Callback):
         marker_directory: where to write ``early_stopped.json`` (the run's checkpoints folder); None: nowhere.
     """
 
+    order_role = "early_stopping"
+    run_after: tuple = ('evaluation', 'best_checkpoint')
+
     def __init__(self, evaluation: Evaluation, metric: str, mode: str = "min", patience: int = 3,
                  min_delta: float = 0.0, marker_directory: Optional[Path] = None):
         super().__init__()
@@ -59,6 +62,23 @@ class EarlyStopping(Callback):
 
     def on_train_begin(self, run_context) -> None:
         self._seen = len(self.evaluation.history)
+
+    # ------------------------------------------------------------------ state (a resume continues the count)
+    def state_dict(self) -> Dict[str, Any]:
+        """The best value so far, its epoch and the evaluations since: what a resume must continue from."""
+        return {"metric": self.metric, "mode": self.mode, "best": self.best, "best_epoch": self.best_epoch,
+                "bad_evaluations": self.bad_evaluations}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Continue from :meth:`state_dict` of the same metric and mode; another metric or mode starts afresh."""
+        if state.get("metric") != self.metric or state.get("mode") != self.mode:
+            log.info("early stopping follows %s (%s) now, %s (%s) in the checkpoint: its count starts afresh",
+                     self.metric, self.mode, state.get("metric"), state.get("mode"))
+            return
+        best = state["best"]
+        self.best = None if best is None else float(best)
+        self.best_epoch = state.get("best_epoch")
+        self.bad_evaluations = int(state["bad_evaluations"])
 
     def on_train_epoch_end(self, run_context) -> None:
         while self._seen < len(self.evaluation.history) and self.stopped is None:

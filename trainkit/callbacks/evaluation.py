@@ -11,6 +11,7 @@ from mindspore.train import Callback, Model
 
 from trainkit.callbacks.run_log import RunLog
 from trainkit.callbacks.train_metrics import GlobalStep, last_epoch
+from trainkit.callbacks.train_metrics import stopped_mid_epoch as _stopped_mid_epoch
 from trainkit.step.ema import ExponentialMovingAverage
 from trainkit.step.in_place import assign_in_place
 
@@ -63,6 +64,9 @@ class Evaluation(Callback):
         ema: the train wrapper's ``ema`` (``TrainingWrapper.ema``), or None.
         dataset_sink_mode: passed to ``model.eval`` (MindSpore evaluates without sinking on CPU).
     """
+
+    order_role = "evaluation"
+    run_after: tuple = ('train_metrics',)
 
     def __init__(self, model: Model, dataset: Any, run_log: Optional[RunLog] = None, interval: int = 1,
                  ema: Optional[ExponentialMovingAverage] = None, dataset_sink_mode: bool = False):
@@ -156,10 +160,6 @@ def check_watched(watcher: str, evaluation: Evaluation, metric: str, mode: str) 
                          f"valid metrics: {', '.join(valid)}")
 
 
-def _stopped_mid_epoch(run_context) -> bool:
-    """Whether Model is ending an epoch early because a callback asked it to stop after a step."""
-    params = run_context.original_args()
-    return run_context.get_stop_requested() and int(params.cur_step_num) % int(params.batch_num) != 0
 
 
 def _prefixed(prefix: str, metrics: Dict[str, Any]) -> Dict[str, float]:

@@ -36,6 +36,9 @@ class NonFiniteStop(Callback):
         TrainingError: from ``on_train_step_end`` when the limit is reached; the message names the step.
     """
 
+    order_role = "nonfinite_stop"
+    run_after: tuple = ('train_metrics',)
+
     def __init__(self, max_consecutive: int, save_checkpoint: Optional[Callable[[], Path]] = None):
         super().__init__()
         if isinstance(max_consecutive, bool) or not isinstance(max_consecutive, int) or max_consecutive < 1:

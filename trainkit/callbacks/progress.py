@@ -51,6 +51,9 @@ class Progress(Callback):
         smoothing: weight of the newest step time in the moving average, in (0, 1].
     """
 
+    order_role = "progress"
+    run_after: tuple = ('train_metrics',)
+
     def __init__(self, epochs: int, steps_per_epoch: int, samples_per_step: int, stream: Optional[IO[str]] = None,
                  every_n_steps: int = 50, train_metrics: Optional[TrainMetrics] = None,
                  refresh_seconds: float = 0.1, smoothing: float = 0.1):

@@ -60,6 +60,9 @@ class SignalStop(Callback):
             and the agreed number (:func:`agree_over_ranks`); None: decide alone (one process).
     """
 
+    order_role = "signal_stop"
+    run_after: tuple = ('training_checkpoint', 'user')
+
     def __init__(self, save_checkpoint: Optional[Callable[[], Path]] = None,
                  agree: Optional[Callable[[bool, int], Tuple[bool, int]]] = None):
         super().__init__()
@@ -128,12 +131,19 @@ class SignalStop(Callback):
         last_step = int(params.cur_epoch_num) == self._last_epoch and step % int(params.batch_num) == 0
         if not stop or last_step:  # the run's last step: let it finish (and evaluate) as it would have
             return
-        checkpoint = self.save_checkpoint() if self.save_checkpoint is not None else None
+        # At an epoch's last step the epoch ends first (its evaluation, best.ckpt, early stopping, the callbacks'
+        # epoch hooks): the checkpoint is written after them, at the epoch's end, so it holds their outcome.
+        epoch_end = step % int(params.batch_num) == 0
+        checkpoint = self.save_checkpoint() if self.save_checkpoint is not None and not epoch_end else None
         self.stopped = {"signal": self.received or signal.SIGTERM, "step": step,
                         "epoch": int(params.cur_epoch_num), "checkpoint": checkpoint}
         if self.received is None:  # another rank got the signal first
             self.received = self.stopped["signal"]
         run_context.request_stop()
+
+    def on_train_epoch_end(self, run_context) -> None:
+        if self.stopped is not None and self.stopped["checkpoint"] is None and self.save_checkpoint is not None:
+            self.stopped["checkpoint"] = self.save_checkpoint()  # the epoch's own when it wrote one: not again
 
     def on_train_end(self, run_context) -> None:
         self.uninstall()

@@ -156,6 +156,9 @@ class TrainMetrics(Callback):
         scalars: name -> one-element Tensor (a Parameter the train network updates), recorded as ``train/<name>``.
     """
 
+    order_role = "train_metrics"
+    run_after: tuple = ('start_at',)
+
     def __init__(self, run_log: Optional[RunLog], samples_per_step: int,
                  learning_rate: Optional[Callable[[], float]] = None, log_every_n_steps: int = 10,
                  scalars: Optional[Dict[str, Tensor]] = None):
@@ -206,6 +209,25 @@ class TrainMetrics(Callback):
         self._calls_since_record = 0
 
     # ------------------------------------------------------------------ hooks
+    # ------------------------------------------------------------------ state (a resume continues the interval)
+    def state_dict(self) -> Dict[str, Any]:
+        """The interval under way: the step of the last record and what was gathered since (its losses, or with
+        running totals on the device the count the device's sum is divided by), so that the first record after a
+        resume is the uninterrupted run's."""
+        return {"last_record_step": self._last_record_step, "losses": [float(v) for v in self._losses],
+                "grad_norms": [_scalar(v) for v in self._grad_norms],
+                "scale": None if self._scale is None else _scalar(self._scale)}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Take :meth:`state_dict`; applied when training begins (after the hooks' own reset)."""
+        last = state.get("last_record_step")
+        self._restored = {"last_record_step": None if last is None else int(last),
+                          "losses": [float(v) for v in state.get("losses", [])],
+                          "grad_norms": [float(v) for v in state.get("grad_norms", [])],
+                          "scale": state.get("scale")}
+
+    _restored: Optional[Dict[str, Any]] = None
+
     def on_train_begin(self, run_context) -> None:
         params = run_context.original_args()
         self._optimizer = find_optimizer(params)
@@ -213,14 +235,21 @@ class TrainMetrics(Callback):
         totals = getattr(self._network, "running_totals", None)
         skipped = self.skipped_steps
         self._totals = dict(totals()) if callable(totals) else {}
-        if self._totals:  # a checkpoint may hold a partial interval's sum; the counts go on from here
-            _set_zero(self._totals["loss_sum"])
+        restored, self._restored = self._restored, None
+        if self._totals:  # a checkpoint holds a partial interval's sum: kept when the interval's start is known
+            if restored is None or restored["last_record_step"] is None:
+                _set_zero(self._totals["loss_sum"])
             self._nonfinite_seen = int(_scalar(self._totals["nonfinite_losses"]))
             self.skipped_steps = skipped
         self._global_step.reset()
         self._last_record_step = None
         self._timing_started = False
         self._reset_interval()
+        if restored is not None:  # the interval the checkpoint was written in goes on
+            self._last_record_step = restored["last_record_step"]
+            self._losses = list(restored["losses"])
+            self._grad_norms = list(restored["grad_norms"])
+            self._scale = restored["scale"]
 
     def on_train_epoch_begin(self, run_context) -> None:
         step = self._global_step(run_context.original_args())
@@ -264,6 +293,8 @@ class TrainMetrics(Callback):
 
     def on_train_epoch_end(self, run_context) -> None:
         params = run_context.original_args()
+        if stopped_mid_epoch(run_context):
+            return  # a stop after a step: its interval goes on in the continuation, recorded there as uninterrupted
         if self._losses or self._calls_since_record:
             self.record(params)
 
@@ -328,6 +359,12 @@ class TrainMetrics(Callback):
         if self._optimizer is not None:
             return optimizer_learning_rate(self._optimizer)
         return None
+
+
+def stopped_mid_epoch(run_context) -> bool:
+    """Whether Model is ending an epoch early because a callback asked it to stop after a step."""
+    params = run_context.original_args()
+    return run_context.get_stop_requested() and int(params.cur_step_num) % int(params.batch_num) != 0
 
 
 BUILT_IN_TAGS = ("loss", "learning_rate", "loss_scale", "grad_norm", "skipped_steps", "samples_per_second")

@@ -11,6 +11,7 @@ from mindspore.train import Callback
 from omegaconf import DictConfig
 
 from trainkit.callbacks.train_metrics import last_epoch
+from trainkit.rundir.stateful_parts import StatefulParts
 from trainkit.rundir.checkpoint import (
     Position,
     checkpoint_files,
@@ -51,12 +52,17 @@ class TrainingCheckpoint(Callback):
             it already (the app, for ``.hydra/config.yaml``): 11-15 ms a run not spent twice.
         metadata: more entries each checkpoint gets (the data's class names,
             :func:`trainkit.rundir.class_names.checkpoint_entries`).
+        parts: the run's stateful parts (:class:`trainkit.rundir.stateful_parts.StatefulParts`), whose state each
+            checkpoint appends as it is at the save (early stopping, the records, user callbacks).
     """
+
+    order_role = "training_checkpoint"
+    run_after: tuple = ('train_metrics', 'evaluation', 'best_checkpoint', 'early_stopping', 'user')
 
     def __init__(self, network: nn.Cell, directory: Path, steps_per_epoch: int, *, at_epoch_end: bool = True,
                  every_n_steps: int = 0, keep: int = 3, skipped_steps: Callable[[], int] = lambda: 0,
                  group_size: int = 1, config: Optional[DictConfig] = None, config_text: Optional[str] = None,
-                 metadata: Optional[Dict[str, str]] = None):
+                 metadata: Optional[Dict[str, str]] = None, parts: Optional[StatefulParts] = None):
         super().__init__()
         if keep < 1:
             raise ValueError(f"keep must be >= 1; got {keep}")
@@ -70,6 +76,7 @@ class TrainingCheckpoint(Callback):
         self.group_size = group_size
         self.config = config
         self.metadata = dict(metadata or {})
+        self.parts = parts
         self._config_text = config_text  # the config as YAML; else made at the first save: 15 ms each time
         self.last_saved: Optional[Path] = None
         self._last_saved_step: Optional[int] = None
@@ -137,11 +144,13 @@ class TrainingCheckpoint(Callback):
         position = Position(self._step, self.steps_per_epoch)
         path = self.directory / position.file_name()
         values = parameter_snapshot(self.network) if in_background and copy else None
+        # the parts' state of this moment, taken now as the values are (a background write goes on after it)
+        metadata = {**self.metadata, **(self.parts.checkpoint_entries() if self.parts is not None else {})}
 
         def write() -> Path:
             return save_training_checkpoint(self.network, path, position, skipped_steps=skipped,
                                             group_size=self.group_size, config_text=self._config_text,
-                                            metadata=self.metadata, durable=False, values=values)
+                                            metadata=metadata, durable=False, values=values)
 
         skipped = self.skipped_steps()
         if values is None:  # a save that must be on disk when it returns (a stop), one MindSpore must read, the last
@@ -182,6 +191,9 @@ class StartAt(Callback):
 
     Must come first in the callback list, so every other callback sees the run's global step.
     """
+
+    order_role = "start_at"
+    run_after: tuple = ()
 
     def __init__(self, micro_steps: int):
         super().__init__()

@@ -25,7 +25,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import mindspore as ms
 import numpy as np
@@ -37,6 +37,8 @@ from trainkit.errors import CheckpointError, ConfigError, DataError, TrainingErr
 from trainkit.rundir.kernel_path import ENTRY as KERNEL_PATH
 from trainkit.rundir.kernel_path import check_same_kernels, kernel_path
 from trainkit.rundir.parameter_fit import fit_problems, listing
+from trainkit.rundir.stateful_parts import CHECKPOINT_KEY as PARTS_KEY
+from trainkit.rundir.stateful_parts import parts_of
 from trainkit.rundir.trust import check_data_only, check_trusted, targets
 from trainkit.step.running_totals import RUNNING_TOTALS
 
@@ -93,8 +95,10 @@ class Position:
 
 #: What trainkit appends to a training checkpoint besides Parameters (:func:`save_training_checkpoint` and its
 #: metadata: the class names, the data state, the training order), none of them the network's.
-APPENDED = ("micro_steps", "steps_per_epoch", "skipped_steps", "group_size", "trainkit_config", KERNEL_PATH,
-            "trainkit_class_names", "trainkit_data_state", DATA_ORDER)
+#: The entry holding the run's config (resolved YAML): in every training checkpoint and in best.ckpt.
+CONFIG_ENTRY = "trainkit_config"
+APPENDED = ("micro_steps", "steps_per_epoch", "skipped_steps", "group_size", CONFIG_ENTRY, KERNEL_PATH,
+            "trainkit_class_names", "trainkit_data_state", DATA_ORDER, PARTS_KEY)
 
 
 @dataclass
@@ -109,6 +113,7 @@ class TrainingCheckpoint:
     config: Optional[DictConfig]
     kernel_path: Optional[str] = None  # "fused" or "mindspore" (trainkit.rundir.kernel_path), None: no fused pass
     data_order: Optional[str] = None  # how the training order was drawn (trainkit.data.array_batches.DATA_ORDER)
+    parts: Optional[Dict[str, Any]] = None  # the stateful parts' state (trainkit.rundir.stateful_parts); None: older
 
 
 def config_text(config: Optional[DictConfig]) -> Optional[str]:
@@ -290,7 +295,8 @@ def read_training_checkpoint(path: Path) -> TrainingCheckpoint:
         skipped_steps=int(_scalar(extra.get("skipped_steps", 0))),
         group_size=int(_scalar(extra.get("group_size", 1))), config=config,
         kernel_path=str(_scalar(extra[KERNEL_PATH])) if KERNEL_PATH in extra else None,
-        data_order=str(_scalar(extra[DATA_ORDER])) if DATA_ORDER in extra else None)
+        data_order=str(_scalar(extra[DATA_ORDER])) if DATA_ORDER in extra else None,
+        parts=parts_of(extra, f"checkpoint {path}"))
 
 
 def read_resumable_checkpoint(path: Path) -> TrainingCheckpoint:
