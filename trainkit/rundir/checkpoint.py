@@ -285,10 +285,7 @@ def read_training_checkpoint(path: Path) -> TrainingCheckpoint:
         raise CheckpointError(f"checkpoint {path} is not a trainkit training checkpoint (no {', '.join(missing)}): "
                         "resume needs a file written by a trainkit run (checkpoints/trainkit-<epoch>_<step>.ckpt)")
     extra = {key: parameters.pop(key) for key in APPENDED if key in parameters}
-    config_text = extra.get("trainkit_config")
-    config = OmegaConf.create(_scalar(config_text)) if config_text is not None else None
-    if config is not None:  # a ConfigError, not a CheckpointError: never read past as "a file without a config"
-        check_data_only(OmegaConf.to_container(config, resolve=False), f"the config stored in checkpoint {path}")
+    config = _stored_config(extra.get(CONFIG_ENTRY), path)
     return TrainingCheckpoint(
         path=path, parameters=parameters,
         position=Position(int(_scalar(extra["micro_steps"])), int(_scalar(extra["steps_per_epoch"]))),
@@ -297,6 +294,23 @@ def read_training_checkpoint(path: Path) -> TrainingCheckpoint:
         kernel_path=str(_scalar(extra[KERNEL_PATH])) if KERNEL_PATH in extra else None,
         data_order=str(_scalar(extra[DATA_ORDER])) if DATA_ORDER in extra else None,
         parts=parts_of(extra, f"checkpoint {path}"))
+
+
+def _stored_config(text: Any, path: Path) -> Optional[DictConfig]:
+    """The config a checkpoint's :data:`CONFIG_ENTRY` holds, read as data (None without one); a ConfigError, not a
+    CheckpointError, when it holds more than data: never read past as "a file without a config"."""
+    if text is None:
+        return None
+    config = OmegaConf.create(_scalar(text))
+    check_data_only(OmegaConf.to_container(config, resolve=False), f"the config stored in checkpoint {path}")
+    return config
+
+
+def stored_config(path: Path) -> Optional[DictConfig]:
+    """The run's config that any checkpoint trainkit wrote holds (a training checkpoint or ``best.ckpt``), or None
+    for a file without one (exported, converted, or written before ``best.ckpt`` stored it)."""
+    path = Path(path)
+    return _stored_config(load_checkpoint_file(path).get(CONFIG_ENTRY), path)
 
 
 def read_resumable_checkpoint(path: Path) -> TrainingCheckpoint:

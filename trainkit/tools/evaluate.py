@@ -35,7 +35,7 @@ from trainkit.app import build, run
 from trainkit.app.tool_config import build_network, saved_config, tool_config
 from trainkit.distributed.parallel import ParallelSetup, launched_by_msrun, setup_parallel
 from trainkit.errors import CheckpointError, ConfigError, DataError
-from trainkit.rundir.checkpoint import BEST, find_checkpoint, read_training_checkpoint  # noqa: F401 (names kept)
+from trainkit.rundir.checkpoint import BEST, find_checkpoint, read_training_checkpoint, stored_config  # noqa: F401
 from trainkit.rundir.output_file import write_text_whole
 from trainkit.rundir.trust import add_trust_argument
 from trainkit.rundir.weights import WEIGHTS, load_weights, network_weights, refuse_existing
@@ -57,11 +57,14 @@ def evaluation_config(target: Path, checkpoint: Path, overrides: Sequence[str],
     if any(item.startswith("run=") for item in overrides):
         return tool_config(overrides, trust)
     try:
-        saved = read_training_checkpoint(checkpoint).config
+        saved = stored_config(checkpoint)  # a training checkpoint's or best.ckpt's own config
     except CheckpointError:
-        saved = None  # an exported or converted checkpoint: no config inside
+        saved = None  # not a file trainkit can read a config from: the overrides' config, and its load says why
+    run_dir = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
+    if saved is None and run_dir is not None and (run_dir / ".hydra" / "config.yaml").is_file():
+        return saved_config(run_dir, overrides, trust)  # a best.ckpt written before it held the config: its run's
     if saved is None:
-        return tool_config(overrides)
+        return tool_config(overrides)  # an exported or converted checkpoint: no config inside
     with tempfile.TemporaryDirectory() as folder:  # the saved config, through the same override rules as run=
         (Path(folder) / ".hydra").mkdir()
         OmegaConf.save(saved, Path(folder) / ".hydra" / "config.yaml")

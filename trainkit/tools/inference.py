@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from trainkit.app import build, run
 from trainkit.app.tool_config import build_network
 from trainkit.errors import ConfigError
+from trainkit.rundir.data_state import load_data_state
 from trainkit.rundir.weights import load_weights, network_weights
 from trainkit.tools.evaluate import evaluation_config, find_checkpoint
 
@@ -84,8 +85,19 @@ def load_trained(target: Path, overrides: Sequence[str] = (), weights: str = "li
     run.set_context(cfg.trainer, work_dir or checkpoint.parent)  # compiler dumps there, not in the cwd
     values = network_weights(checkpoint, weights)  # a bad file stops before the data is read
     data = build.instantiate_group("data", cfg.data)
-    data.prepare()
+    restore_data(data, checkpoint)
     return Trained(cfg, checkpoint, data, _inference_network(cfg, data, values, checkpoint), values)
+
+
+def restore_data(data: Any, checkpoint: Path) -> None:
+    """Make `data` ready to prepare inputs as the run did: from the state the run stored (the checkpoint's own,
+    else its run directory's ``data_state.json``) where the module keeps one (a table's statistics, categories and
+    classes), so a prediction reads no training file; else by ``prepare()``."""
+    state = load_data_state(checkpoint) if callable(getattr(data, "load_state_dict", None)) else None
+    if state is not None:
+        data.load_state_dict(state)
+    else:
+        data.prepare()
 
 
 def _inference_network(cfg: DictConfig, data: Any, values: dict, checkpoint: Path) -> InferenceCell:

@@ -1,0 +1,102 @@
+"""Exact resume of the state that lives outside Parameters: early stopping, a user callback's own state and the
+records' interval continue after a polite stop (SIGTERM) as if the run had never stopped; best.ckpt carries its
+run's config; a table run predicts without its training file.
+
+Each uninterrupted run is compared with the same command stopped mid-epoch by SIGTERM (sent by a callback at a
+chosen step, so the stop is at a known step however loaded the machine) and continued with trainer.resume=auto:
+the final checkpoint bitwise, metrics.jsonl value by value once wall-clock values are removed, the stop epoch.
+"""
+import json
+import math
+
+import mindspore as ms
+import numpy as np
+import pytest
+
+from trainkit.app import train
+from trainkit.app.config import compose_config
+from trainkit.errors import RunInterrupted
+
+TALLY = "{_target_:tests.app.stateful_callbacks.Tally}"
+WALL_CLOCK = ("time", "train/samples_per_second")
+
+
+def stop_at(step):
+    return f"{{_target_:tests.app.stateful_callbacks.StopAt,step:{step}}}"
+
+
+def records(run_dir):
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(line).items() if k not in WALL_CLOCK} for line in lines]
+
+
+def same_records(a, b):
+    assert [r["step"] for r in a] == [r["step"] for r in b]
+    for left, right in zip(a, b):
+        assert left.keys() == right.keys(), (left, right)
+        for key in left:
+            x, y = left[key], right[key]
+            assert x == y or (isinstance(x, float) and math.isnan(x) and math.isnan(y)), (left["step"], key, x, y)
+
+
+def final_arrays(run_dir):
+    newest = sorted((run_dir / "checkpoints").glob("trainkit-*.ckpt"), key=lambda p: p.stat().st_mtime)[-1]
+    return newest.name, {k: v.asnumpy() for k, v in ms.load_checkpoint(str(newest)).items()
+                         if hasattr(v, "asnumpy")}
+
+
+def stopped_and_resumed(common, run_dir, step, user=()):
+    with pytest.raises(RunInterrupted):
+        train(compose_config([*common, f"run_dir={run_dir}", f"callbacks=[{', '.join([*user, stop_at(step)])}]"]))
+    return train(compose_config([*common, f"run_dir={run_dir}", "trainer.resume=auto",
+                                 f"callbacks=[{', '.join(user)}]"]))
+
+
+DIGITS = ["data.batch_size=128", "data.val_fraction=0.2", "trainer.test=false", "logger.progress=off",
+          "logger.log_every_n_steps=4", "model.width=4"]
+
+
+@pytest.fixture(scope="module")
+def early(tmp_path_factory):
+    """min_delta larger than any change of the loss: only the first evaluation improves, so with patience 2 the
+    run stops after epoch 3 of 6. Stopped by SIGTERM in epoch 3, after one evaluation without improvement."""
+    common = [*DIGITS, "trainer.epochs=6", "trainer.early_stopping.metric=loss", "trainer.early_stopping.patience=2",
+              "trainer.early_stopping.min_delta=100"]
+    root = tmp_path_factory.mktemp("early")
+    whole = train(compose_config([*common, f"run_dir={root / 'whole'}", f"callbacks=[{TALLY}]"]))
+    steps = whole.data.train_dataset().get_dataset_size()
+    resumed = stopped_and_resumed(common, root / "resumed", 2 * steps + 2, user=[TALLY])
+    return root, whole, resumed, steps
+
+
+def test_early_stopping_continues_its_count_after_a_resume(early):
+    """Mutation caught: EarlyStopping left out of the registry (the resumed run starts its count again at epoch 3
+    and stops after epoch 5)."""
+    root, whole, resumed, steps = early
+    assert whole.metrics["stopped_epoch"] == 3 and whole.metrics["best_epoch"] == 1
+    assert resumed.metrics["stopped_epoch"] == whole.metrics["stopped_epoch"]
+    assert resumed.metrics["best_epoch"] == whole.metrics["best_epoch"]
+    assert json.loads((root / "resumed" / "checkpoints" / "early_stopped.json").read_text())["step"] == 3 * steps
+
+
+def test_the_final_checkpoint_and_the_records_equal_the_uninterrupted_runs(early):
+    """The records' interval goes on across the stop (log_every_n_steps=4 does not divide the stop step): no
+    extra record at the stop step, and the first train/loss after it averages the whole interval. Mutations
+    caught: TrainMetrics left out of the registry; a record at a stop mid-epoch."""
+    root = early[0]
+    name, whole = final_arrays(root / "whole")
+    name_resumed, resumed = final_arrays(root / "resumed")
+    assert name == name_resumed and whole.keys() == resumed.keys()
+    assert all(np.array_equal(whole[k], resumed[k]) for k in whole)
+    same_records(records(root / "resumed"), records(root / "whole"))
+
+
+def test_a_user_callbacks_state_continues_after_a_resume(early):
+    """Tally counts the steps it saw and the lowest evaluation loss: its logged values equal the uninterrupted
+    run's (mutation caught: user callbacks not registered, its count restarts at 0)."""
+    root, whole, _, steps = early
+    seen = [(r["step"], r["custom/steps_seen"]) for r in records(root / "resumed") if "custom/steps_seen" in r]
+    assert seen == [(e * steps, e * steps) for e in range(1, 4)]
+    lowest = [r["custom/lowest_loss"] for r in records(root / "resumed") if "custom/lowest_loss" in r]
+    losses = [r["eval/loss"] for r in records(root / "whole") if "eval/loss" in r]
+    assert lowest == list(np.minimum.accumulate(losses))  # NumPy's running minimum of the recorded losses
