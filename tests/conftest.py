@@ -100,3 +100,33 @@ def pytest_xdist_make_scheduler(config, log):
             super()._assign_work_unit(node)
 
     return LongestFilesFirst(config, log)
+
+
+# ---------------------------------------------------------------------------------------------- test tiers
+# Every test gets one tier, from what its file does (a file may say `pytestmark = pytest.mark.<tier>` instead):
+#   system: starts processes (subprocess, msrun, python -m trainkit);
+#   integration: trains or builds a run (train(), a tool's main, a MindSpore Model) or runs a docs example;
+#   unit: everything else -- pure logic, no process and no training. `make test-fast` runs these.
+TIERS = ("unit", "integration", "system")
+_SYSTEM = ("subprocess", "sys.executable", "msrun", "multiprocessing", "run_in_process", "os.fork")
+_INTEGRATION = ("train(", "compose_config(", ".main(", "main([", "Model(", "train_digits_run", "tiny_cifar10",
+                "TrainingWrapper(", "load_trained(", "export_model(", "port_model(")
+_tier_of_file: dict = {}
+
+
+def tier_of(path: Path) -> str:
+    """The tier of a test file, from its source (cached per file)."""
+    if path not in _tier_of_file:
+        if path.suffix != ".py":
+            _tier_of_file[path] = "integration"  # README.md and docs/: examples that may train
+        else:
+            source = path.read_text(encoding="utf-8")
+            _tier_of_file[path] = ("system" if any(word in source for word in _SYSTEM) else
+                                   "integration" if any(word in source for word in _INTEGRATION) else "unit")
+    return _tier_of_file[path]
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if not any(item.get_closest_marker(tier) for tier in TIERS):
+            item.add_marker(getattr(pytest.mark, tier_of(Path(str(item.fspath)))))
