@@ -37,7 +37,8 @@ from trainkit.errors import CheckpointError, ConfigError, DataError, TrainingErr
 from trainkit.rundir.kernel_path import ENTRY as KERNEL_PATH
 from trainkit.rundir.kernel_path import check_same_kernels, kernel_path
 from trainkit.rundir.parameter_fit import fit_problems, listing
-from trainkit.rundir.trust import check_data_only, check_trusted, targets
+from trainkit.rundir.stored_config import read_stored_config
+from trainkit.rundir.trust import check_trusted, targets
 from trainkit.step.running_totals import RUNNING_TOTALS
 
 log = logging.getLogger("trainkit")
@@ -281,9 +282,9 @@ def read_training_checkpoint(path: Path) -> TrainingCheckpoint:
                         "resume needs a file written by a trainkit run (checkpoints/trainkit-<epoch>_<step>.ckpt)")
     extra = {key: parameters.pop(key) for key in APPENDED if key in parameters}
     config_text = extra.get("trainkit_config")
-    config = OmegaConf.create(_scalar(config_text)) if config_text is not None else None
-    if config is not None:  # a ConfigError, not a CheckpointError: never read past as "a file without a config"
-        check_data_only(OmegaConf.to_container(config, resolve=False), f"the config stored in checkpoint {path}")
+    # a ConfigError, not a CheckpointError, when the config is refused: never read past as "a file without a config"
+    config = (read_stored_config(str(_scalar(config_text)), f"the config stored in checkpoint {path}")
+              if config_text is not None else None)
     return TrainingCheckpoint(
         path=path, parameters=parameters,
         position=Position(int(_scalar(extra["micro_steps"])), int(_scalar(extra["steps_per_epoch"]))),
