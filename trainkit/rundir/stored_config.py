@@ -4,7 +4,7 @@ trainkit reads a config back from a file in two places: a run directory's ``.hyd
 RUN_DIR``, ``predict``/``export``/``convert``/``compare`` with ``run=RUN_DIR``) and the config a training
 checkpoint stores (``evaluate CKPT``, ``trainer.resume=FILE``). Both are read by :func:`read_stored_config`, which
 parses the text as plain YAML (``yaml.SafeLoader``: strings, numbers, booleans, nulls, mappings and lists; no
-alias, no tag of Python's), then walks every key and every value at any depth and refuses any string holding
+tag of Python's, no alias for a mapping or a list), then walks every key and every value at any depth and refuses any string holding
 ``${`` -- a reference, a resolver call, an escaped ``\\${`` alike. OmegaConf treats a string as an interpolation
 exactly when it holds ``${``, so a config built from what is left holds none: nothing of the file is parsed as an
 interpolation, resolved or called by OmegaConf (``${a}${b}`` cannot concatenate into a live ``${oc.create:...}``,
@@ -66,11 +66,13 @@ def read_stored_yaml(text_or_path: Union[str, os.PathLike], source: str) -> obje
     if len(text) > MAX_BYTES:
         raise ConfigError(f"{source} holds {len(text)} characters, more than a config ({MAX_BYTES} at most)")
     try:
-        return yaml.load(text, Loader=_PlainLoader)  # noqa: S506 -- a SafeLoader, narrower still
+        parsed = yaml.load(text, Loader=_PlainLoader)  # noqa: S506 -- a SafeLoader, narrower still
     except yaml.YAMLError as error:
         raise ConfigError(f"{source} is not valid YAML: {' '.join(str(error).split())[:300]}") from error
     except RecursionError as error:
         raise ConfigError(f"{source} nests deeper than YAML can be read here") from error
+    _refuse_shared(parsed, source)
+    return parsed
 
 
 def check_plain_data(container: object, source: str) -> None:
@@ -129,16 +131,9 @@ def _read_bounded(path: Path, source: str) -> str:
         raise ConfigError(f"{source} is not UTF-8 text: {error.reason} at byte {error.start}") from error
 
 
-class _PlainLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` reading YAML as OmegaConf's loader does (``1e-3`` is a float, a date stays a string,
-    a key given twice is an error), refusing aliases (a few lines of them expand to billions of nodes)."""
-
-    def compose_node(self, parent, index):
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise yaml.composer.ComposerError(None, None, f"found the alias *{event.anchor}, which a config does "
-                                              "not use (trainkit writes none)", event.start_mark)
-        return super().compose_node(parent, index)
+class _PlainLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    """``yaml.SafeLoader`` (libyaml's where installed) reading YAML as OmegaConf's loader does (``1e-3`` is a
+    float, a date stays a string, a key given twice is an error)."""
 
     def construct_mapping(self, node, deep=False):
         keys = set()
@@ -150,6 +145,23 @@ class _PlainLoader(yaml.SafeLoader):
                                                             key_node.start_mark)
                 keys.add(key_node.value)
         return super().construct_mapping(node, deep=deep)
+
+
+def _refuse_shared(parsed: object, source: str) -> None:
+    """Raise ConfigError where a mapping or list is reached twice (a YAML alias: a few lines of them expand to
+    billions of nodes, a cycle to infinitely many) or nests deeper than :data:`MAX_DEPTH`."""
+    seen, stack = set(), [(parsed, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if not isinstance(node, (dict, list)):
+            continue
+        if id(node) in seen:
+            raise ConfigError(f"{source} uses a YAML alias (*name) for a mapping or a list, which a config does not "
+                              "(trainkit writes none)")
+        if depth > MAX_DEPTH:
+            raise ConfigError(f"{source} nests deeper than {MAX_DEPTH} levels, which no config does")
+        seen.add(id(node))
+        stack.extend((item, depth + 1) for item in (node.values() if isinstance(node, dict) else node))
 
 
 _PlainLoader.yaml_implicit_resolvers = {  # a copy: yaml.SafeLoader's own stay as they are
@@ -169,8 +181,8 @@ _HYDRA_INTERPOLATION = re.compile(r"\$\{hydra:([\w.]+)\}")
 
 def with_recorded_hydra_values(container: dict, run_dir: Path) -> dict:
     """`container` with its ``${hydra:KEY}`` text replaced by the values ``RUN_DIR/.hydra/hydra.yaml`` recorded
-    (a run directory saved before trainkit saved its config resolved), and a ``run_dir`` holding ``${`` by
-    `run_dir` itself. A replacement is text (a recorded value is looked up, never resolved), and what it leaves,
+    (a run directory saved before trainkit saved its config resolved), and a ``run_dir`` left as one
+    ``${hydra:KEY}`` by `run_dir` itself. A replacement is text (a recorded value is looked up, never resolved), and what it leaves,
     ``${`` from a recorded value included, is checked as the rest of the file is."""
     recorded = Path(run_dir) / ".hydra" / "hydra.yaml"
     try:
@@ -193,6 +205,6 @@ def with_recorded_hydra_values(container: dict, run_dir: Path) -> dict:
         return _HYDRA_INTERPOLATION.sub(value, node) if isinstance(node, str) else node
 
     filled = fill(container)
-    if isinstance(filled.get("run_dir"), str) and "${" in filled["run_dir"]:
-        filled["run_dir"] = str(run_dir)
+    if isinstance(filled.get("run_dir"), str) and _HYDRA_INTERPOLATION.fullmatch(filled["run_dir"]):
+        filled["run_dir"] = str(run_dir)  # unrecorded: the run directory it was read from
     return filled
