@@ -9,6 +9,7 @@ interpolation parser and every registered resolver is recorded. Mutations tried:
 ``_refusals`` (the depth-3 list case and the generator's list plants go green on the reader... and red here), plain
 ``${a}`` references allowed again (the concatenation payload and the generator's ``${zz_a}`` plants go red).
 """
+import copy
 import os
 import random
 import re
@@ -66,7 +67,7 @@ def at(node, path):
 
 def plant(base, location, text, mode):
     """A copy of `base` holding `text` at `location`; the path of the key a refusal must name."""
-    container = yaml.safe_load(yaml.safe_dump(base))
+    container = copy.deepcopy(base)
     kind, path = location
     if kind == "list":
         at(container, path).append([0, [1, [text]]] if mode == "nested" else text)
@@ -160,7 +161,7 @@ def test_generated_strings_anywhere_in_a_stored_config_are_refused_or_read_as_da
         location = places[case % len(places)]
         mode = rng.choice(["value", "key", "nested"]) if location[0] == "key" else rng.choice(["value", "nested"])
         container, path = plant(base, location, text, mode)
-        written = yaml.safe_dump(container)
+        written = yaml.dump(container, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper))  # as a planter would
         run_dir = write_run(tmp_path / f"run{case}", written)
         checkpoint = write_checkpoint(tmp_path / f"c{case}.ckpt", written)
         saved = str(run_dir / ".hydra" / "config.yaml")
