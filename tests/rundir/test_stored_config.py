@@ -14,8 +14,8 @@ import os
 import random
 import re
 import sys
+from functools import partial
 
-import mindspore as ms
 import pytest
 import yaml
 from mindspore import nn
@@ -169,9 +169,9 @@ def test_generated_strings_anywhere_in_a_stored_config_are_refused_or_read_as_da
         if "${" in text:
             refused += 1
             key = named(path)
-            refused_naming(lambda: saved_config(run_dir, []), saved, key)
-            refused_naming(lambda: tool_config([f"run={run_dir}"]), saved, key)
-            refused_naming(lambda: read_training_checkpoint(checkpoint), stored_in, key)
+            refused_naming(partial(saved_config, run_dir, []), saved, key)
+            refused_naming(partial(tool_config, [f"run={run_dir}"]), saved, key)
+            refused_naming(partial(read_training_checkpoint, checkpoint), stored_in, key)
             if case % 6 == 0:  # the command itself, both ways it reads a stored config
                 for arguments, source in (([str(checkpoint)], stored_in),
                                           ([str(checkpoint), f"run={run_dir}"], saved)):

@@ -3,12 +3,12 @@
 trainkit reads a config back from a file in two places: a run directory's ``.hydra/config.yaml`` (``evaluate
 RUN_DIR``, ``predict``/``export``/``convert``/``compare`` with ``run=RUN_DIR``) and the config a training
 checkpoint stores (``evaluate CKPT``, ``trainer.resume=FILE``). Both are read by :func:`read_stored_config`, which
-parses the text as plain YAML (``yaml.SafeLoader``: strings, numbers, booleans, nulls, mappings and lists; no
-tag of Python's, no alias for a mapping or a list), then walks every key and every value at any depth and refuses any string holding
-``${`` -- a reference, a resolver call, an escaped ``\\${`` alike. OmegaConf treats a string as an interpolation
-exactly when it holds ``${``, so a config built from what is left holds none: nothing of the file is parsed as an
-interpolation, resolved or called by OmegaConf (``${a}${b}`` cannot concatenate into a live ``${oc.create:...}``,
-as no reference is followed). trainkit saves its configs resolved, so a file of its own passes.
+parses the text as plain YAML (``yaml.SafeLoader``: strings, numbers, booleans, nulls, mappings and lists; no tag of
+Python's, no alias for a mapping or a list), then walks every key and every value at any depth and refuses any
+string holding ``${`` -- a reference, a resolver call, an escaped ``\\${`` alike. OmegaConf treats a string as an
+interpolation exactly when it holds ``${``, so a config built from what is left holds none: nothing of the file is
+parsed as an interpolation, resolved or called by OmegaConf (``${a}${b}`` cannot concatenate into a live
+``${oc.create:...}``, as no reference is followed). trainkit saves its configs resolved, so a file of its own passes.
 
 What the file names as ``_target_`` is checked separately (:mod:`trainkit.rundir.trust`): which classes a config
 read from a file may make ``hydra.utils.instantiate`` call.
@@ -182,8 +182,8 @@ _HYDRA_INTERPOLATION = re.compile(r"\$\{hydra:([\w.]+)\}")
 def with_recorded_hydra_values(container: dict, run_dir: Path) -> dict:
     """`container` with its ``${hydra:KEY}`` text replaced by the values ``RUN_DIR/.hydra/hydra.yaml`` recorded
     (a run directory saved before trainkit saved its config resolved), and a ``run_dir`` left as one
-    ``${hydra:KEY}`` by `run_dir` itself. A replacement is text (a recorded value is looked up, never resolved), and what it leaves,
-    ``${`` from a recorded value included, is checked as the rest of the file is."""
+    ``${hydra:KEY}`` by `run_dir` itself. A replacement is text (a recorded value is looked up, never resolved),
+    and what it leaves, ``${`` from a recorded value included, is checked as the rest of the file is."""
     recorded = Path(run_dir) / ".hydra" / "hydra.yaml"
     try:
         hydra_yaml = read_stored_yaml(recorded, str(recorded)) if recorded.is_file() else None
