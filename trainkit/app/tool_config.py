@@ -2,8 +2,9 @@
 
 Either Hydra overrides exactly as ``python -m trainkit`` takes them (``model=resnet50 model.num_classes=10``,
 ``recipe=resnet50_cifar10``), or ``run=RUN_DIR``: the config that run saved (``RUN_DIR/.hydra/config.yaml``),
-with ``key=value`` overrides on top (``run=outputs/x model.conv_impl=native``). A config read from a file names only
-trusted ``_target_``s (:mod:`trainkit.rundir.trust`): trainkit's own and those the user trusts (``--trust MODULE``).
+with ``key=value`` overrides on top (``run=outputs/x model.conv_impl=native``). A config read from a file is data,
+and nothing in it is ever evaluated (:mod:`trainkit.rundir.stored_config`), and it names only trusted ``_target_``s
+(:mod:`trainkit.rundir.trust`): trainkit's own and those the user trusts (``--trust MODULE``).
 """
 from __future__ import annotations
 
