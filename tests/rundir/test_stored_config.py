@@ -279,3 +279,29 @@ def test_a_stored_config_is_bounded_plain_yaml(tmp_path):
 def test_every_interpolation_is_refused_a_plain_reference_too(value):
     with pytest.raises(ConfigError, match=re.escape(f"FILE: data.x holds {value!r}, an interpolation")):
         read_stored_config(yaml.safe_dump({"model": {"width": 3}, "data": {"x": value}}), "FILE")
+
+
+def test_the_users_overrides_cannot_assemble_a_live_interpolation_from_the_files_text(stored, tmp_path, monkeypatch):
+    """Plain ``$`` and ``{oc.env:HOME}`` in the file pass; an override concatenating them resolves to a live
+    ``${oc.env:HOME}``, refused before anything reads it. Mutation tried: the check in resolve_saved removed (the
+    resolver oc.env is called)."""
+    config = yaml.safe_load(stored)
+    config.update(zz_a="$", zz_b="{oc.env:HOME}")
+    run_dir = write_run(tmp_path / "run", yaml.safe_dump(config))
+    recorder = Recorder(monkeypatch)
+    refused = r"config.yaml with the overrides resolved: model.conv_impl holds '\$\{oc.env"
+    with pytest.raises(ConfigError, match=refused):
+        assert saved_config(run_dir, ["model.conv_impl=${zz_a}${zz_b}"]).model.conv_impl  # what a tool reads next
+    assert recorder.resolved == []
+
+
+def test_the_old_names_warn_and_refuse_as_the_reader_does(tmp_path):
+    from trainkit.app.tool_config import with_hydra_values
+    from trainkit.rundir.trust import check_data_only
+
+    with pytest.warns(DeprecationWarning), pytest.raises(ConfigError, match=r"^F: a.b\[0\] holds '\$\{x\}'"):
+        check_data_only({"a": {"b": ["${x}"]}}, "F")
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "hydra.yaml").write_text("hydra: {runtime: {cwd: /w}}\n")
+    with pytest.warns(DeprecationWarning):
+        assert with_hydra_values(OmegaConf.create({"p": "${hydra:runtime.cwd}/d"}), tmp_path).p == "/w/d"
