@@ -148,15 +148,15 @@ def refused_naming(call, source, key):
 
 def test_generated_strings_anywhere_in_a_stored_config_are_refused_or_read_as_data(stored, tmp_path, capsys,
                                                                                     monkeypatch):
-    """300 plants; a string holding ``${`` is refused by every entry, naming its key, any other read back as it
-    was written, and nothing is parsed, resolved or instantiated either way."""
+    """Two plants at each of the ~110 places (220 cases); a string holding ``${`` is refused by every entry,
+    naming its key, any other read back as it was written, and nothing is parsed, resolved or instantiated."""
     rng = random.Random(0)
     base = yaml.safe_load(stored)
     places = list(locations(base))
     assert len(places) > 100 and sum(kind == "list" for kind, _ in places) >= 3
     recorder = Recorder(monkeypatch)
     refused = accepted = 0
-    for case in range(300):
+    for case in range(2 * len(places)):  # every place twice, a different string (and often way) each time
         text = generated(rng)
         location = places[case % len(places)]
         mode = rng.choice(["value", "key", "nested"]) if location[0] == "key" else rng.choice(["value", "nested"])
@@ -185,7 +185,7 @@ def test_generated_strings_anywhere_in_a_stored_config_are_refused_or_read_as_da
             assert OmegaConf.to_container(read_training_checkpoint(checkpoint).config) == container
             assert OmegaConf.to_container(read_stored_config(run_dir / ".hydra" / "config.yaml", saved)) == container
         assert recorder.untrusted() == [], (case, text)
-    assert refused >= 100 and accepted >= 50, (refused, accepted)
+    assert refused >= 70 and accepted >= 70, (refused, accepted)  # 98 and 122
 
     # the recorder sees what it must refuse: a parsed interpolation, a resolver, an instantiated target
     from hydra.utils import instantiate
