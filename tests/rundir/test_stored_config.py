@@ -6,8 +6,9 @@ through every entry that reads a stored config: ``saved_config``, ``tool_config(
 ``read_training_checkpoint`` (a checkpoint written by ``save_training_checkpoint``) and ``trainkit.tools.evaluate``'s
 ``main`` (a checkpoint, and ``run=``). Meanwhile every ``hydra.utils.instantiate``, Hydra's ``_locate``, OmegaConf's
 interpolation parser and every registered resolver is recorded. Mutations tried: lists let through in
-``_refusals`` (the depth-3 list case and the generator's list plants go green on the reader... and red here), plain
-``${a}`` references allowed again (the concatenation payload and the generator's ``${zz_a}`` plants go red).
+``_refusals`` (the generator and the depth-3 list case go red); plain ``${a}`` references allowed again (the
+generator, the concatenation payload and the plain-reference cases go red); keys left unchecked (the generator goes
+red); the check made before the ``hydra.yaml`` substitution instead of after (the legacy case goes red).
 """
 import copy
 import os
