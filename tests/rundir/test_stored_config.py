@@ -296,6 +296,16 @@ def test_the_users_overrides_cannot_assemble_a_live_interpolation_from_the_files
     assert recorder.resolved == []
 
 
+def test_an_override_next_to_run_names_a_key_of_the_file(stored, tmp_path):
+    config = yaml.safe_load(stored)
+    config["extra"] = [{"x": 1}, {"x": 2}]
+    run_dir = write_run(tmp_path / "run", yaml.safe_dump(config))
+    assert OmegaConf.to_container(saved_config(run_dir, ["extra.1.x=5"]).extra) == [{"x": 1}, {"x": 5}]
+    for missing in ("extra.2.x=5", "extra.1.y=5", "model.nothing=1", "nothing.x=1"):
+        with pytest.raises(ConfigError, match=f"^{missing.split('=')[0]} is not a key of "):
+            saved_config(run_dir, [missing])
+
+
 def test_the_old_names_warn_and_refuse_as_the_reader_does(tmp_path):
     from trainkit.app.tool_config import with_hydra_values
     from trainkit.rundir.trust import check_data_only

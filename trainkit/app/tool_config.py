@@ -82,7 +82,10 @@ def saved_config(run_dir: Path, overrides: Sequence[str], trust: Sequence[str] =
             parent, _, leaf = key.rpartition(".")
             node = container
             for part in parent.split("."):
-                node = node.get(part) if isinstance(node, dict) else None
+                if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                    node = node[int(part)]  # callbacks.0.patience, as OmegaConf.select reads it
+                else:
+                    node = node.get(part) if isinstance(node, dict) else None
             if not isinstance(node, dict) or leaf not in node:
                 raise ConfigError(f"{key} is not a key of {saved}")
             node[leaf] = None
