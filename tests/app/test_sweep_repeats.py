@@ -269,7 +269,10 @@ def test_a_group_of_equal_repeats_is_judged_by_the_other_group_s_spread(tmp_path
             noisy = [rng.choice([flat[0], flat[0] + 0.01])] * rng.randint(2, 4)
         sweep = tmp_path / str(case)
         write_sweep(sweep, {0.01: flat, 0.02: noisy})
-        verdict = summarize(sweep)["verdict"]
+        summary = summarize(sweep)
+        (flat_group,) = [group for group in summary["groups"] if group["config"] == {"optimizer.lr": "0.01"}]
+        assert (flat_group["best"]["mean"], flat_group["best"]["sd"]) == (flat[0], 0.0)  # shown without a spread
+        verdict = summary["verdict"]
         p = expected_welch_p(flat, noisy)
         kind = "separated" if p < 0.05 else "within_noise"
         assert verdict["kind"] == kind, (case, flat, noisy, p, verdict["line"])
