@@ -4,10 +4,11 @@ told apart from the others by more than the spread of seeds.
 A configuration is a job's overrides without ``trainer.seed``: the runs of ``sweep.repeats=N``, or of a sweep over
 ``trainer.seed``, are one configuration's repeats. Each group gets n, mean +- standard deviation (n - 1) and min-max
 of the best value (``best.json``), of its epoch and of the test figure, and the mean wall time; groups are ranked by
-their mean best value in ``trainer.best_mode``'s direction. The winner is *separated* when Welch's t-test (two-sided,
-unequal variances; scipy's ``ttest_ind_from_stats(equal_var=False)``) gives p < 0.05 against every other group with two or
-more runs; otherwise the groups it cannot be told from are "within noise". One run per configuration has no spread
-to judge by, and the summary says so.
+their mean best value in ``trainer.best_mode``'s direction. The winner is *separated* when Welch's t-test
+(two-sided, unequal variances; scipy's ``ttest_ind_from_stats(equal_var=False)``) gives p < 0.05 against every
+other group with two or more runs; otherwise the groups it cannot be told from are "within noise". A group whose
+runs are all equal has no spread: the other group's decides. One run per configuration has no spread to judge by,
+and the summary says so.
 """
 from __future__ import annotations
 
