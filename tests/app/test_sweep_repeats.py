@@ -253,14 +253,14 @@ def write_sweep(folder: Path, groups: dict) -> None:
 
 def test_a_group_of_equal_repeats_is_judged_by_the_other_group_s_spread(tmp_path):
     """A configuration whose repeats all score the same (a tiny set: every seed gets 0.9) against one with a spread:
-    Welch's t-test with one variance 0 is well defined, and the verdict follows its p (written out here) in 150
+    Welch's t-test with one variance 0 is well defined, and the verdict follows its p (written out here) in 100
     seeded cases, either way. Mutation: welch_p returning p = 0 as soon as *one* group has no spread (red: the winner
     is called "separated" where the other group's spread covers the gap)."""
     from trainkit.app.sweep_summary import summarize
 
     rng = random.Random(0)
     kinds = {"separated": 0, "within_noise": 0}
-    for case in range(150):
+    for case in range(100):
         flat = [round(rng.uniform(0.5, 0.9), 3)] * rng.randint(2, 5)
         spread = rng.uniform(0.001, 0.05)
         centre = flat[0] + rng.choice([-1, 1]) * spread * rng.uniform(0.0, 4.0)
@@ -277,5 +277,5 @@ def test_a_group_of_equal_repeats_is_judged_by_the_other_group_s_spread(tmp_path
         kind = "separated" if p < 0.05 else "within_noise"
         assert verdict["kind"] == kind, (case, flat, noisy, p, verdict["line"])
         assert verdict["p_values"][1] == pytest.approx(p, rel=1e-6, abs=1e-12)
-        kinds[kind] += 1 if np.var(noisy) > 0 else 0
-    assert min(kinds.values()) >= 20, kinds  # both verdicts were met with one group of equal repeats
+        kinds[kind] += len(set(noisy)) > 1
+    assert min(kinds.values()) >= 15, kinds  # both verdicts were met with one group of equal repeats
