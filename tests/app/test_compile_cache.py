@@ -239,3 +239,39 @@ def test_a_data_file_changed_under_the_same_size_and_time_never_gets_the_graphs_
     assert "4 classes" in second.stdout and "a new config" in second.stdout
     (folder,) = (tmp_path / "cache" / "compile").iterdir()  # the same config key ...
     assert len([path for path in folder.iterdir() if path.is_dir()]) == 2  # ... and two sets of shapes
+
+
+def test_another_class_count_with_every_split_size_kept_gets_a_shapes_folder_of_its_own(tmp_path, monkeypatch):
+    """The same table file rewritten from 3 classes (40/30/30 rows) to 4 (40/30/20/10): the stratified split keeps
+    70/10/20 rows, so the steps per epoch and the evaluation batch are the same, and only the network's output
+    layer tells the two apart. settle must key the shapes subfolder by it. Mutation caught: settle describing the
+    run without the network's parameter shapes (red: both land in one folder, the 4-class run loading the 3-class
+    graphs)."""
+    from trainkit.app import build
+
+    root = tmp_path / "cache"
+    monkeypatch.setenv("TRAINKIT_CACHE_DIR", str(root))
+    monkeypatch.delenv("TRAINKIT_COMPILE_CACHE", raising=False)
+    monkeypatch.setattr(ms, "set_context", lambda **kwargs: None)  # settle's folder is what is checked, not MindSpore
+    config_folder = root / "compile" / "one-config-key"  # what enable() made of the config: the same for both
+    config_folder.mkdir(parents=True)
+    table = tmp_path / "t.csv"
+    rng = np.random.default_rng(0)
+    folders, sizes = [], []
+    for counts in ([40, 30, 30], [40, 30, 20, 10]):
+        labels = rng.permutation(np.repeat(np.arange(len(counts)), counts))
+        table.write_text("a,b,y\n" + "".join(f"{a:.3f},{b:.3f},{y}\n" for (a, b), y in
+                                             zip(rng.normal(size=(len(labels), 2)), labels)))
+        cfg = compose_config(["recipe=wine_mlp", "data=table", f"data.path={table}", "data.target=y",
+                              "run_dir=/unused", "+model.conv_impl=native"])
+        data = build.instantiate_group("data", cfg.data)
+        data.prepare()
+        assert data.num_classes == len(counts)
+        train_set, eval_set = data.train_dataset(), data.eval_dataset()
+        sizes.append((train_set.get_dataset_size(), eval_set.get_dataset_size(), eval_set.output_shapes()))
+        monkeypatch.setattr(compile_cache, "_active", config_folder)
+        compile_cache.settle(build.build_model(cfg, data), train_set.get_dataset_size(), eval_set)
+        folders.append(compile_cache.active_folder())
+    assert sizes[0] == sizes[1]  # the premise: the data's sizes alone do not tell the runs apart
+    assert all(folder.parent == config_folder and folder.is_dir() for folder in folders), folders
+    assert folders[0] != folders[1]

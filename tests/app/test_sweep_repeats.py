@@ -9,6 +9,7 @@ Welch-Satterthwaite degrees of freedom (only the t distribution's tail is scipy'
 import json
 import math
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -218,3 +219,63 @@ def test_a_stopped_sweep_keeps_its_summary_and_continues_with_one_command(tmp_pa
     assert sorted((row["job"], row["status"]) for row in summary["jobs"]) == [(0, "completed"), (1, "completed"),
                                                                               (2, "completed")]
     assert f"resuming from {sweep / '1' / 'checkpoints'}" in (sweep / "1" / "train.log").read_text()
+
+
+def expected_welch_p(a, b) -> float:
+    """Welch's two-sided p where a group may have no spread: written out with its variance 0 (the other group's
+    spread alone then decides); two groups without spread are told apart exactly when their means differ."""
+    from scipy.stats import t as student
+
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    # equal values have variance 0 exactly (NumPy's mean of five 0.838s is not 0.838, and its variance not 0)
+    va, vb = (0.0 if len(set(x)) == 1 else x.var(ddof=1) / len(x) for x in (a, b))
+    if va + vb == 0:
+        return 0.0 if a[0] != b[0] else 1.0
+    statistic = (a.mean() - b.mean()) / math.sqrt(va + vb)
+    dof = (va + vb) ** 2 / ((va ** 2 / (len(a) - 1) if va else 0.0) + (vb ** 2 / (len(b) - 1) if vb else 0.0))
+    return float(2 * student.sf(abs(statistic), dof))
+
+
+def write_sweep(folder: Path, groups: dict) -> None:
+    """A sweep folder as the jobs leave it: one record and one best.json per job (learning rate -> best values)."""
+    job = 0
+    for lr, values in groups.items():
+        for seed, value in enumerate(values):
+            run_dir = folder / str(job)
+            (run_dir / "checkpoints").mkdir(parents=True)
+            (run_dir / "checkpoints" / "best.json").write_text(json.dumps(
+                {"metric": "eval/accuracy", "mode": "max", "value": value, "epoch": 1}))
+            (folder / f".job-{job}.json").write_text(json.dumps(
+                {"job": job, "overrides": [f"optimizer.lr={lr}", f"trainer.seed={seed}"], "run_dir": str(run_dir),
+                 "status": "completed", "error": None, "wall_seconds": 1.0, "final_metrics": {}, "exit_status": 0}))
+            job += 1
+
+
+def test_a_group_of_equal_repeats_is_judged_by_the_other_group_s_spread(tmp_path):
+    """A configuration whose repeats all score the same (a tiny set: every seed gets 0.9) against one with a spread:
+    Welch's t-test with one variance 0 is well defined, and the verdict follows its p (written out here) in 100
+    seeded cases, either way. Mutation: welch_p returning p = 0 as soon as *one* group has no spread (red: the winner
+    is called "separated" where the other group's spread covers the gap)."""
+    from trainkit.app.sweep_summary import summarize
+
+    rng = random.Random(0)
+    kinds = {"separated": 0, "within_noise": 0}
+    for case in range(100):
+        flat = [round(rng.uniform(0.5, 0.9), 3)] * rng.randint(2, 5)
+        spread = rng.uniform(0.001, 0.05)
+        centre = flat[0] + rng.choice([-1, 1]) * spread * rng.uniform(0.0, 4.0)
+        noisy = [centre + rng.gauss(0.0, spread) for _ in range(rng.randint(2, 5))]
+        if case % 10 == 0:  # now and then both without spread: told apart exactly when the means differ
+            noisy = [rng.choice([flat[0], flat[0] + 0.01])] * rng.randint(2, 4)
+        sweep = tmp_path / str(case)
+        write_sweep(sweep, {0.01: flat, 0.02: noisy})
+        summary = summarize(sweep)
+        (flat_group,) = [group for group in summary["groups"] if group["config"] == {"optimizer.lr": "0.01"}]
+        assert (flat_group["best"]["mean"], flat_group["best"]["sd"]) == (flat[0], 0.0)  # shown without a spread
+        verdict = summary["verdict"]
+        p = expected_welch_p(flat, noisy)
+        kind = "separated" if p < 0.05 else "within_noise"
+        assert verdict["kind"] == kind, (case, flat, noisy, p, verdict["line"])
+        assert verdict["p_values"][1] == pytest.approx(p, rel=1e-6, abs=1e-12)
+        kinds[kind] += len(set(noisy)) > 1
+    assert min(kinds.values()) >= 15, kinds  # both verdicts were met with one group of equal repeats

@@ -6,6 +6,9 @@ sample's partner and weight from the mixed one-hot target (every sample of the b
 check the mixed images against NumPy arithmetic on the original batch for that draw, and that a fixed seed gives
 the same batch twice (what an exact resume replays).
 """
+import math
+from collections import Counter
+
 import mindspore.dataset as ds
 import numpy as np
 import pytest
@@ -78,14 +81,6 @@ def test_cutmix_pastes_a_box_and_weights_the_target_by_its_area():
             assert target[i, j] == pytest.approx(area, abs=1e-6)
 
 
-def test_mix_prob_leaves_some_batches_unmixed():
-    """mix_prob=0.5 over 40 batches: both mixed and untouched ones (one-hot targets, the original images)."""
-    originals, out = mixed_batches(parse_augment({"mixup_alpha": 1.0, "mix_prob": 0.5}), batches=40)
-    untouched = [np.array_equal(t, np.eye(CLASSES)[:BATCH]) and np.array_equal(m, o)
-                 for (m, t), o in zip(out, originals)]
-    assert 5 < sum(untouched) < 35, sum(untouched)
-
-
 def test_presets_and_keys():
     strong = parse_augment("strong")
     assert strong.random_resized_crop and strong.hflip == 0.5 and strong.auto_augment == "randaugment"
@@ -110,3 +105,49 @@ def test_bad_values_name_the_key(value, message):
     with pytest.raises(ConfigError) as error:
         parse_augment(value)
     assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def kind_of(original, mixed, target):
+    """How a batch came out: "untouched", "mixup" (every sample a blend of itself and its partner by the one lambda
+    of the batch) or "cutmix" (every pixel its own or its partner's), read from the arithmetic alone."""
+    if np.array_equal(target, np.eye(CLASSES)[:BATCH]) and np.array_equal(mixed, original):
+        return "untouched"
+    own, partner = partners(target)
+    lam = own[partner != np.arange(BATCH)]
+    if len(lam) and np.allclose(lam, lam[0], atol=1e-6):
+        blend = lam[0] * original + (1 - lam[0]) * original[partner]
+        blend[partner == np.arange(BATCH)] = original[partner == np.arange(BATCH)]
+        if np.allclose(mixed, blend, rtol=1e-5, atol=1e-6) and not np.all(
+                (mixed == original) | (mixed == original[partner])):
+            return "mixup"
+    if np.all((mixed == original) | (mixed == original[partner])):
+        return "cutmix"
+    raise AssertionError(f"neither MixUp nor CutMix: lambdas {own}, partners {partner}")
+
+
+def tolerance(batches, p, sigmas=4.0):
+    """The binomial count's allowed distance from batches * p: `sigmas` standard deviations (a seeded draw; a fair
+    one lands outside with probability about 6e-5)."""
+    return sigmas * math.sqrt(batches * p * (1 - p))
+
+
+def test_with_mixup_and_cutmix_both_on_each_batch_picks_one_at_even_odds():
+    """200 batches with mixup_alpha and cutmix_alpha both set (mix_prob 1): every batch is mixed, by MixUp in a
+    binomial(200, 0.5) share of them (4 standard deviations, computed here). Mutation: batch_ops always taking the
+    first mixer (MixUp in all 200 batches: red)."""
+    batches = 200
+    originals, out = mixed_batches(parse_augment({"mixup_alpha": 1.0, "cutmix_alpha": 1.0}), batches=batches)
+    kinds = Counter(kind_of(o, m, t) for o, (m, t) in zip(originals, out))
+    assert kinds["untouched"] == 0, kinds
+    assert abs(kinds["mixup"] - batches * 0.5) <= tolerance(batches, 0.5), kinds
+
+
+def test_mix_prob_is_the_share_of_mixed_batches():
+    """mix_prob=0.2 over 200 batches: a binomial(200, 0.2) count of mixed batches (4 standard deviations: 40 +- 23).
+    Mutation: RandomApply given 1 - mix_prob (about 160 mixed: red)."""
+    batches, mix_prob = 200, 0.2
+    for augment in ({"mixup_alpha": 1.0}, {"cutmix_alpha": 1.0}, {"mixup_alpha": 1.0, "cutmix_alpha": 1.0}):
+        originals, out = mixed_batches(parse_augment({**augment, "mix_prob": mix_prob}), batches=batches)
+        kinds = Counter(kind_of(o, m, t) for o, (m, t) in zip(originals, out))
+        mixed = batches - kinds["untouched"]
+        assert abs(mixed - batches * mix_prob) <= tolerance(batches, mix_prob), (augment, kinds)

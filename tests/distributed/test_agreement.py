@@ -114,3 +114,64 @@ def test_ranks_that_resume_from_different_checkpoints_are_all_refused_and_nothin
         assert line in (log_dir / f"worker_{rank}.log").read_text(), rank
     assert {folder: snapshot(folder) for folder in (rank0, rank1)} == before
     assert STEPS_PER_EPOCH > 3
+
+
+def built_wrapper():
+    """wine_mlp's training cell as the app builds it, with Adam (two moments) and an EMA of the weights."""
+    import mindspore as ms
+
+    from trainkit.app import build
+
+    cfg = compose_config(["recipe=wine_mlp", "run_dir=/unused", "wrapper.ema_decay=0.9", "+model.conv_impl=native"])
+    data = build.instantiate_group("data", cfg.data)
+    data.prepare()
+    ms.set_seed(0)
+    backbone = build.build_model(cfg, data)
+    loss_network = build.build_loss_network_for(cfg, backbone, build.build_loss_fn(cfg))
+    optimizer = build.build_optimizer(cfg, backbone, build.build_learning_rates(cfg, 0.01, 10, 1))
+    return cfg, build.build_wrapper(cfg, loss_network, optimizer)
+
+
+def test_the_optimizer_state_and_the_ema_are_in_what_ranks_compare(monkeypatch):
+    """check_ranks_agree on the app's own training cell, the all-gather replaced by this rank's vector and a rank
+    whose one value of one parameter differs: every weight, every optimizer state (Adam's moments, its step) and
+    every EMA shadow must make the ranks disagree, and the value put back must make them agree again.
+
+    Mutations caught: check_ranks_agree hashing ``wrapper.trainable_params()`` only (the weights), or start_signature
+    skipping names under ``optimizer.``/``ema.`` (red: a rank with other moments or another EMA trains)."""
+    import mindspore as ms
+
+    from trainkit.distributed import agreement
+
+    cfg, wrapper = built_wrapper()
+    sent, peer = [], []  # what this rank sent; the other rank's vector (none: the same as this one's)
+
+    def all_gather(vector):
+        sent.append(vector)
+        return np.concatenate([vector, peer[-1] if peer else vector])
+
+    monkeypatch.setattr(agreement, "_all_gather", all_gather)
+    agreement.check_ranks_agree(0, wrapper, cfg, 2)
+    reference = sent[-1]
+    parameters = dict(wrapper.parameters_and_names())
+    kinds = {"weights": [n for n in parameters if n.startswith("layers.")],
+             "Adam's moments": [n for n in parameters if n.startswith(("optimizer.moment1.", "optimizer.moment2."))],
+             "the optimizer's step": [n for n in parameters if n == "optimizer.global_step"],
+             "the EMA's shadows": [n for n in parameters if n.startswith("ema.ema.")]}
+    assert all(kinds.values()), kinds  # the cell holds each kind: the test is not empty
+    for kind, names in kinds.items():
+        for name in names:
+            parameter = parameters[name]
+            kept = parameter.asnumpy().copy()
+            changed = kept.copy().reshape(-1)
+            changed[-1] += 1
+            parameter.set_data(ms.Tensor(changed.reshape(kept.shape), parameter.dtype))
+            agreement.check_ranks_agree(0, wrapper, cfg, 2)  # this rank with the changed value
+            peer.append(sent[-1])
+            parameter.set_data(ms.Tensor(kept, parameter.dtype))
+            assert not np.array_equal(peer[-1], reference), (kind, name)
+            with pytest.raises(agreement.RanksDisagree, match="rank 1 .*its weights and optimizer state differ"):
+                agreement.check_ranks_agree(0, wrapper, cfg, 2)  # rank 1 has the changed value
+            peer.clear()
+            agreement.check_ranks_agree(0, wrapper, cfg, 2)
+            assert np.array_equal(sent[-1], reference), (kind, name)  # put back: the ranks agree again

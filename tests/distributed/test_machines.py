@@ -18,6 +18,7 @@ from tests.common.processes import processes_mentioning
 from tests.distributed import test_launch
 from tests.distributed.test_launch import REPO, assert_same_checkpoint, tiny
 from trainkit.distributed.launch import free_port
+from trainkit.errors import ConfigError
 
 cifar10 = test_launch.cifar10  # the fixture
 EPOCHS, STEPS_PER_EPOCH = 2, 5  # 40 training records, batch 4 on each of the 2 ranks
@@ -270,3 +271,92 @@ def test_a_signal_before_the_workers_joined_stops_the_job_at_once_and_after_is_f
     finally:
         worker.kill()
         worker.wait()
+
+
+# ------------------------------------------------------------------ the checkpoint machine 0 sends (fast: one host)
+def checkpoint_transfer(tmp_path, announced: bytes, sent: bytes, already=None):
+    """Machine 0 (a thread) announces a checkpoint by the sha256 of `announced` and sends the bytes `sent`;
+    machine 1 (this thread) joins and prepares its own run directory, where `already` (bytes) may lie under the
+    checkpoint's name. Returns (machine 1's MachineJob or its error, machine 0's error or its next message)."""
+    import hashlib
+    import threading
+
+    from omegaconf import OmegaConf
+
+    from trainkit.distributed.machines import _prepare
+    from trainkit.distributed.rendezvous import Meeting
+    from trainkit.rundir.lock import RunDirectoryLock
+
+    port = free_port()
+    parallel = {"nodes": 2, "workers": 1, "master_addr": "127.0.0.1", "master_port": port, "join_timeout": 30}
+    host = Meeting(OmegaConf.create({**parallel, "node_rank": 0}), {"node_rank": 0, "signature": {}})
+    guest = Meeting(OmegaConf.create({**parallel, "node_rank": 1}), {"node_rank": 1, "signature": {}})
+    name = "trainkit-1_5.ckpt"
+    run_dir = tmp_path / "machine1"
+    run_dir.mkdir(parents=True)
+    if already is not None:
+        (run_dir / "checkpoints").mkdir(parents=True)
+        (run_dir / "checkpoints" / name).write_bytes(already)
+    host_said = []
+
+    def machine_0():
+        try:
+            host.gather()
+            host.start({"job": "127.0.0.1:1/x", "checkpoint": {
+                "name": name, "sha256": hashlib.sha256(announced).hexdigest()}}, sent)
+            host_said.append(host.peers[1].receive(time.monotonic() + 30))  # what machine 1 says next
+        except Exception as error:  # noqa: BLE001 -- handed to the test
+            host_said.append(error)
+
+    thread = threading.Thread(target=machine_0)
+    thread.start()
+    try:
+        start = guest.join()
+        with RunDirectoryLock(run_dir) as lock:
+            try:
+                outcome = _prepare(guest, lock, start, run_dir)
+                guest.tell_done()  # the job machine 1 would run ended well
+            except ConfigError as error:
+                outcome = error
+    finally:
+        thread.join(timeout=60)
+        guest.close()
+        host.close()
+    return outcome, host_said[0], run_dir / "checkpoints"
+
+
+def test_machine_1_resumes_only_from_a_checkpoint_with_the_sha256_machine_0_sent(tmp_path):
+    """Bytes that are not the file machine 0 announced (another checkpoint under its name, or a transfer that went
+    wrong) are refused by the receiver in one line, before anything uses them: no file under the name, none
+    partial, and machine 0 is told why. The announced bytes land and are resumed from.
+
+    Mutation caught: _prepare writing the received bytes without comparing their sha256 (red: the other file is
+    resumed from)."""
+    checkpoint, other = b"machine 0's checkpoint" * 1000, b"another checkpoint" * 1000
+    outcome, host_said, folder = checkpoint_transfer(tmp_path / "other", announced=checkpoint, sent=other)
+    assert isinstance(outcome, ConfigError), outcome
+    line = str(outcome)
+    assert "\n" not in line and line.startswith("the checkpoint received from machine 0 as trainkit-1_5.ckpt has "
+                                                "sha256 "), line
+    assert "not used" in line
+    assert not folder.exists() or not list(folder.iterdir())  # neither the file nor a .partial is left
+    assert host_said == {"stop": f"machine 1: {line}"}  # machine 0 and the others stop, naming the cause
+
+    job, host_said, folder = checkpoint_transfer(tmp_path / "same", announced=checkpoint, sent=checkpoint)
+    assert not isinstance(job, Exception), job
+    assert job.resume_path == str(folder / "trainkit-1_5.ckpt") and [p.name for p in folder.iterdir()] == [
+        "trainkit-1_5.ckpt"]
+    assert (folder / "trainkit-1_5.ckpt").read_bytes() == checkpoint
+    assert host_said == {"done": True}
+
+
+def test_another_file_already_under_the_checkpoint_s_name_is_refused_and_kept(tmp_path):
+    """Machine 1's run directory holds a different file under the name machine 0 announces: refused in one line,
+    before anything is sent; the file stays as it was, and machine 0 stops with the same line."""
+    checkpoint, mine = b"machine 0's checkpoint" * 1000, b"machine 1's own file" * 1000
+    outcome, host_said, folder = checkpoint_transfer(tmp_path, announced=checkpoint, sent=checkpoint, already=mine)
+    assert isinstance(outcome, ConfigError) and "\n" not in str(outcome), outcome
+    assert str(outcome).startswith(f"{folder / 'trainkit-1_5.ckpt'} is not machine 0's checkpoint of that name"), \
+        outcome
+    assert (folder / "trainkit-1_5.ckpt").read_bytes() == mine and len(list(folder.iterdir())) == 1
+    assert isinstance(host_said, ConfigError) and str(host_said) == f"machine 1: {outcome}"

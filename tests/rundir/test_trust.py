@@ -88,18 +88,3 @@ def test_every_untrusted_target_is_named_at_once():
                                           r"loss._target_=one.Loss, which are not trusted.*--trust one "
                                           r"--trust two.sub$"):
         check_trusted(cfg, "FILE")
-
-
-@pytest.mark.parametrize("value, refused", [
-    ("${model.width}", False), ("${hydra:runtime.cwd}/x", False), ("a ${model.width} b", False),
-    (r"\${oc.create:{_target_: pathlib.Path}}", True), ("${oc.env:HOME}", True),
-    ("${oc.create:{_target_: trainkit.losses.CrossEntropy}}", True), ("${model.${x}}", True),
-    (r"\\${model.width}", True), ("${trainkit_direction:}", True)])
-def test_a_file_may_hold_plain_references_but_no_resolver_call_or_escape(value, refused):
-    """Mutation tried: the escape test removed from check_data_only (the escaped cases pass)."""
-    cfg = OmegaConf.create({"model": {"_target_": "trainkit.models.mlp.MLP", "width": 3}, "data": {"x": value}})
-    if refused:
-        with pytest.raises(ConfigError, match="FILE: data.x holds .*an interpolation trainkit does not resolve"):
-            check_trusted(cfg, "FILE")
-    else:
-        check_trusted(cfg, "FILE")

@@ -158,3 +158,37 @@ def test_a_regression_predicts_values_from_raw_rows(tmp_path_factory, tmp_path):
     assert rows[0] == ["input", "prediction"]
     expected = network_logits(run_dir, fed).ravel()
     np.testing.assert_allclose([float(row[1]) for row in rows[1:]], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_classes_are_named_in_the_training_order_where_it_is_not_the_names_string_order(digits_run, tmp_path):
+    """Whole-number classes 1, 2, 4, ..., 512 (as strings "1" < "128" < "16" < "2" ...): a table's class i is the
+    i-th value by number, its rows' labels say so, and predict names a row's class i by that i-th name.
+
+    Mutations caught: the names sorted as strings where predict reads them (trainkit.tools.predict.class_names), or
+    where they are loaded (trainkit.rundir.class_names), or a table's classes sorted as strings (red: rows name
+    the wrong class)."""
+    import shutil
+
+    from trainkit.data.table import TableData
+    from trainkit.rundir.class_names import save_class_names
+
+    values = [2 ** k for k in range(10)]
+    assert sorted(map(str, values)) != [str(v) for v in values]  # the premise: string order is another order
+    rng = np.random.default_rng(0)
+    column = rng.permutation(np.repeat(values, 6))
+    (tmp_path / "t.csv").write_text("x,y\n" + "".join(f"{v}.0,{v}\n" for v in column))
+    data = TableData(path=tmp_path / "t.csv", target="y", standardize=False)
+    data.prepare()
+    assert data.class_names == [str(v) for v in values]
+    features, labels = data.split_arrays("train")
+    assert [data.class_names[label] for label in labels] == [str(int(x)) for x in features[:, 0]]
+
+    run = tmp_path / "run"
+    shutil.copytree(digits_run, run)
+    save_class_names(run, data.class_names)  # what the app stores of the data module
+    raw, fed = val_digits(12)
+    np.save(tmp_path / "d.npy", raw)
+    assert main([str(run), str(tmp_path / "d.npy"), "--out", str(tmp_path / "p.csv")]) == 0
+    order, _ = expected_top_k(network_logits(run, fed))
+    rows = read_rows(tmp_path / "p.csv")[1:]
+    assert [[row[1], row[3], row[5]] for row in rows] == [[str(values[i]) for i in classes] for classes in order]

@@ -105,8 +105,9 @@ def test_a_planted_run_directory_is_refused_by_evaluate_and_the_tools(user_run, 
 
 
 # Issue 30, round two. An *escaped* interpolation is a plain string to the trust walk, and resolving the config
-# unescapes it into a live one, which instantiate then calls. Mutation tried: check_data_only returning at once
-# (the victim file is written, exit 0, through evaluate RUN_DIR and evaluate CKPT).
+# unescapes it into a live one, which instantiate then calls. Mutation tried: check_plain_data returning at once
+# (the victim file is written, exit 0, through evaluate RUN_DIR and evaluate CKPT). The generator of
+# tests/rundir/test_stored_config.py plants such strings everywhere; these go through a trained user's run.
 
 def escaped_plant(victim):
     return (r"\${oc.create:{_target_: pathlib.Path.write_text, _args_: [{_target_: pathlib.Path, _args_: ['"
@@ -122,7 +123,7 @@ def test_an_escaped_interpolation_in_a_run_directory_runs_nothing(user_run, tmp_
     (run_dir / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config))
     assert evaluate([str(run_dir), "--trust", USER]) == 2
     err = one_error_line(capsys)
-    assert "data.batch_size holds" in err and "interpolation trainkit does not resolve from a file" in err
+    assert "data.batch_size holds" in err and "nothing in it is ever evaluated" in err
     with pytest.raises(ConfigError, match="data.batch_size holds"):  # convert and compare read run= so too
         tool_config([f"run={run_dir}"], trust=[USER])
     assert not victim.exists()

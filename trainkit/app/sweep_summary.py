@@ -4,16 +4,17 @@ told apart from the others by more than the spread of seeds.
 A configuration is a job's overrides without ``trainer.seed``: the runs of ``sweep.repeats=N``, or of a sweep over
 ``trainer.seed``, are one configuration's repeats. Each group gets n, mean +- standard deviation (n - 1) and min-max
 of the best value (``best.json``), of its epoch and of the test figure, and the mean wall time; groups are ranked by
-their mean best value in ``trainer.best_mode``'s direction. The winner is *separated* when Welch's t-test (two-sided,
-unequal variances; scipy's ``ttest_ind(equal_var=False)``) gives p < 0.05 against every other group with two or
-more runs; otherwise the groups it cannot be told from are "within noise". One run per configuration has no spread
-to judge by, and the summary says so.
+their mean best value in ``trainer.best_mode``'s direction. The winner is *separated* when Welch's t-test
+(two-sided, unequal variances; scipy's ``ttest_ind_from_stats(equal_var=False)``) gives p < 0.05 against every
+other group with two or more runs; otherwise the groups it cannot be told from are "within noise". A group whose
+runs are all equal has no spread: the other group's decides. One run per configuration has no spread to judge by,
+and the summary says so.
 """
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -33,21 +34,31 @@ def statistics(values: Sequence[Optional[float]]) -> Optional[Dict[str, Any]]:
     numbers = [float(v) for v in values if isinstance(v, (int, float)) and not math.isnan(v)]
     if not numbers:
         return None
-    array = np.asarray(numbers, dtype=np.float64)
-    return {"n": len(numbers), "mean": float(array.mean()), "sd": float(array.std(ddof=1)) if len(numbers) > 1
-            else None, "min": float(array.min()), "max": float(array.max())}
+    mean, sd, n = _moments(numbers)
+    return {"n": n, "mean": mean, "sd": sd if n > 1 else None, "min": min(numbers), "max": max(numbers)}
 
 
 def welch_p(a: Sequence[float], b: Sequence[float]) -> float:
     """Two-sided p of Welch's t-test (unequal variances) that `a` and `b` have the same mean.
 
     Two samples without spread are told apart exactly when their means differ (p 0 or 1; scipy gives NaN there).
+    "Without spread" is all values equal, compared as values: NumPy's mean of five equal values can differ from the
+    value (and from the mean of three), and their variance be 1e-32; scipy then gave two identical groups p = 0.12.
     """
     from scipy import stats
 
-    if np.var(a) == 0 and np.var(b) == 0:
-        return 0.0 if float(np.mean(a)) != float(np.mean(b)) else 1.0
-    return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+    if np.ptp(a) == 0 and np.ptp(b) == 0:
+        return 0.0 if float(a[0]) != float(b[0]) else 1.0
+    return float(stats.ttest_ind_from_stats(*_moments(a), *_moments(b), equal_var=False).pvalue)
+
+
+def _moments(values: Sequence[float]) -> Tuple[float, float, int]:
+    """(mean, sd with n - 1, n), exactly (value, 0, n) for equal values: NumPy's mean of five 0.838s is not 0.838
+    and their sd 1.2e-16 (shown as a spread), and scipy's own moments of them lose all precision (and warn so)."""
+    array = np.asarray(values, dtype=np.float64)
+    if np.ptp(array) == 0:
+        return float(array[0]), 0.0, len(array)
+    return float(array.mean()), float(array.std(ddof=1)), len(array)  # more than one value: they differ
 
 
 def test_figure_name(metric: Optional[str]) -> Optional[str]:

@@ -2,12 +2,14 @@
 
 Either Hydra overrides exactly as ``python -m trainkit`` takes them (``model=resnet50 model.num_classes=10``,
 ``recipe=resnet50_cifar10``), or ``run=RUN_DIR``: the config that run saved (``RUN_DIR/.hydra/config.yaml``),
-with ``key=value`` overrides on top (``run=outputs/x model.conv_impl=native``). A config read from a file names only
-trusted ``_target_``s (:mod:`trainkit.rundir.trust`): trainkit's own and those the user trusts (``--trust MODULE``).
+with ``key=value`` overrides on top (``run=outputs/x model.conv_impl=native``). A config read from a file is data,
+and nothing in it is ever evaluated (:mod:`trainkit.rundir.stored_config`), and it names only trusted ``_target_``s
+(:mod:`trainkit.rundir.trust`): trainkit's own and those the user trusts (``--trust MODULE``).
 """
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -22,10 +24,11 @@ from trainkit.app import build
 from trainkit.app.config import compose_config
 from trainkit.app.finetune import model_arguments
 from trainkit.errors import ConfigError
+from trainkit.rundir.stored_config import check_plain_data, read_stored_config, with_recorded_hydra_values
 from trainkit.rundir.trust import check_trusted, override_targets
 
 RUN_KEY = "run="
-_ABSENT = object()
+_HYDRA_INTERPOLATION = re.compile(r"\$\{hydra:([\w.]+)\}")
 
 
 def tool_config(overrides: Sequence[str], trust: Sequence[str] = ()) -> DictConfig:
@@ -49,8 +52,13 @@ def tool_config(overrides: Sequence[str], trust: Sequence[str] = ()) -> DictConf
 
 def saved_config(run_dir: Path, overrides: Sequence[str], trust: Sequence[str] = (),
                  source: Optional[str] = None) -> DictConfig:
-    """``RUN_DIR/.hydra/config.yaml`` with ``key=value`` `overrides` applied (keys must exist there), checked to
-    name only trusted targets: trainkit's own, those under the modules in `trust`, and those the overrides set.
+    """``RUN_DIR/.hydra/config.yaml`` read as data (:func:`~trainkit.rundir.stored_config.read_stored_config`:
+    nothing in it is evaluated), with ``key=value`` `overrides` applied (keys must exist there), checked to name
+    only trusted targets: trainkit's own, those under the modules in `trust`, and those the overrides set.
+
+    The overrides are the user's: applied after the file's check, they may hold interpolations, which are resolved
+    here. A key the user overrides is not checked in the file (its value there is dropped unread), so a legacy run
+    directory's ``${hydra:runtime.cwd}`` that no ``.hydra/hydra.yaml`` records can be given on the command line.
 
     Args:
         source: how an error names the file (default: its path).
@@ -59,64 +67,59 @@ def saved_config(run_dir: Path, overrides: Sequence[str], trust: Sequence[str] =
     if not saved.is_file():
         raise ConfigError(f"run={run_dir}: {saved} does not exist; run= takes a run directory written by "
                           "python -m trainkit (it holds .hydra/config.yaml)")
-    cfg = with_hydra_values(OmegaConf.load(saved), run_dir)
+    pairs = []
     for item in overrides:
         key, equals, value = item.partition("=")
         if not equals or "." not in key or key.startswith(("+", "~")):
             raise ConfigError(f"{item}: next to run= only key=value overrides of the saved config are accepted "
                               "(e.g. model.conv_impl=native); for group choices such as model=resnet18 give the "
                               "overrides without run=")
-        parent, _, leaf = key.rpartition(".")
-        node = OmegaConf.select(cfg, parent, default=_ABSENT)  # the leaf unread: it may not resolve here
-        if not isinstance(node, DictConfig) or leaf not in node:
-            raise ConfigError(f"{key} is not a key of {saved}")
+        pairs.append((key, value))
+
+    def prepare(container: dict) -> dict:
+        container = with_recorded_hydra_values(container, run_dir)
+        for key, _ in pairs:  # the file's value of an overridden key is dropped before the check, never read
+            parent, _, leaf = key.rpartition(".")
+            node = container
+            for part in parent.split("."):
+                if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                    node = node[int(part)]  # callbacks.0.patience, as OmegaConf.select reads it
+                else:
+                    node = node.get(part) if isinstance(node, dict) else None
+            if not isinstance(node, dict) or leaf not in node:
+                raise ConfigError(f"{key} is not a key of {saved}")
+            node[leaf] = None
+        return container
+
+    cfg = read_stored_config(saved, source or str(saved), prepare)
+    for key, value in pairs:
         OmegaConf.update(cfg, key, yaml.safe_load(value), merge=False)
     check_trusted(cfg, source or str(saved), [*trust, *override_targets(overrides)])
     if OmegaConf.select(cfg, "data.download", default=False, throw_on_resolution_failure=False) is True and not any(
-            item.partition("=")[0] == "data.download" for item in overrides):
+            key == "data.download" for key, _ in pairs):
         cfg.data.download = False  # a file's word never makes a tool download; data.download=true given here does
     resolve_saved(cfg, source or str(saved))
     return cfg
 
 
-_HYDRA_INTERPOLATION = re.compile(r"\$\{hydra:([\w.]+)\}")
-
-
 def with_hydra_values(cfg: DictConfig, run_dir: Path) -> DictConfig:
-    """`cfg` with its ``${hydra:...}`` interpolations replaced by the values the run had, read from the
-    ``RUN_DIR/.hydra/hydra.yaml`` Hydra wrote (a run directory saved before trainkit saved its config resolved);
-    ``run_dir`` is the run directory itself. Interpolations with no recorded value are left as they are."""
-    recorded = run_dir / ".hydra" / "hydra.yaml"
-    try:
-        hydra_node = OmegaConf.load(recorded).get("hydra") if recorded.is_file() else None
-    except (OSError, yaml.YAMLError, OmegaConfBaseException):
-        hydra_node = None
-
-    def value(match: "re.Match[str]") -> str:
-        found = (OmegaConf.select(hydra_node, match.group(1), default=None, throw_on_resolution_failure=False)
-                 if hydra_node is not None else None)
-        return str(found) if isinstance(found, (str, int, float)) else match.group(0)
-
-    def fill(node):
-        if isinstance(node, dict):
-            return {key: fill(item) for key, item in node.items()}
-        if isinstance(node, list):
-            return [fill(item) for item in node]
-        return _HYDRA_INTERPOLATION.sub(value, node) if isinstance(node, str) else node
-
-    container = fill(OmegaConf.to_container(cfg, resolve=False))
-    if isinstance(container.get("run_dir"), str) and "${" in container["run_dir"]:
-        container["run_dir"] = str(run_dir)
-    return OmegaConf.create(container)
+    """Deprecated: the stored config is read with :func:`trainkit.rundir.stored_config.with_recorded_hydra_values`
+    applied before its check (:func:`saved_config`)."""
+    warnings.warn("trainkit.app.tool_config.with_hydra_values is deprecated: read a run directory's config with "
+                  "saved_config (or trainkit.rundir.stored_config.with_recorded_hydra_values on its plain "
+                  "mapping)", DeprecationWarning, stacklevel=2)
+    return OmegaConf.create(with_recorded_hydra_values(OmegaConf.to_container(cfg, resolve=False), run_dir))
 
 
 def resolve_saved(cfg: DictConfig, source: str) -> None:
-    """Resolve `cfg`'s interpolations in place, as the app did before it saved them (a run directory written before
-    trainkit saved its config resolved may hold ``${hydra:runtime.cwd}``, which only a running Hydra app knows).
+    """Resolve, in place, the interpolations the user's overrides brought to a stored config (the file's own held
+    none: :func:`saved_config`), and refuse a resolved value that spells a new one (``${a}${b}``).
 
     Raises:
-        ConfigError: an interpolation that cannot be resolved here, naming its key and the override that fixes it.
+        ConfigError: an interpolation that cannot be resolved here, or resolves to one, naming its key.
     """
+    if next(_interpolations(OmegaConf.to_container(cfg, resolve=False), ""), None) is None:
+        return
     try:
         stale = _hydra_interpolation(cfg)  # never resolved from this process's Hydra state (another run's, if any)
         if stale is not None:
@@ -124,13 +127,13 @@ def resolve_saved(cfg: DictConfig, source: str) -> None:
         OmegaConf.resolve(cfg)
     except (OmegaConfBaseException, ValueError) as error:
         key, text = stale if stale is not None else _unresolvable(cfg)
-        raise ConfigError(f"{source}: {key}={text} cannot be resolved outside the app that saved it "
-                          f"({type(error).__name__}: the run was saved by an older trainkit); give the value after "
-                          f"the run, e.g. {key}=/absolute/path") from error
+        raise ConfigError(f"{source}: {key}={text} cannot be resolved outside the app that ran it "
+                          f"({type(error).__name__}); give the value itself, e.g. {key}=/absolute/path") from error
+    check_plain_data(OmegaConf.to_container(cfg, resolve=False), f"{source} with the overrides resolved")
 
 
 def _hydra_interpolation(cfg: DictConfig):
-    """The first (key, text) still naming ``${hydra:...}``, which only the Hydra run that saved it could resolve."""
+    """The first (key, text) still naming ``${hydra:...}``, which only a running Hydra app could resolve."""
     return next(((path, text) for path, text in _interpolations(OmegaConf.to_container(cfg, resolve=False), "")
                  if _HYDRA_INTERPOLATION.search(text)), None)
 

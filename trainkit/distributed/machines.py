@@ -8,8 +8,10 @@ Two layouts work:
   same job shares the directory (its workers write nothing there but their msrun logs, in ``msrun_logs_node<R>/``).
   A directory held by anything else is refused, as on one machine.
 * **a run directory per machine**: every launcher holds its own directory's lock. When the job resumes, machine 0
-  sends the checkpoint its rank 0 resumes from to every machine that lacks it; it lands in that machine's
-  ``checkpoints/`` under the same name (never over a different file) and the machine's workers resume from it.
+  sends the checkpoint its rank 0 resumes from to every machine that lacks it, with its sha256; it lands in that
+  machine's ``checkpoints/`` under the same name (never over a different file), once the file written there has the
+  sha256 machine 0 sent (else the job stops with one line, and the file is not kept), and the machine's workers
+  resume from it.
 """
 from __future__ import annotations
 
@@ -108,9 +110,19 @@ def _prepare(meeting: Meeting, lock: RunDirectoryLock, start: dict, run_dir: Pat
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(target.name + ".partial")
         partial.write_bytes(data)
+        received = _sha256(partial)  # the file as written here, not the bytes in memory: what the workers load
+        if received != checkpoint["sha256"]:
+            partial.unlink()
+            error = ConfigError(
+                f"the checkpoint received from machine 0 as {checkpoint['name']} has sha256 {received[:16]}..., not "
+                f"the {checkpoint['sha256'][:16]}... machine 0 sent: it was not used, nor kept in {target.parent}; "
+                "start the job again (a second transfer), or copy machine 0's checkpoints/ here")
+            # machine 0 has started its job: it and the other machines stop it, naming this cause
+            meeting.tell_stop(f"machine {meeting.parallel.node_rank}: {error}")
+            raise error
         os.replace(partial, target)
-        log.info("received machine 0's checkpoint %s (%.1f MB) in %.3f s: this machine resumes from it", target,
-                 len(data) / 1e6, time.perf_counter() - began)
+        log.info("received machine 0's checkpoint %s (%.1f MB) in %.3f s, its sha256 that machine 0 sent: this "
+                 "machine resumes from it", target, len(data) / 1e6, time.perf_counter() - began)
     return MachineJob(meeting, lock, resume_path, shared)
 
 

@@ -39,7 +39,8 @@ from trainkit.rundir.kernel_path import check_same_kernels, kernel_path
 from trainkit.rundir.parameter_fit import fit_problems, listing
 from trainkit.rundir.stateful_parts import CHECKPOINT_KEY as PARTS_KEY
 from trainkit.rundir.stateful_parts import parts_of
-from trainkit.rundir.trust import check_data_only, check_trusted, targets
+from trainkit.rundir.stored_config import read_stored_config
+from trainkit.rundir.trust import check_trusted, targets
 from trainkit.step.running_totals import RUNNING_TOTALS
 
 log = logging.getLogger("trainkit")
@@ -301,9 +302,7 @@ def _stored_config(text: Any, path: Path) -> Optional[DictConfig]:
     CheckpointError, when it holds more than data: never read past as "a file without a config"."""
     if text is None:
         return None
-    config = OmegaConf.create(_scalar(text))
-    check_data_only(OmegaConf.to_container(config, resolve=False), f"the config stored in checkpoint {path}")
-    return config
+    return read_stored_config(str(_scalar(text)), f"the config stored in checkpoint {path}")
 
 
 def stored_config(path: Path) -> Optional[DictConfig]:

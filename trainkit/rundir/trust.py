@@ -13,10 +13,10 @@ So, as ``torch.load(weights_only=True)`` does for pickles, a config read from a 
   trusts the classes and functions ``mypkg`` and its submodules *define*, not what they import: a name such as
   ``mypkg.data.Path.write_text`` is ``pathlib``'s and stays untrusted) or one target (``--trust mypkg.models.Net``).
 
-A config read from a file is also data in its values: it may hold plain references (``${model.width}``) but no
-resolver call (``${oc.create:...}``, ``${oc.env:...}``) and no escaped interpolation (``\\${...}``), which resolving
-turns into a live one that instantiate would then call. trainkit saves its configs resolved, so a file of its own
-holds none of them.
+A config read from a file is data in its values too, and nothing in it is ever evaluated: it is read by
+:func:`trainkit.rundir.stored_config.read_stored_config`, which refuses any ``${`` in it (a plain reference, a
+resolver call, an escaped interpolation alike), so the targets checked here are the file's own text: no
+interpolation of the file's makes or hides one.
 
 Every ``_target_`` is checked, at any depth (``_args_``, lists, ``_partial_`` nodes alike), before anything of the
 config is imported or called. A target given on the command line as an override (``model._target_=...``) is the
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-import re
+import warnings
 from importlib import resources
 from typing import FrozenSet, Iterable, Iterator, Optional, Sequence, Tuple
 
@@ -83,7 +83,6 @@ def check_trusted(cfg: DictConfig, source: str, trusted: Sequence[str] = (), how
         trusted: modules or targets the user trusts explicitly.
         how: how the user trusts one (``--trust MODULE`` on the tools' command line).
     """
-    check_data_only(OmegaConf.to_container(cfg, resolve=False), source)
     refused = []
     for where, target in targets(cfg):
         if not isinstance(target, str) or not target.strip():
@@ -108,22 +107,21 @@ def check_trusted(cfg: DictConfig, source: str, trusted: Sequence[str] = (), how
                       f"file, trust it with {fix}")
 
 
-_PLAIN_REFERENCE = re.compile(r"\$\{(hydra:)?[A-Za-z_][\w.]*\}")  # hydra: older run dirs' runtime values
-
-
 def check_data_only(container, source: str, path: str = "") -> None:
-    """Raise ConfigError where a config read from a file holds an escaped interpolation or a resolver call
-    (anything but a plain ``${key.path}`` reference), naming the key."""
-    if isinstance(container, dict):
-        for key, value in container.items():
-            check_data_only(value, source, f"{path}.{key}" if path else str(key))
-    elif isinstance(container, list):
-        for index, value in enumerate(container):
-            check_data_only(value, source, f"{path}[{index}]")
-    elif isinstance(container, str) and ("\\${" in container or "${" in _PLAIN_REFERENCE.sub("", container)):
-        raise ConfigError(f"{source}: {path} holds {container[:80]!r}, an interpolation trainkit does not "
-                              "resolve from a file (only plain ${key} references; trainkit saves its own configs "
-                              "resolved): the file was edited; use the run's values on the command line instead")
+    """Deprecated: :func:`trainkit.rundir.stored_config.check_plain_data` (which refuses every ``${``, plain
+    references included)."""
+    warnings.warn("trainkit.rundir.trust.check_data_only is deprecated: a config read from a file is read with "
+                  "trainkit.rundir.stored_config.read_stored_config, which refuses every interpolation",
+                  DeprecationWarning, stacklevel=2)
+    from trainkit.rundir.stored_config import check_plain_data
+
+    check_plain_data(container if not path else _nested(container, path), source)
+
+
+def _nested(container, path: str):
+    for part in reversed(path.split(".")):
+        container = {part: container}
+    return container
 
 
 def targets(cfg, path: str = "", depth: int = 0) -> Iterator[Tuple[str, object]]:
