@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 export GLOG_v := 3
 
-.PHONY: help train test bench lint docs docs-serve clean
+.PHONY: help train test test-fast bench lint docs docs-serve clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -27,6 +27,9 @@ train: $(STAMP)  ## train the quick-start recipe: a small CNN on the handwritten
 
 test: $(STAMP)  ## run the test suite (two workers: the CI machine's two cores; a file's tests stay together)
 	$(BIN)/python -m pytest -n 2 --dist loadfile
+
+test-fast: $(STAMP)  ## run the unit tier only (pure logic: no training, no process), for quick feedback
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m 'unit and not slow' -q
 
 bench: $(STAMP)  ## run the benchmarks (about 13 min on 2 cores), print the table, write results/bench.{json,md}
 	$(BIN)/python -m pip install --quiet -e '.[bench]' || echo "PyTorch not installed: rows 6 and 9 skip their PyTorch part"
