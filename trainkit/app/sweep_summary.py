@@ -4,7 +4,8 @@ told apart from the others by more than the spread of seeds.
 A configuration is a job's overrides without ``trainer.seed`` and the keys that do not change what is trained
 (``trainer.resume``, ``run_dir``, Hydra's own: :data:`NOT_TRAINED`): the runs of ``sweep.repeats=N``, or of a sweep
 over ``trainer.seed``, are one configuration's repeats, also once a stopped sweep was continued. A completed job whose
-``best.json`` cannot be read (edited by hand) is warned of and listed as unreadable, not counted. Each group gets n, mean +- standard deviation (n - 1) and min-max
+``best.json`` cannot be read (edited by hand) is warned of and listed as unreadable, not counted. Each group gets
+n, mean +- standard deviation (n - 1) and min-max
 of the best value (``best.json``), of its epoch and of the test figure, and the mean wall time; groups are ranked by
 their mean best value in ``trainer.best_mode``'s direction. The winner is *separated* when Welch's t-test
 (two-sided, unequal variances; scipy's ``ttest_ind_from_stats(equal_var=False)``) gives p < 0.05 against every
