@@ -5,13 +5,12 @@ A configuration is a job's overrides without ``trainer.seed`` and the keys that 
 (``trainer.resume``, ``run_dir``, Hydra's own: :data:`NOT_TRAINED`): the runs of ``sweep.repeats=N``, or of a sweep
 over ``trainer.seed``, are one configuration's repeats, also once a stopped sweep was continued. A completed job whose
 ``best.json`` cannot be read (edited by hand) is warned of and listed as unreadable, not counted. Each group gets
-n, mean +- standard deviation (n - 1) and min-max
-of the best value (``best.json``), of its epoch and of the test figure, and the mean wall time; groups are ranked by
-their mean best value in ``trainer.best_mode``'s direction. The winner is *separated* when Welch's t-test
-(two-sided, unequal variances; scipy's ``ttest_ind_from_stats(equal_var=False)``) gives p < 0.05 against every
-other group with two or more runs; otherwise the groups it cannot be told from are "within noise". A group whose
-runs are all equal has no spread: the other group's decides. One run per configuration has no spread to judge by,
-and the summary says so.
+n, mean +- standard deviation (n - 1) and min-max of the best value (``best.json``), of its epoch and of the test
+figure, and the mean wall time; groups are ranked by their mean best value in ``trainer.best_mode``'s direction.
+The winner is *separated* when Welch's t-test (two-sided, unequal variances; scipy's
+``ttest_ind_from_stats(equal_var=False)``) gives p < 0.05 against every other group with two or more runs; otherwise
+the groups it cannot be told from are "within noise". A group whose runs are all equal has no spread: the other
+group's decides. One run per configuration has no spread to judge by, and the summary says so.
 """
 from __future__ import annotations
 
