@@ -24,6 +24,7 @@ clean-up (``finally``) runs.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import signal
 import sys
@@ -93,6 +94,7 @@ def tool_status(main: Callable[[], int]) -> int:
         except BaseException:  # a crash: its traceback, then status 1, as Python's own exit would
             traceback.print_exc()
             status = 1
+        atexit.register(signals.phase, "teardown")  # the first to run in exit_process; a no-op outside the tests
         signals.exit_process(status)
     return _status(main)
 

@@ -69,3 +69,24 @@ def test_a_signal_inside_mindspore_s_compile_leaves_no_dump(digits_run, tmp_path
     assert process.returncode == 143, stderr
     assert stderr == STOPPED.format("SIGTERM") + "\n"
     assert left_in(out) == [] and left_in(work) == []
+
+
+def test_a_signal_after_the_export_s_work_is_not_lost(digits_run, tmp_path):
+    """SIGTERM in the command's teardown (``hold:teardown``: an ``atexit`` function of its exit), after the "wrote"
+    line: the line that says the work was done, 143, and the file whole. Mutation caught: tool_status returning its
+    status to the interpreter's own exit (the signal then read as one before the work was done)."""
+    work, out = tmp_path / "work", tmp_path / "out"
+    work.mkdir()
+    process = export([str(digits_run), str(out / "model.mindir")], work, phases="hold:teardown")
+    for line in process.stderr:
+        if line.rstrip("\n") == "trainkit: phase teardown":
+            break
+    process.send_signal(signal.SIGTERM)
+    stdout, rest = process.communicate(timeout=120)
+    assert process.returncode == 143, rest
+    assert rest == "trainkit: stopped by SIGTERM after the command had done its work (what it wrote is whole)\n"
+    assert stdout.startswith(f"wrote {out / 'model.mindir'}: MINDIR")
+    assert left_in(out) == ["model.mindir"] and left_in(work) == []
+    import mindspore as ms
+
+    assert ms.load(str(out / "model.mindir")) is not None  # whole: MindSpore reads it back
