@@ -31,8 +31,12 @@ def left_in(folder: Path):
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
 
 
-@pytest.mark.parametrize("phase, signum", [("import", signal.SIGINT), ("build", signal.SIGTERM),
-                                           ("compile", signal.SIGINT), ("write", signal.SIGTERM),
+# Each case is a real export process (MindSpore's import alone is ~3 s on the shared cores): build and write hold in
+# Python between phases as import and check do, so they run with the slow tests only.
+@pytest.mark.parametrize("phase, signum", [("import", signal.SIGINT),
+                                           pytest.param("build", signal.SIGTERM, marks=pytest.mark.slow),
+                                           ("compile", signal.SIGINT),
+                                           pytest.param("write", signal.SIGTERM, marks=pytest.mark.slow),
                                            ("check", signal.SIGINT)])
 def test_a_signal_in_each_phase_of_an_export_is_one_line_and_128_plus_n(digits_run, tmp_path, phase, signum):
     """Mutation caught: tool_command without _own_process (the old exception in the main thread): SIGINT in the
