@@ -218,6 +218,7 @@ def test_a_stopped_sweep_keeps_its_summary_and_continues_with_one_command(tmp_pa
     summary = json.loads((sweep / "summary.json").read_text())
     assert sorted((row["job"], row["status"]) for row in summary["jobs"]) == [(0, "completed"), (1, "completed"),
                                                                               (2, "completed")]
+    assert summary["varying"] == ["optimizer.lr"]  # jobs 1-2 ran with trainer.resume=auto, job 0 without: one axis
     assert f"resuming from {sweep / '1' / 'checkpoints'}" in (sweep / "1" / "train.log").read_text()
 
 
