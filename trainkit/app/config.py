@@ -210,7 +210,9 @@ class SweepConfig:
     """``sweep``: how a ``-m`` sweep runs its jobs (trainkit's launcher, ``hydra/launcher=trainkit``).
 
     ``repeats``: run every configuration with this many seeds, ``trainer.seed`` + 0 .. repeats - 1; the summary
-    groups them and says whether the winner is told apart from the others by more than the seeds' spread.
+    groups them and says whether the winner is told apart from the others by more than the seeds' spread. At most
+    ``MAX_REPEATS``, and repeats x the sweeper's configurations at most ``MAX_SWEEP_JOBS``, checked before the sweep
+    starts (``trainkit.app.sweep_launcher.size_problem``).
     """
 
     repeats: int = 1

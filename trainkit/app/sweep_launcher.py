@@ -2,7 +2,9 @@
 sweep that a signal stops keeps its summary and says how to continue all of it.
 
 * ``sweep.repeats=N`` runs every job a sweeper asks for N times, with ``trainer.seed`` = the configured seed + 0 ..
-  N - 1 (the data order follows it; the data split has its own seed). The sweeper gets one result per job it asked
+  N - 1 (the data order follows it; the data split has its own seed). N is at most 1,000 and N x the configurations
+  the sweeper will ask for at most 10,000 jobs, refused in :meth:`RepeatingLauncher.setup`, before the sweeper
+  makes its folder or lists its jobs (:func:`size_problem`). The sweeper gets one result per job it asked
   for: the mean of its repeats' best values, so Optuna's objective for a trial is that mean. The repeat of job j
   (as the sweeper numbers them) r is job ``j * N + r``, in the folder of that number.
 * ``trainer.resume=auto`` on a ``-m`` command continues the sweep in ``hydra.sweep.dir``: a job whose record says it
