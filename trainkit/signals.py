@@ -233,7 +233,7 @@ def phase(name: str) -> None:
     print(f"trainkit: phase {name}", file=sys.stderr, flush=True)
     if wanted == f"hold:{name}":
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not (_done and _pending):  # in exit_process: it answers the signal
             time.sleep(_POLL_SECONDS)
 
 
