@@ -1,19 +1,13 @@
 """A sweep's size is checked before its folder or its list of jobs exists: ``sweep.repeats`` in [1, 1000], and
 repeats x the configurations the sweeper will ask for at most 10,000 jobs (issue 47). The bounds are written here
 as the documentation states them; the number of configurations is counted here from the overrides themselves."""
-import os
 import random
-import resource
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
 from trainkit.app.sweep_launcher import size_problem
 
-REPO = Path(__file__).resolve().parents[2]
 BASIC = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 OPTUNA = "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
 
@@ -66,23 +60,6 @@ def test_optuna_s_trials_count_as_its_configurations():
     assert size_problem(sweep_config(3, [], sweeper=OPTUNA, n_trials=3334)) is not None  # 10,002 jobs
     assert size_problem(sweep_config(3, [], sweeper=OPTUNA, n_trials=3333)) is None  # 9,999
     assert size_problem(sweep_config(2, ["+model.x=interval(0,1)"], sweeper="some.OtherSweeper")) is None
-
-
-def test_a_huge_repeats_is_one_line_before_the_sweep_folder_exists(tmp_path):
-    """``sweep.repeats=1000000000`` (a typo for 10) grew memory by 700 MB/s before any job started; 0 was refused
-    by job 0, after the sweep folder and a summary were written. Mutation: the launcher's setup without
-    size_problem (red: the first case runs out of time or memory, the second leaves multirun/ and exit 2 later)."""
-    def bounded():  # under a mutation the job list grows without end: a MemoryError, not a shared machine's memory
-        resource.setrlimit(resource.RLIMIT_AS, (4 * 2 ** 30, 4 * 2 ** 30))
-
-    for repeats in ("1000000000", "0"):
-        result = subprocess.run([sys.executable, "-m", "trainkit", "-m", f"sweep.repeats={repeats}", "logger=quiet"],
-                                cwd=tmp_path, capture_output=True, text=True, timeout=120, preexec_fn=bounded,
-                                env={**os.environ, "GLOG_v": "3", "PYTHONPATH": str(REPO)})
-        assert result.returncode == 2, result.stderr[-2000:]
-        assert result.stderr == (f"trainkit: error: sweep.repeats={repeats} is not valid: it must be an integer in "
-                                 "[1, 1,000] (the seeds each configuration of a -m sweep runs with)\n")
-        assert list(tmp_path.iterdir()) == []  # no multirun/ folder, no summary
 
 
 @pytest.mark.parametrize("repeats", [0, 1001])
