@@ -268,3 +268,43 @@ def test_a_signal_ignored_when_the_process_started_stays_ignored():
                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["SIGTERM"]
+
+
+OWNED_WRITE = """
+import sys, time
+from pathlib import Path
+from trainkit import signals
+signals.start()  # as python -m trainkit.<tool> does, from the package's first import
+from trainkit import tool_command
+from trainkit.rundir.output_file import written_whole
+assert signals.own_process(tool_command._farewell, tool_command._stop)
+
+def main():
+    with written_whole(Path(sys.argv[1]) / "model.mindir", ".mindir") as temporary:
+        temporary.write_bytes(b"partial")
+        print("writing", flush=True)
+        time.sleep(60)  # a safety net: the signal ends the process from trainkit's thread
+    return 0
+
+tool_command.tool_status(main)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_tool_that_owns_its_process_removes_the_temporary_file_when_a_signal_ends_it(tmp_path, signum):
+    """The command's process is ended by trainkit.signals' thread (``os._exit``: the write's ``finally`` never runs),
+    so the temporary output is removed by that thread. Mutation caught: _exit_for without its unlink of
+    ``removed_if_ended``'s files (red: ``.model.mindir.<pid>.tmp.mindir`` left)."""
+    child = subprocess.Popen([sys.executable, "-c", OWNED_WRITE, str(tmp_path)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    try:
+        assert child.stdout.readline() == "writing\n"  # the temporary file is there
+        child.send_signal(signum)
+        _, err = child.communicate(timeout=60)
+    finally:
+        child.kill()
+    assert child.returncode == 128 + signum, err
+    assert err == (f"trainkit: stopped by {signal.Signals(signum).name}: nothing was written (an output written "
+                   "before it is whole)\n")
+    assert list(tmp_path.iterdir()) == []

@@ -49,3 +49,4 @@ def test_a_full_disk_is_one_line_and_status_1_and_other_errors_stay_errors(capsy
     with pytest.raises(PermissionError):
         tool_status(denied)
     assert tool_status(lambda: 2) == 2
+

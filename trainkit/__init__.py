@@ -9,7 +9,8 @@ import sys
 if sys.argv[:1] == ["-m"]:  # python -m is importing the package before its __main__: route the signals first
     from trainkit import signals as _signals
 
-    _signals.start_command("trainkit")
+    _signals.start_command("trainkit", "trainkit.export", "trainkit.predict", "trainkit.evaluate",
+                           "trainkit.compare", "trainkit.convert", "trainkit.port")  # trainkit.tool_command takes over
 
 __all__ = ["Callback", "CallbackState", "TrainingWrapper", "ExponentialMovingAverage"]
 __version__ = "0.1.0"

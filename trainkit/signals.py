@@ -200,7 +200,41 @@ def _exit_for(signum: int, done: bool) -> NoReturn:
             child.terminate()  # what multiprocessing's atexit function would do, which os._exit skips
     finally:
         _flush()
+        for path in list(_unfinished):  # last: the main thread runs on meanwhile, and may still create one
+            with contextlib.suppress(OSError):
+                os.unlink(path)
         os._exit(128 + signum)
+
+
+_unfinished: set = set()  # files being written that a signal ending the process removes (removed_if_ended)
+
+
+@contextlib.contextmanager
+def removed_if_ended(path: str) -> Iterator[None]:
+    """`path`, a temporary file being written, is removed if a signal ends the process from the forwarding thread
+    meanwhile: ``os._exit`` skips the writer's own clean-up (its ``finally``)."""
+    _unfinished.add(str(path))
+    try:
+        yield
+    finally:
+        _unfinished.discard(str(path))
+
+
+_PHASES = "TRAINKIT_SIGNAL_PHASES"
+
+
+def phase(name: str) -> None:
+    """A test hook: with ``TRAINKIT_SIGNAL_PHASES`` set, a command says on stderr that it enters phase `name`
+    (``trainkit: phase NAME``), so that a test sends a signal there on that message, not after a guessed sleep; set
+    to ``hold:NAME``, it then waits there (up to two minutes) for the signal."""
+    wanted = os.environ.get(_PHASES)
+    if not wanted:
+        return
+    print(f"trainkit: phase {name}", file=sys.stderr, flush=True)
+    if wanted == f"hold:{name}":
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (_done and _pending):  # in exit_process: it answers the signal
+            time.sleep(_POLL_SECONDS)
 
 
 def _flush() -> None:
@@ -274,12 +308,18 @@ def _hold(signum, frame) -> None:
     _held.append(signum)
 
 
-def start_command(package: str) -> None:
-    """:func:`start`, if this process is ``python -m PACKAGE``: what the package's ``__init__`` calls, so that the
-    signals are routed before anything else is imported (``python -m`` imports the package before its
+def start_command(*packages: str) -> None:
+    """:func:`start`, if this process is ``python -m PACKAGE`` for one of `packages` (a package, or a module of
+    one whose command takes the signals over, as trainkit's tools do): what the package's ``__init__`` calls, so that
+    the signals are routed before anything else is imported (``python -m`` imports the package before its
     ``__main__``)."""
-    if command_package() == package:
+    if command_package() in packages:
         start()
+
+
+def owned() -> bool:
+    """Whether a command owns this process (:func:`own_process`): it ends with :func:`exit_process`."""
+    return _farewell is not None
 
 
 def command_package() -> Optional[str]:

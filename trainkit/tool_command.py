@@ -8,20 +8,31 @@ with its ``main()``'s exit status, or with one line for what is not the tool's f
 - A full disk (or quota): ``trainkit: error: FILE could not be written: the disk is full (...)``, status 1. The
   tools write each output under a temporary name renamed into place (``trainkit.rundir.output_file``), removed when
   a write fails, so nothing partial is left.
-- SIGTERM or SIGINT: ``trainkit: stopped by SIGTERM: nothing was written``, 128 + N. Without this the default
-  SIGTERM ended the process where it stood, leaving the temporary file of the output being written beside it
-  (``.model.onnx.<pid>.tmp.onnx``), and Ctrl-C was a KeyboardInterrupt traceback (or MindSpore's C++ guard turned
-  it into a silent SIGTERM). The signal raises in the main thread, so the writes' clean-up (``finally``) runs.
+- SIGTERM or SIGINT, at any moment (the imports, building the network, MindSpore's compile, the write, the check
+  of what was written): ``trainkit: stopped by SIGTERM: nothing was written (an output written before it is
+  whole)``, 128 + N; after the tool's work was done, ``trainkit: stopped by SIGTERM after the command had done its
+  work (what it wrote is whole)``, 128 + N.
+
+``python -m trainkit.<tool>`` owns its process as the training command does (:mod:`trainkit.signals`): the signals
+are blocked in every thread from the package's first import (MindSpore's C++ guard never sees one, so none is lost
+and Ctrl-C stays SIGINT) and one thread of trainkit's ends the process: its line, the temporary file of the output
+being written removed (``trainkit.rundir.output_file``), ``os._exit(128 + N)`` -- never an exception raised at an
+arbitrary bytecode, which inside MindSpore's compile left its ``rank_0/om/analyze_fail.ir`` dump behind. The tool
+ends through :func:`trainkit.signals.exit_process` (no interpreter finalization, where a signal was lost and the
+command exited 0). Run in-process (tests, a notebook), a signal raises in the main thread instead, so the writes'
+clean-up (``finally``) runs.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import signal
 import sys
 import threading
+import traceback
 from typing import Callable, Iterator
 
-from trainkit import protobuf_backend, startup_gc
+from trainkit import protobuf_backend, signals, startup_gc
 from trainkit.errors import disk_full
 
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -45,13 +56,60 @@ def importing(module_name: str) -> Iterator[None]:
     backend chosen before MindSpore picks Python, and no full collection inside the block; imported as a library,
     nothing."""
     if module_name == "__main__":
+        _own_process()  # first: a signal during the imports below ends the command with its line
+        signals.phase("import")
         protobuf_backend.choose_upb()
     with startup_gc.paused_while_importing(module_name):
         yield
 
 
+_STOPPED = "stopped by {}: nothing was written (an output written before it is whole)"
+_STOPPED_DONE = "stopped by {} after the command had done its work (what it wrote is whole)"
+
+
+def _farewell(signum: int, done: bool) -> None:
+    """The one line of a signal that ends a tool's command (called from trainkit.signals' thread)."""
+    message = (_STOPPED_DONE if done else _STOPPED).format(signal.Signals(signum).name)
+    print(f"trainkit: {message}", file=sys.stderr, flush=True)
+
+
+def _own_process() -> None:
+    """``python -m trainkit.<tool>``: the signals routed (the package's ``__init__`` did it already) and owned."""
+    main = sys.modules.get("__main__")
+    name = getattr(getattr(main, "__spec__", None), "name", None)
+    if name and signals.command_package() == name and threading.current_thread() is threading.main_thread():
+        signals.start()
+        signals.own_process(_farewell, _stop)
+
+
 def tool_status(main: Callable[[], int]) -> int:
-    """Run a tool's `main` as its command does; returns the exit status (see the module's docstring)."""
+    """Run a tool's `main` as its command does; returns the exit status (see the module's docstring). A command
+    that owns its process (``python -m trainkit.<tool>``) ends here, with that status, through
+    :func:`trainkit.signals.exit_process`."""
+    if signals.owned():
+        try:
+            status = _status(main)
+        except SystemExit as end:  # argparse's --help and its usage errors
+            status = _exit_status(end.code)
+        except BaseException:  # a crash: its traceback, then status 1, as Python's own exit would
+            traceback.print_exc()
+            status = 1
+        atexit.register(signals.phase, "teardown")  # the first to run in exit_process; a no-op outside the tests
+        signals.exit_process(status)
+    return _status(main)
+
+
+def _exit_status(code: object) -> int:
+    """The status Python gives ``sys.exit(code)``: None is 0, a number itself, anything else printed and 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _status(main: Callable[[], int]) -> int:
     previous = {}
     if threading.current_thread() is threading.main_thread():
         previous = {signum: signal.signal(signum, _stop) for signum in _SIGNALS

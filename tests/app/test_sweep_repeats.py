@@ -10,6 +10,7 @@ import json
 import math
 import os
 import random
+import resource
 import signal
 import subprocess
 import sys
@@ -141,6 +142,23 @@ def test_repeats_are_refused_where_they_cannot_run(tmp_path):
     assert result.returncode == 2 and "trainkit: error: sweep.repeats=0 is not valid" in result.stderr
 
 
+def test_a_huge_repeats_is_one_line_before_the_sweep_folder_exists(tmp_path):
+    """``sweep.repeats=1000000000`` (a typo for 10) grew memory by 700 MB/s before any job started; 0 was refused
+    by job 0, after the sweep folder and a summary were written. Mutation: the launcher's setup without
+    size_problem (red: a MemoryError under the 4 GiB limit in 2 s, exit 1; the second leaves multirun/)."""
+    def bounded():  # under a mutation the job list grows without end: a MemoryError, not a shared machine's memory
+        resource.setrlimit(resource.RLIMIT_AS, (4 * 2 ** 30, 4 * 2 ** 30))
+
+    for repeats in ("1000000000", "0"):
+        result = subprocess.run([sys.executable, "-m", "trainkit", "-m", f"sweep.repeats={repeats}", "logger=quiet"],
+                                cwd=tmp_path, capture_output=True, text=True, timeout=120, preexec_fn=bounded,
+                                env=environment())
+        assert result.returncode == 2, result.stderr[-2000:]
+        assert result.stderr == (f"trainkit: error: sweep.repeats={repeats} is not valid: it must be an integer in "
+                                 "[1, 1,000] (the seeds each configuration of a -m sweep runs with)\n")
+        assert list(tmp_path.iterdir()) == []  # no multirun/ folder, no summary
+
+
 def test_a_sweeper_gets_the_mean_of_a_configuration_s_repeats():
     """The launcher's one result per job a sweeper asked for (Optuna's trial value). Mutation: returning the first
     repeat's value instead of the mean (red)."""
@@ -218,6 +236,7 @@ def test_a_stopped_sweep_keeps_its_summary_and_continues_with_one_command(tmp_pa
     summary = json.loads((sweep / "summary.json").read_text())
     assert sorted((row["job"], row["status"]) for row in summary["jobs"]) == [(0, "completed"), (1, "completed"),
                                                                               (2, "completed")]
+    assert summary["varying"] == ["optimizer.lr"]  # jobs 1-2 ran with trainer.resume=auto, job 0 without: one axis
     assert f"resuming from {sweep / '1' / 'checkpoints'}" in (sweep / "1" / "train.log").read_text()
 
 

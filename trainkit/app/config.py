@@ -210,7 +210,9 @@ class SweepConfig:
     """``sweep``: how a ``-m`` sweep runs its jobs (trainkit's launcher, ``hydra/launcher=trainkit``).
 
     ``repeats``: run every configuration with this many seeds, ``trainer.seed`` + 0 .. repeats - 1; the summary
-    groups them and says whether the winner is told apart from the others by more than the seeds' spread.
+    groups them and says whether the winner is told apart from the others by more than the seeds' spread. At most
+    ``MAX_REPEATS``, and repeats x the sweeper's configurations at most ``MAX_SWEEP_JOBS``, checked before the sweep
+    starts (``trainkit.app.sweep_launcher.size_problem``).
     """
 
     repeats: int = 1
@@ -346,6 +348,8 @@ def _type_name_of(hint: Any) -> str:
 
 MAX_MICRO_BATCHES = 10 ** 8  # trainer.epochs x steps per epoch: the learning-rate table is 400 MB there
 MAX_IMAGE_SIZE = 4096  # a side; a 4096 x 4096 float32 RGB image is 192 MiB
+MAX_REPEATS = 1000  # sweep.repeats: seeds per configuration (a typo such as 1000000000 for 10 is refused at once)
+MAX_SWEEP_JOBS = 10_000  # sweep.repeats x the configurations a sweeper asks for: the jobs of one -m sweep
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -459,8 +463,8 @@ def _check_repeats(cfg: DictConfig) -> None:
     from trainkit.distributed.parallel import launched_by_msrun
 
     repeats = cfg.sweep.repeats
-    _check("sweep.repeats", repeats, "an integer >= 1 (the seeds each configuration of a -m sweep runs with)",
-           lambda v: v >= 1)
+    _check("sweep.repeats", repeats, f"an integer in [1, {MAX_REPEATS:,}] (the seeds each configuration of a -m sweep "
+           "runs with)", lambda v: 1 <= v <= MAX_REPEATS)
     if repeats == 1 or launched_by_msrun():  # a worker of a data-parallel job: its launcher was checked
         return
     if not in_sweep():

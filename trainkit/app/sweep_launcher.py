@@ -2,7 +2,9 @@
 sweep that a signal stops keeps its summary and says how to continue all of it.
 
 * ``sweep.repeats=N`` runs every job a sweeper asks for N times, with ``trainer.seed`` = the configured seed + 0 ..
-  N - 1 (the data order follows it; the data split has its own seed). The sweeper gets one result per job it asked
+  N - 1 (the data order follows it; the data split has its own seed). N is at most 1,000 and N x the configurations
+  the sweeper will ask for at most 10,000 jobs, refused in :meth:`RepeatingLauncher.setup`, before the sweeper
+  makes its folder or lists its jobs (:func:`size_problem`). The sweeper gets one result per job it asked
   for: the mean of its repeats' best values, so Optuna's objective for a trial is that mean. The repeat of job j
   (as the sweeper numbers them) r is job ``j * N + r``, in the folder of that number.
 * ``trainer.resume=auto`` on a ``-m`` command continues the sweep in ``hydra.sweep.dir``: a job whose record says it
@@ -12,6 +14,7 @@ sweep that a signal stops keeps its summary and says how to continue all of it.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import sys
 from pathlib import Path
@@ -22,6 +25,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit import signals
+from trainkit.app.config import MAX_REPEATS, MAX_SWEEP_JOBS
 from trainkit.app.sweep_records import JOB_RECORD, objective, read_record
 from trainkit.rundir.command import sweep_continue_command
 
@@ -40,11 +44,14 @@ class RepeatingLauncher(BasicLauncher):
     def setup(self, *, config: DictConfig, **kwargs: Any) -> None:
         super().setup(config=config, **kwargs)
         signals.stop_by_exception()  # a signal between or inside jobs reaches launch(), which writes the summary
-        self.repeats = int(OmegaConf.select(config, "sweep.repeats", default=1) or 1)
-        self.base_seed = int(OmegaConf.select(config, SEED, default=0) or 0)
-        self.continuing = OmegaConf.select(config, RESUME, default=None) == "auto"
         self.sweep_dir = Path(str(config.hydra.sweep.dir))
         self.new_sweep_dir = not self.sweep_dir.exists()  # the sweeper creates it before the first launch
+        problem = size_problem(config)  # before the sweeper makes its folder and lists its jobs
+        if problem:
+            self._refuse(problem)
+        self.repeats = int(OmegaConf.select(config, "sweep.repeats", default=1))
+        self.base_seed = int(OmegaConf.select(config, SEED, default=0) or 0)
+        self.continuing = OmegaConf.select(config, RESUME, default=None) == "auto"
 
     def _expand(self, job_overrides: Sequence[Sequence[str]]) -> List[List[str]]:
         """Each job's overrides N times, each with its seed; a swept seed beside repeats is refused."""
@@ -132,6 +139,49 @@ class RepeatingLauncher(BasicLauncher):
               f"Continue the sweep (the stopped job from its checkpoint, the jobs that did not run, none that "
               f"completed) with: {sweep_continue_command(sweep_dir.resolve(), task, hydra_overrides)}",
               file=sys.stderr)
+
+
+def planned_configurations(config: DictConfig) -> Optional[int]:
+    """How many jobs the sweeper will ask for, when it says so before it starts: its ``n_trials`` (Optuna's), or
+    for Hydra's basic sweeper the product of the sizes of its swept values (command line and
+    ``hydra.sweeper.params``), counted up to ``MAX_SWEEP_JOBS + 1``; None when neither is known."""
+    sweeper = config.hydra.sweeper
+    trials = OmegaConf.select(sweeper, "n_trials", default=None)
+    if isinstance(trials, int) and not isinstance(trials, bool):
+        return trials
+    if not str(OmegaConf.select(sweeper, "_target_", default="")).endswith("BasicSweeper"):
+        return None
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = OmegaConf.select(sweeper, "params", default=None) or {}
+    arguments = [*(f"{key}={value}" for key, value in params.items()),
+                 *OmegaConf.to_container(config.hydra.overrides.task, resolve=False)]
+    total = 1
+    try:
+        for override in OverridesParser.create().parse_overrides(arguments):
+            if override.is_sweep_override():
+                total *= sum(1 for _ in itertools.islice(override.sweep_iterator(), MAX_SWEEP_JOBS + 1))
+                total = min(total, MAX_SWEEP_JOBS + 1)
+    except Exception:  # noqa: BLE001 -- a glob or an interval: the sweeper reports it as it always has
+        return None
+    return total
+
+
+def size_problem(config: DictConfig) -> Optional[str]:
+    """Why the sweep's size is refused, or None: ``sweep.repeats`` in [1, MAX_REPEATS], and repeats x the
+    configurations the sweeper will ask for at most MAX_SWEEP_JOBS. Checked before the sweeper lists its jobs or
+    makes its folder: ``sweep.repeats=1000000000`` (a typo for 10) grew the job list by 700 MB/s."""
+    repeats = OmegaConf.select(config, "sweep.repeats", default=1)
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or not 1 <= repeats <= MAX_REPEATS:
+        return (f"sweep.repeats={repeats} is not valid: it must be an integer in [1, {MAX_REPEATS:,}] (the seeds "
+                "each configuration of a -m sweep runs with)")
+    configurations = planned_configurations(config)
+    if configurations is not None and repeats * configurations > MAX_SWEEP_JOBS:
+        jobs = (f"{repeats:,} x {configurations:,} configurations = {repeats * configurations:,} jobs"
+                if configurations <= MAX_SWEEP_JOBS else f"{repeats:,} x more than {MAX_SWEEP_JOBS:,} configurations")
+        return (f"sweep.repeats={repeats} gives {jobs}, and a -m sweep runs at most {MAX_SWEEP_JOBS:,}: sweep fewer "
+                "values (or a smaller hydra.sweeper.n_trials) or lower sweep.repeats")
+    return None
 
 
 def _result(overrides: Sequence[str], value: float, working_dir: Optional[str]) -> JobReturn:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -28,12 +29,43 @@ def in_sweep() -> bool:
 
 
 def read_best(run_dir: Path) -> Optional[Dict[str, Any]]:
-    """The run's ``best.json`` ({metric, mode, value, epoch, step, ...}), or None when it has none."""
+    """The run's ``best.json`` ({metric, mode, value, epoch, step, ...}), or None when it has none or it cannot be
+    read; a file that is there but unreadable (edited by hand, cut short) is said once, in one line on stderr."""
+    path = Path(run_dir) / BEST_INFO
+    info, problem = _best_info(path)
+    if problem is not None and str(path) not in _warned:
+        _warned.add(str(path))
+        print(f"trainkit: warning: {path} {problem}: that run's best value is left out (the summary counts it as "
+              "unreadable, not as a result)", file=sys.stderr)
+    return info
+
+
+def unreadable_best(run_dir: Path) -> Optional[str]:
+    """Why the run's ``best.json`` is there but cannot be read as one trainkit wrote, or None (read, or absent)."""
+    return _best_info(Path(run_dir) / BEST_INFO)[1]
+
+
+_warned: set = set()  # the files read_best has warned of: once per process (objective and summary both read)
+
+
+def _best_info(path: Path) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
+    """(best.json's content, None), (None, None) when there is no file, or (None, why it cannot be read)."""
     try:
-        info = json.loads((Path(run_dir) / BEST_INFO).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return info if isinstance(info, dict) and isinstance(info.get("value"), (int, float)) else None
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None, None
+    except (OSError, UnicodeDecodeError) as error:
+        return None, f"could not be read ({type(error).__name__}: {error})"
+    try:
+        info = json.loads(text)
+    except ValueError as error:
+        return None, f"is not JSON ({error})"
+    if not isinstance(info, dict):
+        return None, f"holds a JSON {type(info).__name__}, not the object trainkit writes"
+    value = info.get("value")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None, f"has no number under \"value\" ({json.dumps(value)})"
+    return info, None
 
 
 def objective(run_dir: Path, fallback: float = float("nan")) -> float:

@@ -1,14 +1,16 @@
 """The summary of a ``-m`` sweep: its runs grouped by configuration, ranked by their mean, and whether the winner is
 told apart from the others by more than the spread of seeds.
 
-A configuration is a job's overrides without ``trainer.seed``: the runs of ``sweep.repeats=N``, or of a sweep over
-``trainer.seed``, are one configuration's repeats. Each group gets n, mean +- standard deviation (n - 1) and min-max
-of the best value (``best.json``), of its epoch and of the test figure, and the mean wall time; groups are ranked by
-their mean best value in ``trainer.best_mode``'s direction. The winner is *separated* when Welch's t-test
-(two-sided, unequal variances; scipy's ``ttest_ind_from_stats(equal_var=False)``) gives p < 0.05 against every
-other group with two or more runs; otherwise the groups it cannot be told from are "within noise". A group whose
-runs are all equal has no spread: the other group's decides. One run per configuration has no spread to judge by,
-and the summary says so.
+A configuration is a job's overrides without ``trainer.seed`` and the keys that do not change what is trained
+(``trainer.resume``, ``run_dir``, Hydra's own: :data:`NOT_TRAINED`): the runs of ``sweep.repeats=N``, or of a sweep
+over ``trainer.seed``, are one configuration's repeats, also once a stopped sweep was continued. A completed job whose
+``best.json`` cannot be read (edited by hand) is warned of and listed as unreadable, not counted. Each group gets
+n, mean +- standard deviation (n - 1) and min-max of the best value (``best.json``), of its epoch and of the test
+figure, and the mean wall time; groups are ranked by their mean best value in ``trainer.best_mode``'s direction.
+The winner is *separated* when Welch's t-test (two-sided, unequal variances; scipy's
+``ttest_ind_from_stats(equal_var=False)``) gives p < 0.05 against every other group with two or more runs; otherwise
+the groups it cannot be told from are "within noise". A group whose runs are all equal has no spread: the other
+group's decides. One run per configuration has no spread to judge by, and the summary says so.
 """
 from __future__ import annotations
 
@@ -18,9 +20,17 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from trainkit.app.sweep_records import RUN_FIGURES, read_best, read_records
+from trainkit.app.sweep_records import BEST_INFO, RUN_FIGURES, read_best, read_records, unreadable_best
 
 SEED_KEY = "trainer.seed"  # the repeat axis: runs that differ only by it are one configuration
+# Keys that say how a job started or where it writes, not what it trains: a continued sweep's trainer.resume=auto
+# (on the jobs it ran again, not on those it kept) must not split a configuration's repeats into two rows.
+NOT_TRAINED = ("trainer.resume", "run_dir")
+
+
+def trains(key: str) -> bool:
+    """Whether an override's `key` can change what a job trains (not trainer.resume, run_dir, hydra's own keys)."""
+    return key not in NOT_TRAINED and key.split(".", 1)[0].split("/", 1)[0] != "hydra"
 ALPHA = 0.05  # Welch's t-test: p below this separates two configurations
 
 
@@ -81,8 +91,10 @@ def summarize(sweep_dir: Path) -> Dict[str, Any]:
     rows: List[Dict[str, Any]] = []
     for record in read_records(sweep_dir):
         best = read_best(Path(record["run_dir"])) if record["status"] == "completed" else None
-        record.update({"metric": best and best["metric"], "mode": best and best["mode"],
-                       "best": best and best["value"], "best_epoch": best and best.get("epoch")})
+        record.update({"metric": best and best.get("metric"), "mode": best and best.get("mode"),
+                       "best": best and best["value"], "best_epoch": best and best.get("epoch"),
+                       "unreadable": None if best is not None or record["status"] != "completed"
+                       else unreadable_best(Path(record["run_dir"]))})
         rows.append(record)
     modes = {row["mode"] for row in rows if row["mode"]}
     mode = modes.pop() if len(modes) == 1 else None  # jobs that disagree on the direction are not ranked
@@ -95,7 +107,7 @@ def summarize(sweep_dir: Path) -> Dict[str, Any]:
     keys = list(dict.fromkeys(key for job in values for key in job))
     constant = {key: values[0][key] for key in keys
                 if all(key in job and job[key] == values[0][key] for job in values)}
-    varying = [key for key in keys if key not in constant and key != SEED_KEY]
+    varying = [key for key in keys if key not in constant and key != SEED_KEY and trains(key)]
     groups = _groups(rows, values, varying, mode, test_figure_name(metric))
     summary = {"sweep_dir": str(Path(sweep_dir).resolve()), "metric": metric, "mode": mode,
                "test_figure": test_figure_name(metric), "constant": constant, "varying": varying,
@@ -196,6 +208,11 @@ def markdown(summary: Dict[str, Any]) -> str:
                  _cell(group["wall_seconds"] and {**group["wall_seconds"], "sd": None}, 3),
                  ", ".join(map(str, group["jobs"]))]
         lines.append("| " + " | ".join(cells) + " |")
+    unreadable = [row for row in summary["jobs"] if row.get("unreadable")]
+    if unreadable:
+        lines += ["", "Jobs whose result could not be read (completed, but left out of n and the ranking):"]
+        lines += [f"- job {row['job']} ({' '.join(row['overrides'])}): {Path(row['run_dir']) / BEST_INFO} "
+                  f"{row['unreadable']}" for row in unreadable]
     failed = [row for row in summary["jobs"] if row["status"] != "completed"]
     if failed:
         lines += ["", "Jobs that did not complete:"]

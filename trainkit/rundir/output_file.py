@@ -2,7 +2,8 @@
 
 A write that fails -- a full disk, an error of the code that makes the content, a check that refuses it -- removes
 the temporary file, so neither a partial output nor a stray file is left, and a full disk's error names the output
-asked for, not the temporary name (the command's one line says which file).
+asked for, not the temporary name (the command's one line says which file). A signal that ends a tool's command
+(``trainkit.tool_command``) removes it too.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Iterator, Union
 
+from trainkit import signals
 from trainkit.errors import disk_full
 
 
@@ -26,9 +28,10 @@ def written_whole(output: Union[str, Path], suffix: str = "") -> Iterator[Path]:
     temporary = output.with_name(f".{output.name}.{os.getpid()}.tmp{suffix}")
     try:
         temporary.unlink(missing_ok=True)  # a file or link planted under the name: its target is not written through
-        yield temporary
-        if temporary.exists():
-            os.replace(temporary, output)
+        with signals.removed_if_ended(temporary):  # a tool's command ended by a signal skips the finally below
+            yield temporary
+            if temporary.exists():
+                os.replace(temporary, output)
     except OSError as error:
         if disk_full(error):
             raise OSError(error.errno, error.strerror, str(output)) from error

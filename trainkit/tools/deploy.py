@@ -29,6 +29,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn
 
+from trainkit import signals
 from trainkit.app.build import DEFAULT_CONV_IMPL
 from trainkit.errors import ConfigError, DataError
 from trainkit.rundir.output_file import written_whole
@@ -85,16 +86,20 @@ def export_model(target: Union[str, Path], output: Union[str, Path], overrides: 
     file_format = check_output(output, force)
     if batch_size < 1:
         raise ConfigError(f"--batch-size must be at least 1; got {batch_size}")
+    signals.phase("build")
     trained = load_trained(Path(target).expanduser(), overrides, weights, which, trust, work_dir=output.parent)
     # The app swaps a network's nn.Conv2d where the config has no conv_impl too (a ported or user model): rebuilt
     # with MindSpore's own convolutions, which export, unless it trained with them.
     conv_impl = str(trained.cfg.model.get("conv_impl", DEFAULT_CONV_IMPL))
     network = trained.rebuilt(conv_impl="native") if conv_impl != "native" else trained.network
     batch = data_batch(trained.data, split, CHECK_SAMPLES)
+    signals.phase("compile")
     reference = outputs(trained.network, batch)
     shape = ((None,) if file_format == "MINDIR" else (batch_size,)) + tuple(batch.shape[1:])
     with written_whole(output, output.suffix.lower()) as temporary:  # MindSpore's export adds a missing suffix
+        signals.phase("write")
         _export(network, shape, batch.dtype, temporary, file_format, output)
+        signals.phase("check")
         got = _run_mindir(temporary, batch) if file_format == "MINDIR" else _run_onnx(temporary, batch, batch_size)
         difference = float(np.max(np.abs(got.astype(np.float64) - reference))) if got.shape == reference.shape \
             else float("inf")
