@@ -1,5 +1,6 @@
 """Shared test settings: quiet MindSpore logs and run each mode-dependent test in graph and pynative mode."""
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -121,6 +122,12 @@ def tier_of(path: Path) -> str:
             _tier_of_file[path] = "integration"  # README.md and docs/: examples that may train
         else:
             source = path.read_text(encoding="utf-8")
+            # what the file's shared helpers (tests/common/...) do counts as the file's own
+            for module in re.findall(r"^from (tests\.[\w.]+) import|^import (tests\.[\w.]+)", source, re.M):
+                helper = Path(__file__).resolve().parent.parent / (next(m for m in module if m).replace(".", "/")
+                                                                   + ".py")
+                if helper.is_file() and helper != path:
+                    source += helper.read_text(encoding="utf-8")
             _tier_of_file[path] = ("system" if any(word in source for word in _SYSTEM) else
                                    "integration" if any(word in source for word in _INTEGRATION) else "unit")
     return _tier_of_file[path]
