@@ -81,7 +81,7 @@ def instrument(timers: Timers) -> None:
     from trainkit.callbacks import Evaluation
     from trainkit.callbacks.best_checkpoint import BestCheckpoint
     from trainkit.callbacks.train_metrics import TrainMetrics
-    from trainkit.callbacks.training_checkpoint import TrainingCheckpoint
+    from trainkit.callbacks.training_checkpoint import PeriodicCheckpoint
 
     timers.wrap(training, "check_config", "checks: config")
     timers.wrap(training.run, "set_context", "context, seeds")
@@ -96,7 +96,7 @@ def instrument(timers: Timers) -> None:
     timers.wrap(Model, "train", "training steps (steady state: the loop, the steps, per-step callbacks)")
     timers.wrap(Evaluation, "evaluate", "evaluation (without its compile)")
     timers.wrap(training, "evaluate_test_set", "the test set: best.ckpt's weights evaluated (without compiles)")
-    timers.wrap(TrainingCheckpoint, "on_train_epoch_end", "checkpoints")
+    timers.wrap(PeriodicCheckpoint, "on_train_epoch_end", "checkpoints")
     timers.wrap(BestCheckpoint, "on_train_epoch_end", "checkpoints")
     original = TrainMetrics.on_train_step_end
 

@@ -91,7 +91,7 @@ def test_a_full_disk_during_a_checkpoint_save_leaves_no_temporary_file_and_says_
     import mindspore as ms
     from mindspore import nn
 
-    from trainkit.callbacks.training_checkpoint import TrainingCheckpoint
+    from trainkit.callbacks.training_checkpoint import PeriodicCheckpoint
     from trainkit.errors import TrainingError
     from trainkit.rundir.checkpoint import checkpoint_files
 
@@ -102,7 +102,7 @@ def test_a_full_disk_during_a_checkpoint_save_leaves_no_temporary_file_and_says_
         def original_args(self):
             return type("Params", (), {"cur_step_num": self.step})()
 
-    callback = TrainingCheckpoint(nn.Dense(2, 2), tmp_path, steps_per_epoch=4, every_n_steps=1, keep=2)
+    callback = PeriodicCheckpoint(nn.Dense(2, 2), tmp_path, steps_per_epoch=4, every_n_steps=1, keep=2)
     callback.on_train_begin(Context(0))
     callback.on_train_step_end(Context(1))
     callback.wait()

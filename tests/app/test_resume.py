@@ -22,7 +22,7 @@ import pytest
 
 from trainkit.app import train
 from trainkit.app.config import compose_config
-from trainkit.callbacks.training_checkpoint import TrainingCheckpoint
+from trainkit.callbacks.training_checkpoint import PeriodicCheckpoint
 from trainkit.errors import ConfigError, DataError
 from trainkit.rundir.checkpoint import Position, checkpoint_files, newest_valid_checkpoint
 
@@ -297,7 +297,7 @@ class _Context:
 def test_retention_keeps_the_newest_k_and_a_failed_save_deletes_nothing(tmp_path, monkeypatch):
     from mindspore import nn
 
-    callback = TrainingCheckpoint(nn.Dense(2, 2), tmp_path, steps_per_epoch=4, every_n_steps=1, keep=2)
+    callback = PeriodicCheckpoint(nn.Dense(2, 2), tmp_path, steps_per_epoch=4, every_n_steps=1, keep=2)
     callback.on_train_begin(_Context(0))
     for step in range(1, 6):
         callback.on_train_step_end(_Context(step))

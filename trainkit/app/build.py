@@ -29,7 +29,7 @@ from trainkit.callbacks.early_stopping import EarlyStopping
 from trainkit.callbacks.evaluation import eval_tag
 from trainkit.callbacks.order import sort_callbacks
 from trainkit.callbacks.train_metrics import checked_scalars
-from trainkit.callbacks.training_checkpoint import StartAt, TrainingCheckpoint
+from trainkit.callbacks.training_checkpoint import PeriodicCheckpoint, StartAt
 from trainkit.checks import choice
 from trainkit.errors import ConfigError
 from trainkit.metrics import SampleMeanLoss
@@ -297,7 +297,7 @@ def build_callbacks(cfg: DictConfig, writer: bool, run_dir: Path, run_log: RunLo
     checkpoints = run_dir / "checkpoints"
     checkpointer = None
     if writer:  # with trainer.save_checkpoints=false it saves only when NonFiniteStop asks
-        checkpointer = TrainingCheckpoint(wrapper, checkpoints, steps_per_epoch, at_epoch_end=trainer.save_checkpoints,
+        checkpointer = PeriodicCheckpoint(wrapper, checkpoints, steps_per_epoch, at_epoch_end=trainer.save_checkpoints,
                                           every_n_steps=trainer.checkpoint_every_n_steps if trainer.save_checkpoints
                                           else 0, keep=trainer.keep_checkpoints,
                                           skipped_steps=lambda: metrics_cb.skipped_steps, group_size=group_size,

@@ -1,4 +1,7 @@
-"""TrainingCheckpoint: periodic training checkpoints, written safely, the last K kept; and the resume position."""
+"""PeriodicCheckpoint: periodic training checkpoints, written safely, the last K kept; and the resume position.
+
+``TrainingCheckpoint``, this callback's name before 0.2, still works with a DeprecationWarning until 0.3.0: it
+was also the name of the checkpoint read back (:class:`trainkit.rundir.checkpoint.SavedCheckpoint`)."""
 from __future__ import annotations
 
 import logging
@@ -24,7 +27,7 @@ from trainkit.rundir.checkpoint import (
 log = logging.getLogger("trainkit")
 
 
-class TrainingCheckpoint(Callback):
+class PeriodicCheckpoint(Callback):
     """Saves the TrainingWrapper and the run's position at each epoch end and every `every_n_steps` micro-batches.
 
     Replaces MindSpore's ``ModelCheckpoint``, which deletes its oldest file *before* writing the new one (a crash
@@ -201,3 +204,13 @@ class StartAt(Callback):
 
     def on_train_begin(self, run_context) -> None:
         run_context.original_args().cur_step_num = self.micro_steps
+
+
+def __getattr__(name: str):
+    if name == "TrainingCheckpoint":
+        import warnings
+
+        warnings.warn("trainkit.callbacks.training_checkpoint.TrainingCheckpoint is now PeriodicCheckpoint; the old "
+                      "name is removed in 0.3.0", DeprecationWarning, stacklevel=2)
+        return PeriodicCheckpoint
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
