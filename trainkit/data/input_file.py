@@ -117,11 +117,8 @@ def open_input(path: PathLike, error: Type[DataError] = DataError, name: Optiona
     """`path` opened for reading in binary (a buffered stream, seekable), refused unless it is a regular file.
 
     Raises `error` as :func:`open_descriptor` does."""
-    stream = io.open(open_descriptor(path, error, name), "rb", closefd=True)
-    try:
+    with io.open(open_descriptor(path, error, name), "rb", closefd=True) as stream:
         yield stream
-    finally:
-        stream.close()
 
 
 def read_input(path: PathLike, limit: Optional[int] = None, error: Type[DataError] = DataError,
