@@ -14,7 +14,6 @@ is refused before it is decoded.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import re
 import warnings
@@ -47,17 +46,21 @@ def image_files(folder: Path) -> List[Path]:
     return sorted((p for p in folder.iterdir() if read(p)), key=lambda p: p.name)
 
 
-@functools.lru_cache(maxsize=None)
 def _image_module():
     try:
         from PIL import Image
     except ImportError as error:  # pragma: no cover - Pillow comes with MindSpore
         raise DataError("checking image files needs Pillow, which is not installed: pip install Pillow") from error
-    # Pillow warns of an image past MAX_IMAGE_PIXELS as it opens it: every such image is refused in its own line
-    # (opened_image), so the warning would only be a second message. A filter: warnings.catch_warnings is not
-    # thread-safe, and check_images opens files in threads.
-    warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
     return Image
+
+
+def _quiet_bomb_warning(image_module) -> None:
+    """Pillow warns of an image past MAX_IMAGE_PIXELS as it opens it: every such image is refused in its own line
+    (:func:`opened_image`), so the warning would only be a second message. A filter, added when absent (a
+    ``warnings.catch_warnings`` block may have dropped it): catch_warnings itself is not thread-safe, and
+    check_images opens files in threads; adding it at every call would reset other warnings' once-only records."""
+    if ("ignore", None, image_module.DecompressionBombWarning, None, 0) not in warnings.filters:
+        warnings.filterwarnings("ignore", category=image_module.DecompressionBombWarning)
 
 
 @contextlib.contextmanager
@@ -70,6 +73,7 @@ def opened_image(stream: BinaryIO, path: Path) -> Iterator[Any]:
     """
     image_module = _image_module()
     limit = image_module.MAX_IMAGE_PIXELS
+    _quiet_bomb_warning(image_module)
     try:
         image = image_module.open(stream)
     except image_module.DecompressionBombError as error:  # more than twice the bound: Pillow's own refusal
