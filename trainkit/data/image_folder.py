@@ -237,8 +237,11 @@ class ImageFolderData:
         a folder stands for its image files (recursively, sorted)."""
         prepare = transforms.Compose([vision.Decode(), *image_ops(self.augment, self.image_size, train=False)])
         for given in inputs:
-            paths = sorted(p for p in Path(given).rglob("*") if p.is_file() and not p.name.startswith(".")) \
+            # every entry but folders: a FIFO or device among the images gets its line (check_image refuses it)
+            paths = sorted(p for p in Path(given).rglob("*") if not p.is_dir() and not p.name.startswith(".")) \
                 if Path(given).is_dir() else [Path(given)]
+            if not paths:
+                yield str(given), None, f"{given} holds no image files"
             for path in paths:
                 try:
                     check_image(path)

@@ -152,7 +152,8 @@ def image_samples(inputs: Iterable[str], prepare: Callable[[np.ndarray], np.ndar
     for item in inputs:
         path = Path(item)
         if path.is_dir():
-            files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+            # not only regular files: a FIFO named x.png gets its line (read_image refuses it) rather than none
+            files = sorted(p for p in path.rglob("*") if not p.is_dir() and p.suffix.lower() in IMAGE_SUFFIXES)
             if not files:
                 yield str(path), None, f"{path} holds no image files ({', '.join(IMAGE_SUFFIXES)})"
         elif table is not None and path.suffix.lower() in TABLE_SUFFIXES:
