@@ -212,7 +212,7 @@ def checkpoint_files(directory: Path) -> List[Path]:
 
 def find_checkpoint(path: Path, which: str = "best") -> Path:
     """The checkpoint `path` names: the file itself, or a run directory's best (or newest) checkpoint."""
-    if path.is_file():
+    if path.is_file() or (path.exists() and not path.is_dir()):  # a FIFO, a device: the read says what it is
         return path
     if not path.exists():
         raise CheckpointError(f"{path} does not exist")
