@@ -19,6 +19,7 @@ import pytest
 
 from tests.common.image_folders import write_folder, write_image
 from tests.common.transcripts import run_in_process
+from trainkit.bridge.name_mapping import load_rules
 from trainkit.bridge.state_dict import read_state_dict
 from trainkit.data import input_file
 from trainkit.data.image_folder import ImageFolderData
@@ -26,7 +27,7 @@ from trainkit.data.input_file import open_input, read_input
 from trainkit.data.predict_inputs import image_samples, read_image, table_samples
 from trainkit.data.table import TableData
 from trainkit.data.table_file import read_table
-from trainkit.errors import CheckpointError, DataError
+from trainkit.errors import CheckpointError, ConfigError, DataError
 from trainkit.rundir.checkpoint import read_resumable_checkpoint
 from trainkit.rundir.weights import network_weights
 
@@ -102,12 +103,19 @@ def _checkpoint(path, tmp_path):
     return str(refused.value)
 
 
+def _mapping_file(path, tmp_path):
+    with pytest.raises(ConfigError) as refused:
+        load_rules(path)
+    return str(refused.value)
+
+
 READERS = {
     "image_folder": ((".jpg", ".JPG", ".png", ".jpeg"), _read_image_folder),
     "table_csv": ((".csv", ".CSV"), _read_table),
     "predict_input": ((".csv", ".npy", ".npz", ".png", ".jpg"), _predict),
     "weights_file": ((".safetensors", ".pth", ".ckpt"), _weights),
     "checkpoint": ((".ckpt",), _checkpoint),
+    "mapping_file": ((".yaml", ".yml"), _mapping_file),  # convert's and compare's --mapping
 }
 
 
@@ -131,10 +139,10 @@ CASES = _cases()
 @pytest.mark.parametrize("kind, reader, name", CASES, ids=[f"{k}-{r}-{i}" for i, (k, r, _) in enumerate(CASES)])
 def test_what_is_not_a_regular_file_is_refused_in_one_line_naming_it(kind, reader, name, tmp_path):
     """A FIFO, a socket, a link to /dev/zero or /dev/null and a folder, under a name each reader takes, through the
-    image folder, a table, predict's inputs, the weights and the checkpoint readers: one line naming the path and
-    what it is. Mutations caught: image_files keeping regular files only (the FIFO passes the check, then hangs
-    ImageFolderDataset: here the check names nothing, red); input_file without its kind check (the FIFO's read
-    hangs the test run: red by never ending; /dev/zero's read never ends either)."""
+    image folder, a table, predict's inputs, the weights, the checkpoint and the mapping-file readers: one line
+    naming the path and what it is. Mutations caught: image_files keeping regular files only (the FIFO is left
+    out of the check, which ImageFolderDataset then blocks on: here nothing is refused, red); input_file without
+    its kind checks (MindSpore's load_checkpoint blocks on the FIFO: the test run never ends, red)."""
     make, words = KINDS[kind]
     if kind == "folder" and reader == "predict_input" and Path(name).suffix.lower() in (".png", ".jpg"):
         words = "holds no image files"  # predict reads a folder's images: this one has none

@@ -10,7 +10,7 @@ open descriptor is ``fstat``-ed: what is read is what was checked. Symbolic link
 file is that file). Readers that take a path and open it themselves (MindSpore's ``load_checkpoint`` and
 ``ImageFolderDataset``) get the path checked by :func:`check_input` just before; a swap after it is theirs to meet.
 
-The helpers raise :class:`~trainkit.errors.DataError` (or the subclass a caller names, e.g. ``CheckpointError``).
+The helpers raise :class:`~trainkit.errors.DataError` (or the class a caller names, e.g. ``CheckpointError``).
 """
 from __future__ import annotations
 
@@ -62,12 +62,12 @@ def _unreadable(path: Path, name: str, error: OSError) -> str:
     return f"{name} cannot be read ({reason})"
 
 
-def open_descriptor(path: PathLike, error: Type[DataError] = DataError, name: Optional[str] = None) -> int:
+def open_descriptor(path: PathLike, error: Type[Exception] = DataError, name: Optional[str] = None) -> int:
     """A read-only descriptor of `path`, which is a regular file (checked on the open descriptor), in blocking mode.
 
     Args:
         path: the input.
-        error: the exception class raised (DataError or a subclass).
+        error: the exception class raised (DataError, a subclass, or ConfigError for a file a setting names).
         name: how messages name the input (default: the path), e.g. ``checkpoint runs/a/best.ckpt``.
 
     Raises:
@@ -101,7 +101,7 @@ def open_descriptor(path: PathLike, error: Type[DataError] = DataError, name: Op
     return descriptor
 
 
-def check_input(path: PathLike, error: Type[DataError] = DataError, name: Optional[str] = None) -> os.stat_result:
+def check_input(path: PathLike, error: Type[Exception] = DataError, name: Optional[str] = None) -> os.stat_result:
     """Check that `path` is a regular file that opens for reading, for a reader that opens it itself; its stat.
 
     Raises `error` as :func:`open_descriptor` does."""
@@ -113,7 +113,7 @@ def check_input(path: PathLike, error: Type[DataError] = DataError, name: Option
 
 
 @contextlib.contextmanager
-def open_input(path: PathLike, error: Type[DataError] = DataError, name: Optional[str] = None) -> Iterator[BinaryIO]:
+def open_input(path: PathLike, error: Type[Exception] = DataError, name: Optional[str] = None) -> Iterator[BinaryIO]:
     """`path` opened for reading in binary (a buffered stream, seekable), refused unless it is a regular file.
 
     Raises `error` as :func:`open_descriptor` does."""
@@ -121,7 +121,7 @@ def open_input(path: PathLike, error: Type[DataError] = DataError, name: Optiona
         yield stream
 
 
-def read_input(path: PathLike, limit: Optional[int] = None, error: Type[DataError] = DataError,
+def read_input(path: PathLike, limit: Optional[int] = None, error: Type[Exception] = DataError,
                name: Optional[str] = None, what: str = "") -> bytes:
     """The bytes of regular file `path`, at most `limit` of them (None: no bound).
 
