@@ -43,7 +43,7 @@ def kind_of(mode: int) -> Optional[str]:
         return "a character device"
     if stat.S_ISBLK(mode):
         return "a block device"
-    return "not a regular file"
+    return f"a file of another kind (mode {stat.S_IFMT(mode):#o})"
 
 
 def _refusal(path: Path, name: str, mode: int) -> str:
@@ -122,19 +122,18 @@ def open_input(path: PathLike, error: Type[Exception] = DataError, name: Optiona
 
 
 def read_input(path: PathLike, limit: Optional[int] = None, error: Type[Exception] = DataError,
-               name: Optional[str] = None, what: str = "") -> bytes:
+               name: Optional[str] = None) -> bytes:
     """The bytes of regular file `path`, at most `limit` of them (None: no bound).
 
     Args:
-        limit: a file longer than this is refused (as few as ``limit + 1`` bytes are read to know).
-        what: what the bound is for, for the message (e.g. ``an image``).
+        limit: a file longer than this is refused, after reading no more than ``limit + 1`` bytes.
 
     Raises:
-        `error`: as :func:`open_descriptor`, or the file is longer than `limit`, naming both sizes.
+        `error`: as :func:`open_descriptor`, or the file is longer than `limit`, naming the bound.
     """
     name = str(path) if name is None else name
     with open_input(path, error, name) as stream:
         data = stream.read() if limit is None else stream.read(limit + 1)
     if limit is not None and len(data) > limit:
-        raise error(f"{name} is longer than {limit:,} bytes, the most trainkit reads{' for ' + what if what else ''}")
+        raise error(f"{name} is longer than {limit:,} bytes, the most trainkit reads of it")
     return data
