@@ -36,6 +36,7 @@ from trainkit.app.tool_config import describe_network, set_device, tool_config
 from trainkit.bridge.convert import build_prepared, convert_state_dict
 from trainkit.bridge.name_mapping import Rule, load_rules, map_names, module_name
 from trainkit.bridge.state_dict import read_state_dict
+from trainkit.data.input_file import open_input
 from trainkit.errors import CheckpointError, ConfigError, DataError
 from trainkit.rundir.output_file import write_text_whole, written_whole
 from trainkit.rundir.parameter_fit import listing
@@ -354,7 +355,10 @@ def _batch(args: argparse.Namespace, cfg, data) -> np.ndarray:
         raise ConfigError(f"--input-ints {args.input_ints} is not valid: give the vocabulary size, a positive number")
     if args.input:
         try:
-            batch = np.load(args.input)
+            with open_input(args.input, name=f"--input {args.input}") as stream:  # DataError unless a regular file
+                batch = np.load(stream)
+        except DataError:
+            raise
         except (OSError, ValueError) as error:
             raise DataError(f"--input {args.input} cannot be read as a .npy array: {error}") from error
         if not (np.issubdtype(batch.dtype, np.integer) or np.issubdtype(batch.dtype, np.floating)):

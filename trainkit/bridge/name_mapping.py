@@ -26,6 +26,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 import re2
 import yaml
 
+from trainkit.data.input_file import read_input
 from trainkit.errors import ConfigError
 
 BATCH_NORM_NAMES = {"weight": "gamma", "bias": "beta", "running_mean": "moving_mean",
@@ -56,13 +57,13 @@ def load_rules(path: Union[str, Path]) -> List[Rule]:
     """The rules of a mapping file: a YAML list of ``{pattern: REGEX, replace: TEXT or null}`` (or ``rules:`` one).
 
     Raises:
-        ConfigError: the file is missing, not YAML, or a rule is malformed (its index and what is valid).
+        ConfigError: the file is missing, not a regular file, not YAML, or a rule is malformed (its index and what
+            is valid).
     """
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"mapping file {path} does not exist")
+    text = read_input(path, error=ConfigError, name=f"mapping file {path}").decode("utf-8")  # a FIFO would hang
     try:
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        loaded = yaml.safe_load(text)
     except yaml.YAMLError as error:
         raise ConfigError(f"mapping file {path} is not valid YAML: {' '.join(str(error).split())}") from error
     if isinstance(loaded, dict) and set(loaded) == {"rules"}:

@@ -13,10 +13,11 @@ import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Union
+from typing import Any, BinaryIO, Dict, List, Mapping, Optional, Union
 
 import numpy as np
 
+from trainkit.data.input_file import open_input
 from trainkit.errors import CheckpointError
 
 SAFETENSORS_SUFFIX = ".safetensors"
@@ -49,35 +50,33 @@ def read_state_dict(path: Union[str, Path], key: Optional[str] = None) -> StateD
             the message names the file and what to do.
     """
     path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"{path} does not exist" if not path.exists() else f"{path} is not a file")
-    if path.suffix == SAFETENSORS_SUFFIX:
-        tensors, dtypes = _read_safetensors(path)
-        loaded: Mapping[str, Any] = tensors
-    else:
-        loaded, dtypes = _read_torch(path), {}
+    with open_input(path, CheckpointError) as stream:  # a regular file only: a FIFO would hang the read
+        if path.suffix == SAFETENSORS_SUFFIX:
+            tensors, dtypes = _read_safetensors(path, stream.read())
+            loaded: Mapping[str, Any] = tensors
+        else:
+            loaded, dtypes = _read_torch(path, stream), {}
     return _unwrap(path, loaded, dtypes, key)
 
 
-def _read_safetensors(path: Path):
+def _read_safetensors(path: Path, data: bytes):
     from safetensors import SafetensorError
-    from safetensors.numpy import load_file
+    from safetensors.numpy import load
 
     try:
-        return load_file(str(path)), {}
-    except TypeError:  # a dtype NumPy does not have (bfloat16): read the raw bytes
+        return load(data), {}
+    except (TypeError, KeyError):  # a dtype NumPy does not have (bfloat16): read the raw bytes
         pass
     except (SafetensorError, OSError, ValueError) as error:
         raise CheckpointError(f"{path} cannot be read: it is corrupt or not a safetensors file: "
                               f"{_first_line(error)}") from error
-    return _read_safetensors_raw(path)
+    return _read_safetensors_raw(path, data)
 
 
-def _read_safetensors_raw(path: Path):
+def _read_safetensors_raw(path: Path, data: bytes):
     """The safetensors layout (8-byte little-endian header length, JSON header, raw data), bfloat16 widened."""
     numpy_dtypes = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32,
                     "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
-    data = path.read_bytes()
     (length,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8:8 + length])
     body = memoryview(data)[8 + length:]
@@ -98,7 +97,7 @@ def _read_safetensors_raw(path: Path):
     return tensors, dtypes
 
 
-def _read_torch(path: Path) -> Any:
+def _read_torch(path: Path, stream: BinaryIO) -> Any:
     try:
         import torch
     except ImportError as error:
@@ -106,7 +105,7 @@ def _read_torch(path: Path) -> Any:
                               "the state dict as .safetensors (safetensors.torch.save_file), which needs no PyTorch "
                               "here") from error
     try:
-        return torch.load(str(path), map_location="cpu", weights_only=True)
+        return torch.load(stream, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
         needed = re.search(r"Unsupported global: GLOBAL (\S+)", str(error))
         if needed is None:

@@ -12,8 +12,9 @@ but may not add one. Files are read by MindSpore's ``ImageFolderDataset`` and de
 whatever the file's mode); the augmentations are ``data.augment`` (:mod:`trainkit.data.augment`).
 
 Every file is checked before anything compiles (Pillow opens and fully decodes it, :mod:`trainkit.data.image_check`):
-an unreadable or truncated image, a format the decoder does not know, an empty class folder or images of mixed
-channel counts are refused in one line naming the file or folder.
+an unreadable or truncated image, a format the decoder does not know, an empty class folder, images of mixed
+channel counts, an image of more pixels than Pillow's ``Image.MAX_IMAGE_PIXELS``, and an entry that is not a
+regular file (a FIFO, socket or device named ``x.jpg``, a folder named so) are refused in one line naming it.
 
 Prediction (``predict_samples``): each input file (a folder: its images, recursively, sorted) is checked the
 same way and prepared as evaluation images are -- resize, centre crop, normalise; never the training
@@ -38,6 +39,7 @@ from trainkit.checks import check_int
 from trainkit.data.augment import batch_ops, describe, image_ops, image_stages, label_ops, parse_augment
 from trainkit.data.cifar10 import check_shards, pipeline_workers
 from trainkit.data.image_check import EXTENSIONS, check_channels, check_image, check_images, image_files
+from trainkit.data.input_file import read_input
 from trainkit.errors import ConfigError, DataError
 
 log = logging.getLogger("trainkit")
@@ -235,12 +237,15 @@ class ImageFolderData:
         a folder stands for its image files (recursively, sorted)."""
         prepare = transforms.Compose([vision.Decode(), *image_ops(self.augment, self.image_size, train=False)])
         for given in inputs:
-            paths = sorted(p for p in Path(given).rglob("*") if p.is_file() and not p.name.startswith(".")) \
+            # every entry but folders: a FIFO or device among the images gets its line (check_image refuses it)
+            paths = sorted(p for p in Path(given).rglob("*") if not p.is_dir() and not p.name.startswith(".")) \
                 if Path(given).is_dir() else [Path(given)]
+            if not paths:
+                yield str(given), None, f"{given} holds no image files"
             for path in paths:
                 try:
                     check_image(path)
-                    image = prepare(np.fromfile(path, dtype=np.uint8))
+                    image = prepare(np.frombuffer(read_input(path), dtype=np.uint8))
                 except DataError as error:
                     yield str(path), None, str(error)
                     continue

@@ -16,11 +16,16 @@ by ``mindspore.dataset.vision.Decode(to_pil=True)``, which raises on a truncated
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Optional, Sequence, Tuple
+from typing import BinaryIO, Callable, Iterable, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 from mindspore.dataset import vision
+
+from trainkit.data.image_check import opened_image
+from trainkit.data.input_file import open_input, read_input
+from trainkit.errors import DataError
 
 Sample = Tuple[str, Optional[np.ndarray], Optional[str]]
 TABLE_SUFFIXES = (".csv", ".npy", ".npz")
@@ -32,28 +37,14 @@ def read_table(path: Path) -> np.ndarray:
     """The rows of a ``.csv``/``.npy``/``.npz`` file as an array (first axis: rows).
 
     Raises:
+        DataError: the file is missing or not a regular file (a FIFO, a device...), naming it.
         ValueError: the file cannot be read as rows of numbers, with the reason (shown after the file's name).
     """
     suffix = path.suffix.lower()
     if suffix not in TABLE_SUFFIXES:
         raise ValueError(f"is not a table: give a {', '.join(TABLE_SUFFIXES)} file")
-    if suffix == ".csv":
-        array = _read_csv(path)
-    else:
-        try:
-            loaded = np.load(path, allow_pickle=False)
-        except (OSError, EOFError, ValueError) as error:
-            raise ValueError(f"cannot be read as {suffix} ({_reason(error)})") from error
-        if suffix == ".npz":
-            with loaded as archive:
-                names = list(archive.files)
-                chosen = names[0] if len(names) == 1 else next((n for n in NPZ_KEYS if n in names), None)
-                if chosen is None:
-                    raise ValueError(f"holds arrays {', '.join(names) or '(none)'}: give one array, or name it one "
-                                     f"of {', '.join(NPZ_KEYS)}")
-                array = archive[chosen]
-        else:
-            array = loaded
+    with open_input(path) as stream:  # DataError (naming the file) unless a regular file
+        array = _read_csv(stream) if suffix == ".csv" else _read_numpy(stream, suffix)
     if array.ndim == 0 or len(array) == 0:
         raise ValueError("holds no rows")
     if not np.issubdtype(array.dtype, np.number):
@@ -61,14 +52,30 @@ def read_table(path: Path) -> np.ndarray:
     return array
 
 
+def _read_numpy(stream: BinaryIO, suffix: str) -> np.ndarray:
+    try:
+        loaded = np.load(stream, allow_pickle=False)
+    except (OSError, EOFError, ValueError) as error:
+        raise ValueError(f"cannot be read as {suffix} ({_reason(error)})") from error
+    if suffix != ".npz":
+        return loaded
+    with loaded as archive:
+        names = list(archive.files)
+        chosen = names[0] if len(names) == 1 else next((n for n in NPZ_KEYS if n in names), None)
+        if chosen is None:
+            raise ValueError(f"holds arrays {', '.join(names) or '(none)'}: give one array, or name it one "
+                             f"of {', '.join(NPZ_KEYS)}")
+        return archive[chosen]
+
+
 def _reason(error: BaseException) -> str:
     text = getattr(error, "strerror", None) or str(error).strip().splitlines()[0] if str(error).strip() else ""
     return text or type(error).__name__
 
 
-def _read_csv(path: Path) -> np.ndarray:
+def _read_csv(stream: BinaryIO) -> np.ndarray:
     try:
-        with path.open(newline="", encoding="utf-8") as handle:
+        with io.TextIOWrapper(stream, encoding="utf-8", newline="") as handle:
             rows = [row for row in csv.reader(handle) if row]
     except (OSError, UnicodeDecodeError, csv.Error) as error:
         raise ValueError(f"cannot be read as .csv ({_reason(error)})") from error
@@ -101,14 +108,15 @@ def table_samples(inputs: Iterable[str], prepare: Callable[[np.ndarray], np.ndar
     for item in inputs:
         path = Path(item)
         try:
-            if not path.is_file():
-                raise ValueError("does not exist" if not path.exists() else "is not a file")
             rows = read_table(path)
             if rows.shape[1:] != tuple(shape):
                 if int(np.prod(rows.shape[1:])) != int(np.prod(shape)):
                     raise ValueError(f"holds rows of shape {rows.shape[1:]}: {what} is {tuple(shape)} "
                                      f"({int(np.prod(shape))} values a row)")
                 rows = rows.reshape((len(rows), *shape))
+        except DataError as error:  # the file itself (missing, a FIFO...): the message names it
+            yield str(path), None, str(error)
+            continue
         except ValueError as error:
             yield str(path), None, f"{path} {error}"
             continue
@@ -120,12 +128,17 @@ def read_image(path: Path, channels: int) -> np.ndarray:
     """An image file as HWC uint8 with `channels` (1: grayscale, 3: RGB) channels.
 
     Raises:
+        DataError: the file is missing, not a regular file, or has more pixels than Pillow's bound, naming it.
         ValueError: the file cannot be read or decoded (truncated, not an image, a format the decoder does not know).
     """
+    data = read_input(path)  # DataError naming the file unless a regular file
     try:
-        data = np.fromfile(path, dtype=np.uint8)
-        image = vision.Decode(to_pil=True)(data)
+        with opened_image(io.BytesIO(data), path):  # DataError past the pixel bound, before any decoding
+            pass
+        image = vision.Decode(to_pil=True)(np.frombuffer(data, dtype=np.uint8))
         array = np.asarray(image.convert("L" if channels == 1 else "RGB"))
+    except DataError:
+        raise
     except (OSError, ValueError, RuntimeError, SyntaxError) as error:  # PIL raises SyntaxError for some bad headers
         raise ValueError(f"cannot be read as an image ({_reason(error)})") from error
     return array[..., None] if array.ndim == 2 else array
@@ -139,7 +152,8 @@ def image_samples(inputs: Iterable[str], prepare: Callable[[np.ndarray], np.ndar
     for item in inputs:
         path = Path(item)
         if path.is_dir():
-            files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+            # not only regular files: a FIFO named x.png gets its line (read_image refuses it) rather than none
+            files = sorted(p for p in path.rglob("*") if not p.is_dir() and p.suffix.lower() in IMAGE_SUFFIXES)
             if not files:
                 yield str(path), None, f"{path} holds no image files ({', '.join(IMAGE_SUFFIXES)})"
         elif table is not None and path.suffix.lower() in TABLE_SUFFIXES:
@@ -149,9 +163,10 @@ def image_samples(inputs: Iterable[str], prepare: Callable[[np.ndarray], np.ndar
             files = [path]
         for file in files:
             try:
-                if not file.is_file():
-                    raise ValueError("does not exist" if not file.exists() else "is not a file")
                 image = read_image(file, channels)
+            except DataError as error:
+                yield str(file), None, str(error)
+                continue
             except ValueError as error:
                 yield str(file), None, f"{file} {error}"
                 continue

@@ -83,7 +83,8 @@ class TableData:
                  val_fraction: float = 0.1, split_seed: int = 0):
         if not isinstance(path, (str, os.PathLike)) or not str(path):
             raise ConfigError(f"path must be a .csv or .parquet file (data.path=FILE); got {path!r}")
-        self.path = Path(os.path.expanduser(str(path))).resolve()
+        # absolute, links kept: a link named x.csv to /dev/zero is refused as what it is, not for its target's name
+        self.path = Path(os.path.abspath(os.path.expanduser(str(path))))
         if self.path.suffix.lower() not in SUFFIXES:
             raise ConfigError(f"path must be a .csv or .parquet file; got {str(path)!r}")
         if not isinstance(target, str) or not target:

@@ -33,6 +33,7 @@ from mindspore import nn
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit.data.array_batches import DATA_ORDER
+from trainkit.data.input_file import check_input, open_input, read_input
 from trainkit.errors import CheckpointError, ConfigError, DataError, TrainingError
 from trainkit.rundir.kernel_path import ENTRY as KERNEL_PATH
 from trainkit.rundir.kernel_path import check_same_kernels, kernel_path
@@ -187,7 +188,7 @@ def save_checksummed(network, path: Path, append_dict: Optional[Dict[str, object
 
 def checkpoint_crc(path: Path) -> Optional[int]:
     """The CRC32 MindSpore stored at the end of checkpoint `path` (None without one): names one exact file."""
-    with open(path, "rb") as stream:
+    with open_input(path, CheckpointError, f"checkpoint {path}") as stream:
         stream.seek(0, os.SEEK_END)
         if stream.tell() < len(_CRC_MARK) + 10:
             return None
@@ -211,7 +212,7 @@ def checkpoint_files(directory: Path) -> List[Path]:
 
 def find_checkpoint(path: Path, which: str = "best") -> Path:
     """The checkpoint `path` names: the file itself, or a run directory's best (or newest) checkpoint."""
-    if path.is_file():
+    if path.is_file() or (path.exists() and not path.is_dir()):  # a FIFO, a device: the read says what it is
         return path
     if not path.exists():
         raise CheckpointError(f"{path} does not exist")
@@ -230,9 +231,7 @@ def find_checkpoint(path: Path, which: str = "best") -> Path:
 def load_checkpoint_file(path: Path) -> Dict[str, ms.Parameter]:
     """``mindspore.load_checkpoint`` with a CheckpointError naming the file when it is missing or corrupt."""
     path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint {path} does not exist" if not path.exists()
-                              else f"checkpoint {path} is not a file")
+    check_input(path, CheckpointError, f"checkpoint {path}")  # MindSpore opens it itself: a FIFO would hang it
     try:
         with _mindspore_log_muted():  # its "[ERROR] ... may not have permission" would precede trainkit's reason
             saved = ms.load_checkpoint(str(path), crc_check=True)
@@ -271,8 +270,7 @@ def _mindspore_log_muted():
 
 def _fails_its_crc(path: Path) -> bool:
     """Whether `path` has a CRC32 trailer that its bytes do not match."""
-    with open(path, "rb") as stream:
-        content = stream.read()
+    content = read_input(path, error=CheckpointError, name=f"checkpoint {path}")
     stored = checkpoint_crc(path)
     return stored is not None and binascii.crc32(content[:-(len(_CRC_MARK) + 10)]) != stored
 
