@@ -35,6 +35,7 @@ import mindspore as ms
 import numpy as np
 
 from trainkit import configs
+from trainkit.bridge import port_code
 from trainkit.bridge.compare import (
     DEFAULT_TOLERANCE,
     compare_layers,
@@ -46,7 +47,6 @@ from trainkit.bridge.compare import (
     write_table,
 )
 from trainkit.bridge.convert import convert_state_dict
-from trainkit.bridge import port_code
 from trainkit.bridge.port_arguments import constructor_values
 from trainkit.bridge.port_source import PortFailure, generate, problem_lines
 from trainkit.bridge.state_dict import StateDict

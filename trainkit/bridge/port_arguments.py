@@ -128,7 +128,8 @@ def expression(before: Any, after: Any, name: str, value: Any, other: Any) -> Op
     """The code of a literal that was `before` with the argument `name` = `value` and `after` with `other`:
     ``name``, ``k * name``, a tuple of those and constants; None when it does not follow the argument so."""
     if isinstance(before, tuple) and isinstance(after, tuple) and len(before) == len(after):
-        parts = [port_code.literal(b) if b == a else expression(b, a, name, value, other) for b, a in zip(before, after)]
+        parts = [port_code.literal(b) if b == a else expression(b, a, name, value, other)
+                 for b, a in zip(before, after)]
         if any(part is None for part in parts):
             return None
         return f"({', '.join(parts)}{',' if len(parts) == 1 else ''})"

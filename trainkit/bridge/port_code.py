@@ -58,8 +58,12 @@ def _constant(value: Any) -> ast.expr:
 def comment(text: str) -> str:
     """``# text`` on one line, whatever `text` holds: line breaks become spaces, other unprintable characters
     their escapes."""
-    text = " ".join(str.__str__(text).split())
-    return "# " + "".join(char if char.isprintable() else ascii(char)[1:-1] for char in text)
+    return "# " + printable(" ".join(str.__str__(text).split()))
+
+
+def printable(text: str) -> str:
+    """`text` with its unprintable characters (line breaks, NUL) as their escapes: one line of a message."""
+    return "".join(char if char.isprintable() else ascii(char)[1:-1] for char in str.__str__(text))
 
 
 def docstring(text: str, indent: int = 0) -> str:

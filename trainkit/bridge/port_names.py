@@ -16,9 +16,10 @@ from typing import Any, Dict, List, Optional, Tuple
 from trainkit.generated_code import FORBIDDEN
 
 #: Names the generated module uses itself, or that its check refuses (``open``, ``vars``): never a variable's.
-RESERVED = set(FORBIDDEN) | {"self", "ms", "nn", "ops", "math", "Parameter", "initializer", "Normal", "Uniform", "Dropout", "DropPath",
-            "OrderedDict", "getattr", "setattr", "float",
-            "int", "len", "range", "tuple", "list", "super", "print", "isinstance", "None", "True", "False"}
+RESERVED = set(FORBIDDEN) | {
+    "self", "ms", "nn", "ops", "math", "Parameter", "initializer", "Normal", "Uniform", "Dropout", "DropPath",
+    "OrderedDict", "getattr", "setattr", "float", "int", "len", "range", "tuple", "list", "super", "print",
+    "isinstance", "None", "True", "False"}
 _ASSIGN = re.compile(r"^\s*([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*,?\s*(?:[-+*/@%&|^]|//|\*\*)?=(?!=)")
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)\s*$')
 

@@ -170,8 +170,9 @@ class _Generator:
             base = type(module).__name__
             if not port_code.safe_identifier(base):
                 raise port_code.UnsafeName(
-                    f"{path or 'the model'} is a {base!r}: that class name is not an ASCII Python identifier, so it "
-                    "cannot name the generated class; rename the class (nothing was written)")
+                    f"{port_code.printable(path) or 'the model'} is a {port_code.literal(base)}: that class name is "
+                    "not an ASCII Python identifier, so it cannot name the generated class; rename the class "
+                    "(nothing was written)")
             base = str.__str__(base)
             name, count = base, 1
             while name in self.names or name in module_names() or name.endswith("__"):  # its imports, helpers
