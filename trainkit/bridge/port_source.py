@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -30,6 +31,7 @@ from trainkit.bridge.port_tables import (
 )
 from trainkit.bridge.port_trace import Recording, branches_on_training, record, tracer_for
 from trainkit.errors import ConfigError
+from trainkit.generated_code import FORBIDDEN
 
 LINE = 116
 
@@ -41,6 +43,22 @@ def module_names() -> frozenset:
     defined = {node.name for text in HELPERS.values() for node in ast.parse(text).body
                if isinstance(node, (ast.ClassDef, ast.FunctionDef))}
     return frozenset(RESERVED | defined | set(HELPERS) | {"np", "Path", "LayerNorm2d", "BatchNormAct2d"})
+
+
+def check_names(module: Any, path: str) -> None:
+    """Refuse (:class:`~trainkit.bridge.port_code.UnsafeName`) a child, parameter or buffer name of `module` that the
+    port cannot keep: one MindSpore does not take (ASCII letters, digits, ``_`` and ``-`` only; ``block1-0`` is
+    written with ``setattr``), a dunder, or a name the generated code's check refuses (``exec``, ``open``)."""
+    for kind, named in (("child", module.named_children()), ("parameter", module.named_parameters(recurse=False)),
+                        ("buffer", module.named_buffers(recurse=False))):
+        for name, _ in named:
+            if not (isinstance(name, str) and re.fullmatch(r"[A-Za-z0-9_\-]+", name)) \
+                    or name.startswith("__") and name.endswith("__") or name in FORBIDDEN:
+                raise port_code.UnsafeName(
+                    f"{port_code.printable(path) or 'the model'} has a {kind} named "
+                    f"{port_code.literal(str.__str__(name))}, which port cannot keep: MindSpore takes ASCII letters, "
+                    "digits, _ and - only, and Python's own names (exec, open, __x__) are refused; rename it "
+                    "(nothing was written)")
 
 
 class PortFailure(ConfigError):
@@ -107,6 +125,7 @@ class _Generator:
         return call
 
     def _spec(self, module: Any, path: str) -> Any:
+        check_names(module, path)
         kind = type(module)
         container = port_code.container(module)
         if container:
