@@ -295,3 +295,25 @@ def test_a_batch_beyond_memory_is_refused_in_one_line_before_anything_is_built(a
     assert len(error) == 1 and shown in error[0]
     if "input values" in shown:
         assert "of memory available: give a smaller --batch-size (default 2) or one sample's --input-shape" in error[0]
+
+
+def test_generated_code_that_fails_the_gate_is_refused_and_nothing_is_written(on_path, capsys, monkeypatch):
+    """The gate is port's last step before a file: a module with an escape that got past the generator (put in
+    by hand here) is one line, exit 2, no --out folder and nothing run. Mutation caught: without check_generated
+    in port(), model.py was written and imported, and the marker touched."""
+    marker = on_path / "marker"
+    real = port_module.generate
+
+    def slipped(*args, **kwargs):
+        ported = real(*args, **kwargs)
+        ported.source += f"\n\nclass Slipped(nn.Cell):\n    x = __import__('pathlib').Path({str(marker)!r}).touch()\n"
+        return ported
+
+    monkeypatch.setattr(port_module, "generate", slipped)
+    code = main(["tests.common.torch_port_models:DigitsNet", "--out", str(on_path / "ported"),
+                 "--input-shape", "1,8,8"])
+    error = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and not (on_path / "ported").exists() and not marker.exists()
+    assert len(error) == 1 and re.fullmatch(
+        r"trainkit: error: port refused to write model\.py: the generated code uses the name '__import__' \(line "
+        r"\d+\); nothing was written \(a name or value of the input reached the code: please report it\)", error[0])
