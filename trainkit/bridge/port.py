@@ -241,7 +241,8 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
     print(f"model config: {config} (_target_: {module_name}.model.{ported.top})")
     if ported.arguments:
         print(f"{ported.top} takes PyTorch's constructor arguments "
-              f"{', '.join(f'{name}={value!r}' for name, value in ported.arguments.items())} (in the model config)")
+              f"{', '.join(f'{name}={port_code.literal(value)}' for name, value in ported.arguments.items())} "
+              "(in the model config)")
     if project:
         print(f"train it in the project: cd {into} && {command}")
     if ported.specialised:
