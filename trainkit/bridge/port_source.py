@@ -537,6 +537,5 @@ def problem_lines(problems: Sequence[Problem]) -> List[str]:
         places.setdefault(problem.what, [])
         if problem.where not in places[problem.what]:
             places[problem.what].append(problem.where)
-    return [f"unsupported: {what}: used at {', '.join(where[:6])}" + (f" and {len(where) - 6} more places"
-                                                                       if len(where) > 6 else "")
-            for what, where in places.items()]
+    return [port_code.printable(f"unsupported: {what}: used at {', '.join(where[:6])}")  # one line, whatever names
+            + (f" and {len(where) - 6} more places" if len(where) > 6 else "") for what, where in places.items()]
