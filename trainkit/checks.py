@@ -83,6 +83,9 @@ def package_name_problem(name: str, where: Optional[Path] = None) -> Optional[st
         return "is not an ASCII Python identifier (letters a-z and A-Z, digits and _, not starting with a digit)"
     if keyword.iskeyword(name):
         return "is a Python keyword"
+    if name.startswith("__") and name.endswith("__") or name in ("sitecustomize", "usercustomize"):
+        return ("is a name Python gives a meaning of its own (__main__, __init__ and the other dunder names, "
+                "sitecustomize, usercustomize)")
     if name in sys.stdlib_module_names or name in sys.builtin_module_names:
         return f"is a module of Python's standard library: python -m {name} would run that one"
     skip = {Path.cwd().resolve(), *([Path(where).resolve()] if where is not None else [])}

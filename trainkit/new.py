@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from trainkit.checks import package_name_problem
+from trainkit.errors import ConfigError
+from trainkit.generated_code import IMPORTS, check_generated
 
 _FILES: Dict[str, str] = {
     "pyproject.toml": '''\
@@ -214,13 +216,29 @@ def test_the_project_trains_and_records(tmp_path):
 }
 
 
+#: What the project's files import: trainkit, MindSpore, NumPy, and the standard modules its test runs with.
+_IMPORTS = IMPORTS | {"json", "subprocess", "sys"}
+
+
 def write_project(name: str, folder: Path) -> List[Path]:
-    """Write the project `name` into `folder` (which must not exist, or be empty); the files written."""
+    """Write the project `name` into `folder` (which must not exist, or be empty); the files written.
+
+    Raises:
+        ConfigError: `name` cannot be the package's (:func:`_name_problem`), or a generated module fails
+            :func:`trainkit.generated_code.check_generated`; nothing is written then.
+    """
+    problem = _name_problem(name, folder)
+    if problem:
+        raise ConfigError(f"{name!r} cannot be the project's package name: it {problem}; choose another "
+                          f"(e.g. {_suggest(name, folder)})")
+    files = {template.format(name=name): text.format(name=name) for template, text in _FILES.items()}
+    check_generated({path: text for path, text in files.items() if path.endswith(".py")}, _IMPORTS,
+                    by="trainkit.new")
     written = []
-    for template, text in _FILES.items():
-        path = folder / template.format(name=name)
+    for relative, text in files.items():
+        path = folder / relative
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text.format(name=name), encoding="utf-8")
+        path.write_text(text, encoding="utf-8")
         written.append(path)
     return written
 
@@ -244,6 +262,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     try:
         written = write_project(name, folder)
+    except ConfigError as error:
+        print(f"trainkit: error: {error}", file=sys.stderr)
+        return 2
     except OSError as error:
         print(f"trainkit: error: cannot write the project into {folder}: {error}", file=sys.stderr)
         return 2

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import math
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -33,6 +35,7 @@ import mindspore as ms
 import numpy as np
 
 from trainkit import configs
+from trainkit.bridge import port_code
 from trainkit.bridge.compare import (
     DEFAULT_TOLERANCE,
     compare_layers,
@@ -49,12 +52,16 @@ from trainkit.bridge.port_source import PortFailure, generate, problem_lines
 from trainkit.bridge.state_dict import StateDict
 from trainkit.checks import package_name_problem
 from trainkit.errors import CheckpointError, ConfigError, DataError
+from trainkit.generated_code import check_generated
 from trainkit.models.dropout import Dropout, DropPath
 from trainkit.rundir.weights import load_weights, write_checkpoint
 
 MODEL_FILE = "model.py"
 WEIGHTS_FILE = "weights.ckpt"
 TABLE_FILE = "compare.csv"
+#: Bytes port holds per input value, at most: 4 (float32) times the copies of the batch and of what each layer makes
+#: of it: NumPy's float64 draw, torch's and MindSpore's forwards, every layer's output on both sides for the table.
+BYTES_PER_INPUT_VALUE = 4 * 16
 
 
 def parse_shape(text: str) -> List[int]:
@@ -67,6 +74,50 @@ def parse_shape(text: str) -> List[int]:
         raise ConfigError(f"--input-shape {text!r} is not valid: give one sample's shape, e.g. 3,32,32 for an image "
                           "or 12 for 12 token ids (with --input-ints)")
     return shape
+
+
+def available_memory() -> int:
+    """Bytes of memory this process can still take: the system's available memory (``MemAvailable``, else the free
+    pages ``os.sysconf`` counts), less where a cgroup's limit is lower (a container)."""
+    available = None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            available = next(int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        try:
+            available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, AttributeError):  # no sysconf (Windows): no bound from memory
+            available = None
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            room = int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text())
+            available = room if available is None else min(available, room)
+    except (OSError, ValueError):
+        pass
+    return available if available is not None else 2 ** 63
+
+
+def check_batch(batch_size: int, input_shape: Sequence[int], available: Optional[int] = None) -> None:
+    """Refuse a batch that port could not hold, before anything is allocated or written: its values times
+    :data:`BYTES_PER_INPUT_VALUE` against `available` bytes (default :func:`available_memory`)."""
+    if batch_size < 1:
+        raise ConfigError(f"--batch-size {batch_size} is no batch: give a --batch-size from 1 (default 2)")
+    values = batch_size * math.prod(input_shape)
+    needed = values * BYTES_PER_INPUT_VALUE
+    available = available_memory() if available is None else available
+    if needed > available:
+        raise ConfigError(f"--input-shape {','.join(map(str, input_shape))} with --batch-size {batch_size} is "
+                          f"{values:,} input values: port needs about {_bytes(needed)} for them ({values:,} x "
+                          f"{BYTES_PER_INPUT_VALUE} bytes), more than the {_bytes(available)} of memory available: "
+                          "give a smaller --batch-size (default 2) or one sample's --input-shape")
+
+
+def _bytes(count: int) -> str:
+    for unit, size in (("TiB", 2 ** 40), ("GiB", 2 ** 30), ("MiB", 2 ** 20)):
+        if count >= size:
+            return f"{count / size:.1f} {unit}"
+    return f"{count} bytes"
 
 
 def load_generated(path: Path, name: str) -> Any:
@@ -85,6 +136,7 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
     `out`; the exit status (see the module)."""
     import torch
 
+    check_batch(batch_size, input_shape)  # before the model is built, the batch drawn or a folder made
     project = find_project(into) if into is not None else None
     if project is not None:
         out = project[1] / out.name
@@ -114,8 +166,6 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
     model.eval()
     shape = [batch_size, *input_shape]
     try:
-        if batch_size < 1:
-            raise ValueError("no batch")
         batch = (np.random.default_rng(seed).integers(0, input_ints, shape) if input_ints
                  else fixed_batch(shape, seed))
     except (MemoryError, ValueError, OverflowError) as error:  # NumPy's: too large to allocate, or no size at all
@@ -136,12 +186,13 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
             print(line)
         raise ConfigError(f"{target} cannot be ported: {len(problem_lines(ported.problems))} unsupported layers, "
                           "functions or options (listed above); nothing was written")
+    init = port_code.docstring(f"{target} ported to MindSpore by python -m trainkit.port.") + "\n"
+    check_generated({MODEL_FILE: ported.source, "__init__.py": init}, by="port")  # the last check: then files
     state = {name: value.detach().cpu().float().numpy() if value.is_floating_point() else value.cpu().numpy()
              for name, value in model.state_dict().items()}
 
     out.mkdir(parents=True, exist_ok=True)
-    (out / "__init__.py").write_text(f'"""{target} ported to MindSpore by python -m trainkit.port."""\n',
-                                     encoding="utf-8")
+    (out / "__init__.py").write_text(init, encoding="utf-8")
     (out / MODEL_FILE).write_text(ported.source, encoding="utf-8")
     ported.buffers.save(out)  # buffers.npz, which model.py reads when its Cells are built
     try:
@@ -167,10 +218,11 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
     command = (f"python -m {project[0]} model={package} model.pretrained={project[0]}/{package}/{WEIGHTS_FILE}"
                if project else f"python -m trainkit hydra.searchpath=[file://{out}/conf] model={package} "
                f"model.pretrained={out / WEIGHTS_FILE} data=...")
-    config.write_text(f"# {target} ported by python -m trainkit.port; train it from PyTorch's weights with\n"
-                      f"#   {command}\n_target_: {module_name}.model.{ported.top}\n"
-                      + "".join(f"{name}: {list(value) if isinstance(value, tuple) else value!r}\n"  # YAML has no tuple
-                              for name, value in ported.arguments.items()), encoding="utf-8")
+    config.write_text(port_code.comment(f"{target} ported by python -m trainkit.port; train it from PyTorch's "
+                                        "weights with") + f"\n{port_code.comment(f'  {command}')}\n"
+                      f"_target_: {module_name}.model.{ported.top}\n"
+                      + "".join(f"{name}: {port_code.literal(list(value) if isinstance(value, tuple) else value)}\n"
+                                for name, value in ported.arguments.items()), encoding="utf-8")  # YAML: no tuple
     try:
         rows = compare_layers(network, model, batch)
     except Exception as error:  # noqa: BLE001 - whatever MindSpore raises, in one line naming the Cell
@@ -189,7 +241,8 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
     print(f"model config: {config} (_target_: {module_name}.model.{ported.top})")
     if ported.arguments:
         print(f"{ported.top} takes PyTorch's constructor arguments "
-              f"{', '.join(f'{name}={value!r}' for name, value in ported.arguments.items())} (in the model config)")
+              f"{', '.join(f'{name}={port_code.literal(value)}' for name, value in ported.arguments.items())} "
+              "(in the model config)")
     if project:
         print(f"train it in the project: cd {into} && {command}")
     if ported.specialised:

@@ -16,6 +16,7 @@ import inspect
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from trainkit.bridge import port_code, port_depth, port_nested
+from trainkit.bridge.port_names import RESERVED
 
 
 def constructor_values(factory: Callable, given: Dict[str, Any]) -> Dict[str, Any]:
@@ -29,6 +30,8 @@ def constructor_values(factory: Callable, given: Dict[str, Any]) -> Dict[str, An
     for name, parameter in signature.parameters.items():
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD) or name == "self":
             continue
+        if not port_code.safe_identifier(name) or name in RESERVED:
+            continue  # (a name that is no Python name, or one the generated module uses itself: a literal)
         value = given.get(name, parameter.default)
         if _number(value) or isinstance(value, (list, tuple)) and value and all(
                 isinstance(item, int) and not isinstance(item, bool) for item in value):  # depths, widths
@@ -125,7 +128,8 @@ def expression(before: Any, after: Any, name: str, value: Any, other: Any) -> Op
     """The code of a literal that was `before` with the argument `name` = `value` and `after` with `other`:
     ``name``, ``k * name``, a tuple of those and constants; None when it does not follow the argument so."""
     if isinstance(before, tuple) and isinstance(after, tuple) and len(before) == len(after):
-        parts = [repr(b) if b == a else expression(b, a, name, value, other) for b, a in zip(before, after)]
+        parts = [port_code.literal(b) if b == a else expression(b, a, name, value, other)
+                 for b, a in zip(before, after)]
         if any(part is None for part in parts):
             return None
         return f"({', '.join(parts)}{',' if len(parts) == 1 else ''})"

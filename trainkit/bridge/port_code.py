@@ -3,11 +3,73 @@ which torch containers are written as MindSpore's; the constructor slots of a ge
 parameter names (helpers of :mod:`trainkit.bridge.port_source`)."""
 from __future__ import annotations
 
+import ast
+import keyword
+import numbers
 from typing import Any, Dict, List, Tuple
 
 from trainkit.bridge import port_transformers
 from trainkit.bridge.port_layers import Call, Unsupported, target_name
 from trainkit.bridge.port_names import identifier
+from trainkit.errors import ConfigError
+
+
+class UnsafeName(ConfigError):
+    """A name of the model's that cannot be written as a name of the generated code: refused, nothing written."""
+
+
+def safe_identifier(name: Any) -> bool:
+    """Whether `name` can be written into the code as it is: an ASCII Python identifier, not a keyword (a
+    non-ASCII one would be NFKC-normalised by Python, and no longer match the state_dict's name)."""
+    return isinstance(name, str) and name.isascii() and name.isidentifier() and not keyword.iskeyword(name)
+
+
+def literal(value: Any) -> str:
+    """`value` (None, a bool, number, string, bytes, or a tuple, list or dict of those) as a Python literal built
+    with ``ast``: the base type's value, whatever a subclass's ``__repr__`` says.
+
+    Raises:
+        Unsupported: any other type.
+    """
+    return ast.unparse(_constant(value))
+
+
+def _constant(value: Any) -> ast.expr:
+    if value is None or value is True or value is False or value is Ellipsis:
+        return ast.Constant(value)
+    if isinstance(value, str):
+        return ast.Constant(str.__str__(value))  # a subclass's text, as an exact str
+    if isinstance(value, bytes):
+        return ast.Constant(bytes(memoryview(value)))
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return ast.Constant(int(int.__repr__(int(value))))
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return ast.Constant(float(float.__repr__(float(value))))
+    if isinstance(value, tuple):
+        return ast.Tuple([_constant(item) for item in tuple.__iter__(value)], ast.Load())
+    if isinstance(value, list):
+        return ast.List([_constant(item) for item in list.__iter__(value)], ast.Load())
+    if isinstance(value, dict):
+        items = list(dict.items(value))
+        return ast.Dict([_constant(key) for key, _ in items], [_constant(item) for _, item in items])
+    raise Unsupported(f"a constant of type {type(value).__name__}")
+
+
+def comment(text: str) -> str:
+    """``# text`` on one line, whatever `text` holds: line breaks become spaces, other unprintable characters
+    their escapes."""
+    return "# " + printable(" ".join(str.__str__(text).split()))
+
+
+def printable(text: str) -> str:
+    """`text` with its unprintable characters (line breaks, NUL) as their escapes: one line of a message."""
+    return "".join(char if char.isprintable() else ascii(char)[1:-1] for char in str.__str__(text))
+
+
+def docstring(text: str, indent: int = 0) -> str:
+    """`text` as a docstring (a string literal ``ast.unparse`` writes, triple-quoted where it can) at `indent`."""
+    code = ast.unparse(ast.Module([ast.Expr(ast.Constant(str.__str__(text)))], []))
+    return " " * indent + code
 
 
 def dead(graph: Any) -> set:
@@ -38,7 +100,7 @@ def attribute(target: str) -> str:
     """``self.layers[0]`` for fx's ``layers.0``."""
     code = "self"
     for index, part in enumerate(target.split(".")):
-        if part.isidentifier():
+        if safe_identifier(part):
             code += f".{part}"
         elif part.isdigit() and index:  # an item of a container
             code += f"[{part}]"
@@ -48,6 +110,10 @@ def attribute(target: str) -> str:
 
 
 def keywords(kwargs: Dict[str, str]) -> List[str]:
+    """``key=code`` of a call's keyword arguments (Unsupported for a key that is no Python name)."""
+    for key in kwargs:
+        if not safe_identifier(key):
+            raise Unsupported(f"a keyword argument named {key!r}")
     return [f"{key}={value}" for key, value in kwargs.items()]
 
 
@@ -71,7 +137,7 @@ def code(value: Any, names: Dict[Any, str]) -> str:
         return "None"
     if type(value).__module__.startswith("torch"):
         raise Unsupported(f"a {type(value).__name__} constant")
-    return repr(value)
+    return literal(value)
 
 
 class Code(str):

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from trainkit.bridge import port_code
 from trainkit.bridge.port_code import signature, slots
 from trainkit.bridge.port_layers import Call
 
@@ -47,8 +48,9 @@ class Run:
         else:  # (f"encoder_layer_{i}", EncoderBlock()) for i in range(num_layers): each item keeps its name
             block = render(items[self.head].args[1], path + (self.head, 1), indent + 4)
             index = "i" if not re.search(r"\bi\b", block) else "index"
-            name = f'f"{self.prefix}{{{index}}}"' if re.fullmatch(r"[\w.\-]*", self.prefix) \
-                else f"{self.prefix!r} + str({index})"
+            prefix = str.__str__(self.prefix)  # PyTorch's names: into an f-string only when plain ASCII
+            name = f'f"{prefix}{{{index}}}"' if re.fullmatch(r"[\w.\-]*", prefix, flags=re.ASCII) \
+                else f"{port_code.literal(prefix)} + str({index})"
             offset = self.length - self.value
             stop = self.argument if not offset else f"{self.argument} {'+' if offset > 0 else '-'} {abs(offset)}"
             block, loop = f"({name}, {block})", f"for {index} in range({f'{self.head}, ' if self.head else ''}{stop})"

@@ -11,7 +11,9 @@ A function or method becomes one line of MindSpore code from its arguments, boun
 """
 from __future__ import annotations
 
+import ast
 import inspect
+import keyword
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -230,6 +232,18 @@ def layer_call(module: Any) -> Call:
 
 # ------------------------------------------------------------------- functions and tensor methods
 # Each renders one expression from its arguments already written as code (strings), bound to PyTorch's signature.
+def _attribute_name(code: str) -> str:
+    """The attribute a traced ``getattr(x, "name")`` reads, from the code of its literal; Unsupported unless it is
+    an ASCII Python name (anything else would be written into the code as it is)."""
+    try:
+        name = ast.literal_eval(code)
+    except (ValueError, SyntaxError):
+        name = None
+    if not (isinstance(name, str) and name.isascii() and name.isidentifier() and not keyword.iskeyword(name)):
+        raise Unsupported(f"getattr of a computed or non-identifier attribute ({code})")
+    return name
+
+
 def _dims(*dims) -> str:
     """``view(2, 3)`` and ``view((2, 3))`` alike: the shape as a tuple's code."""
     if len(dims) == 1 and dims[0].startswith(("(", "[")):
@@ -323,7 +337,7 @@ FUNCTIONS: Dict[str, Callable[..., str]] = {
     "operator.truediv": _binary("/"), "operator.matmul": _binary("@"),
     "operator.neg": lambda input: f"-{input}",  # noqa: A002
     "operator.getitem": lambda value, index: f"{value}[{index}]",
-    "builtins.getattr": lambda value, name: f"{value}.{name.strip(chr(39))}",
+    "builtins.getattr": lambda value, name: f"{value}.{_attribute_name(name)}",
     "torch.add": _add, "torch.mul": lambda input, other: f"{input} * {other}",  # noqa: A002
     "torch.cat": lambda tensors, dim="0": f"ops.cat({tensors}, axis={dim})",
     "torch.flatten": _flatten,

@@ -13,10 +13,13 @@ import os
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
-#: Names the generated module uses itself: never a variable's.
-RESERVED = {"self", "ms", "nn", "ops", "math", "Parameter", "initializer", "Normal", "Uniform", "Dropout", "DropPath",
-            "OrderedDict", "getattr", "setattr", "float",
-            "int", "len", "range", "tuple", "list", "super", "print", "isinstance", "None", "True", "False"}
+from trainkit.generated_code import FORBIDDEN
+
+#: Names the generated module uses itself, or that its check refuses (``open``, ``vars``): never a variable's.
+RESERVED = set(FORBIDDEN) | {
+    "self", "ms", "nn", "ops", "math", "Parameter", "initializer", "Normal", "Uniform", "Dropout", "DropPath",
+    "OrderedDict", "getattr", "setattr", "float", "int", "len", "range", "tuple", "list", "super", "print",
+    "isinstance", "None", "True", "False"}
 _ASSIGN = re.compile(r"^\s*([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*,?\s*(?:[-+*/@%&|^]|//|\*\*)?=(?!=)")
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)\s*$')
 
@@ -47,9 +50,10 @@ def assigned(code: str) -> List[str]:
 
 
 def identifier(name: str) -> str:
-    """`name` made a valid Python name that is not one the generated module uses itself."""
-    name = re.sub(r"\W", "_", name)
-    if not name or name[0].isdigit():
+    """`name` made an ASCII Python name that is not one the generated module uses itself (ASCII: Python would
+    NFKC-normalise other letters, and two names could become one)."""
+    name = re.sub(r"\W", "_", name, flags=re.ASCII)
+    if not name or name[0].isdigit() or name.startswith("__") and name.endswith("__"):
         name = f"x_{name}"
     return f"{name}_" if keyword.iskeyword(name) or name in RESERVED else name
 

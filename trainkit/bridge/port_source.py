@@ -10,13 +10,16 @@ Every child keeps its PyTorch attribute name, so every parameter keeps its ``sta
 """
 from __future__ import annotations
 
+import ast
+import functools
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from trainkit.bridge import port_arguments, port_buffers, port_code, port_layers, port_transformers
 from trainkit.bridge.port_classes import CLASSES, IMPORTS, class_call
 from trainkit.bridge.port_layers import CONTAINERS, Call, Unsupported, render_call, target_name
-from trainkit.bridge.port_names import Namer
+from trainkit.bridge.port_names import RESERVED, Namer
 from trainkit.bridge.port_tables import (
     FUNCTION_HELPERS,
     FUNCTIONS,
@@ -28,8 +31,34 @@ from trainkit.bridge.port_tables import (
 )
 from trainkit.bridge.port_trace import Recording, branches_on_training, record, tracer_for
 from trainkit.errors import ConfigError
+from trainkit.generated_code import FORBIDDEN
 
 LINE = 116
+
+
+@functools.lru_cache(maxsize=None)
+def module_names() -> frozenset:
+    """The names the generated module binds or uses itself (its imports, its helpers' classes and functions):
+    never a generated class's, which would hide them (a model's own ``Embedding`` is written ``Embedding2``)."""
+    defined = {node.name for text in HELPERS.values() for node in ast.parse(text).body
+               if isinstance(node, (ast.ClassDef, ast.FunctionDef))}
+    return frozenset(RESERVED | defined | set(HELPERS) | {"np", "Path", "LayerNorm2d", "BatchNormAct2d"})
+
+
+def check_names(module: Any, path: str) -> None:
+    """Refuse (:class:`~trainkit.bridge.port_code.UnsafeName`) a child, parameter or buffer name of `module` that the
+    port cannot keep: one MindSpore does not take (ASCII letters, digits, ``_`` and ``-`` only; ``block1-0`` is
+    written with ``setattr``), a dunder, or a name the generated code's check refuses (``exec``, ``open``)."""
+    for kind, named in (("child", module.named_children()), ("parameter", module.named_parameters(recurse=False)),
+                        ("buffer", module.named_buffers(recurse=False))):
+        for name, _ in named:
+            if not (isinstance(name, str) and re.fullmatch(r"[A-Za-z0-9_\-]+", name)) \
+                    or name.startswith("__") and name.endswith("__") or name in FORBIDDEN:
+                raise port_code.UnsafeName(
+                    f"{port_code.printable(path) or 'the model'} has a {kind} named "
+                    f"{port_code.literal(str.__str__(name))}, which port cannot keep: MindSpore takes ASCII letters, "
+                    "digits, _ and - only, and Python's own names (exec, open, __x__) are refused; rename it "
+                    "(nothing was written)")
 
 
 class PortFailure(ConfigError):
@@ -76,7 +105,7 @@ class _Generator:
     def __init__(self):
         self.variants: Dict[Tuple, Variant] = {}
         self.order: List[Variant] = []
-        self.names: Dict[str, int] = {}
+        self.names: Dict[str, int] = {}  # the generated classes' names
         self.helpers: List[str] = []
         self.problems: List[Problem] = []
         self.imports: set = set()
@@ -96,6 +125,7 @@ class _Generator:
         return call
 
     def _spec(self, module: Any, path: str) -> Any:
+        check_names(module, path)
         kind = type(module)
         container = port_code.container(module)
         if container:
@@ -157,10 +187,18 @@ class _Generator:
         variant = self.variants.get(key)
         if variant is None:
             base = type(module).__name__
-            count = self.names.get(base, 0) + 1
-            self.names[base] = count
-            variant = Variant(base if count == 1 else f"{base}{count}",
-                              f"{type(module).__module__}.{type(module).__qualname__}", construct, children)
+            if not port_code.safe_identifier(base):
+                raise port_code.UnsafeName(
+                    f"{port_code.printable(path) or 'the model'} is a {port_code.literal(base)}: that class name is "
+                    "not an ASCII Python identifier, so it cannot name the generated class; rename the class "
+                    "(nothing was written)")
+            base = str.__str__(base)
+            name, count = base, 1
+            while name in self.names or name in module_names() or name.endswith("__"):  # its imports, helpers
+                count += 1
+                name = f"{base}{count}"
+            self.names[name] = count
+            variant = Variant(name, f"{type(module).__module__}.{type(module).__qualname__}", construct, children)
             self.variants[key] = variant
             self.order.append(variant)
         variant.instances.append(children)
@@ -238,7 +276,11 @@ class _Generator:
             name = namer.name(node)
             names[node] = name
             if node.op == "placeholder":
-                default = f"={node.args[0]!r}" if node.args else ""
+                try:
+                    default = f"={port_code.literal(node.args[0])}" if node.args else ""
+                except Unsupported as error:
+                    self.problems.append(Problem(f"a default of {name}: {error}", where))
+                    continue
                 inputs.append(f"{name}{default}")
                 continue
             if node.op == "output":
@@ -275,21 +317,22 @@ class _Generator:
                 self.problems.append(Problem(str(error), where))
                 continue
             lines.append(f"{name} = {expression}")
-        note = [f"# forward with {', '.join(dict.fromkeys(tracer.arguments))}, as it is called here (its other "
+        note = [f"forward with {', '.join(dict.fromkeys(tracer.arguments))}, as it is called here (its other "
                 "branches are not written)"] if tracer.arguments else []
         if tracer.decisions:  # forward branched on sizes or arguments: the branches taken for these inputs
             args, kwargs = self.recording.inputs[id(module)]
             shapes = ", ".join("x".join(map(str, value.shape)) for value in (*args, *kwargs.values())
                                if hasattr(value, "shape"))
-            note += [f"# Traced for inputs of shape {shapes}: forward's branches ({'; '.join(tracer.decisions)}) "
-                     "were taken for them", "# and are not in this code, which holds for inputs of that shape."]
+            note += [f"Traced for inputs of shape {shapes}: forward's branches ({'; '.join(tracer.decisions)}) "
+                     "were taken for them", "and are not in this code, which holds for inputs of that shape."]
             self.specialised.append(f"{type(module).__qualname__} (at {path or 'the model'})")
         if branches_on_training(type(module)):
-            note += ["# forward branches on self.training: this is its eval-mode path (the trace runs in eval mode);",
-                     "# what PyTorch's forward does only in training mode is not in this code."]
+            note += ["forward branches on self.training: this is its eval-mode path (the trace runs in eval mode);",
+                     "what PyTorch's forward does only in training mode is not in this code."]
             if type(module).__qualname__ not in self.training_paths:
                 self.training_paths.append(type(module).__qualname__)
-        return [*note, f"def construct(self, {', '.join(inputs)}):", *(f"    {line}" for line in lines)]
+        return [*map(port_code.comment, note), f"def construct(self, {', '.join(inputs)}):",
+                *(f"    {line}" for line in lines)]
 
     # ---------------------------------------------------------------- classes
     def finish(self) -> None:
@@ -350,23 +393,28 @@ class _Generator:
             return "[\n" + ",\n".join(pad + part for part in parts) + "]"
         if isinstance(value, port_code.Code):
             return str(value)
-        return repr(value)
+        try:
+            return port_code.literal(value)
+        except Unsupported as error:  # a value of a type no literal writes: refused, as a name would be
+            raise port_code.UnsafeName(f"the constructor value at {'.'.join(map(str, path))} is {error}, which port "
+                                       "cannot write as a literal (nothing was written)") from None
 
     def class_source(self, variant: Variant) -> str:
         parameters = {**{path: name for path, name in variant.parameters}, **variant.driven}
-        names = [*self.arguments(variant), *(f"{name}={value!r}" for name, value in variant.arguments.items())]
+        names = [*self.arguments(variant),
+                 *(f"{name}={port_code.literal(value)}" for name, value in variant.arguments.items())]
         signature = ", ".join(["self", *names])
         if len(signature) > LINE - 20:
             signature = ",\n                 ".join(port_code.wrap(["self", *names], LINE - 20))
-        lines = [f"class {variant.name}(nn.Cell):",
-                 f'    """PyTorch\'s {variant.torch_class}'
-                 + ('' if variant.name == variant.torch_class.rsplit('.', 1)[-1] else
-                    ' (instances whose forward traces differently from the other variants)') + '."""', "",
+        first = next((other for other in self.order if other.torch_class == variant.torch_class), variant)
+        differs = "" if first is variant else " (instances whose forward traces differently from the other variants)"
+        lines = [f"class {variant.name}(nn.Cell):",  # PyTorch's names, in a docstring only as a string literal
+                 port_code.docstring(f"PyTorch's {variant.torch_class}{differs}.", indent=4), "",
                  f"    def __init__({signature}):", "        super().__init__()"]
         for attribute, call in variant.children.items():
             value = self.render_value(call, (attribute,), parameters, 8)
-            lines.append(f"        self.{attribute} = {value}" if attribute.isidentifier() else
-                         f"        setattr(self, {attribute!r}, {value})")  # PyTorch's name, kept
+            lines.append(f"        self.{str.__str__(attribute)} = {value}" if port_code.safe_identifier(attribute)
+                         else f"        setattr(self, {port_code.literal(attribute)}, {value})")  # PyTorch's name
         lines.append("")
         lines += [f"    {line}" for line in variant.construct] or ["    def construct(self, x):", "        return x"]
         return "\n".join(lines)
@@ -381,6 +429,8 @@ def _generated(model: Any, batch: Any = None) -> Tuple[_Generator, Any]:
             generator.recording = None  # traced without values, as long as its forward takes no branch on a size
     try:
         top = generator.spec(model, "")
+    except port_code.UnsafeName:
+        raise
     except Exception as error:  # a bug of port's on a module it should cover: one line naming that module
         where = generator.stack[-1] if generator.stack else "the model"
         raise PortFailure(f"port failed at {where}: {type(error).__name__}: {_first_line(error)} (a port bug, "
@@ -428,11 +478,10 @@ def generate(model: Any, origin: str, rebuild: Optional[Callable[[Dict[str, Any]
     imports = {name for helper in generator.helpers for name in HELPER_IMPORTS.get(helper, ())} | generator.imports
     if any("ms." in line for variant in generator.order for line in variant.construct):
         imports.add("ms")
-    header = [f'"""A MindSpore port of PyTorch\'s {origin}, written by python -m trainkit.port from its torch.fx '
-              "trace.", "",
-              "Parameter names are the PyTorch state_dict's (batch norm's and layer norm's weight/bias/running_mean/"
-              "running_var are", "gamma/beta/moving_mean/moving_variance here). This file is yours to edit.",
-              '"""']
+    header = [port_code.docstring(
+        f"A MindSpore port of PyTorch's {origin}, written by python -m trainkit.port from its torch.fx trace.\n\n"
+        "Parameter names are the PyTorch state_dict's (batch norm's and layer norm's weight/bias/running_mean/"
+        "running_var are\ngamma/beta/moving_mean/moving_variance here). This file is yours to edit.\n")]
     if "math" in imports:
         header.append("import math")
     if "OrderedDict" in imports:
@@ -488,6 +537,5 @@ def problem_lines(problems: Sequence[Problem]) -> List[str]:
         places.setdefault(problem.what, [])
         if problem.where not in places[problem.what]:
             places[problem.what].append(problem.where)
-    return [f"unsupported: {what}: used at {', '.join(where[:6])}" + (f" and {len(where) - 6} more places"
-                                                                       if len(where) > 6 else "")
-            for what, where in places.items()]
+    return [port_code.printable(f"unsupported: {what}: used at {', '.join(where[:6])}")  # one line, whatever names
+            + (f" and {len(where) - 6} more places" if len(where) > 6 else "") for what, where in places.items()]
