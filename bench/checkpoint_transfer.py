@@ -25,7 +25,7 @@ from mindspore import nn
 from trainkit.distributed.launch import free_port
 from trainkit.distributed.rendezvous import Meeting
 from trainkit.models import resnet
-from trainkit.rundir.checkpoint import Position, save_training_checkpoint
+from trainkit.rundir.checkpoint_file import Position, save_training_checkpoint
 
 
 def _parallel(node_rank: int, port: int) -> SimpleNamespace:

@@ -180,7 +180,7 @@ def _failed(status: int, message: str, start: float, printed: bool = False) -> f
 
 def _disk_full_message(error: OSError) -> str:
     """A full disk's one line: the file the write was for, and what is still whole (a checkpoint's own save says
-    it itself: trainkit.rundir.checkpoint.nothing_partial_left)."""
+    it itself: trainkit.rundir.checkpoint_file.nothing_partial_left)."""
     written = f"{error.filename} could not be written" if error.filename else "a file of the run could not be written"
     return (f"the disk is full ({error.strerror}): {written}; the checkpoints saved before are whole: free some "
             "space, then run the command again (with trainer.resume=auto to continue from the newest checkpoint)")

@@ -122,7 +122,8 @@ def rewrite_group_size(source: Path, target: Path, group_size: int, root_now: Op
     its run had read the data from there: other files behind the same data.root)."""
     saved = ms.load_checkpoint(str(source))
     appended = {key: saved.pop(key) for key in ("micro_steps", "steps_per_epoch", "skipped_steps", "group_size",
-                                                 "trainkit_config", "kernel_path", "data_order", "trainkit_parts") if key in saved}
+                                                 "trainkit_config", "kernel_path", "data_order", "trainkit_parts")
+                if key in saved}
     append = {key: (value if isinstance(value, str) else int(value.asnumpy().item()))
               for key, value in appended.items()}
     append["group_size"] = group_size

@@ -63,8 +63,9 @@ def test_a_run_stopped_at_a_drawn_step_and_resumed_ends_as_the_uninterrupted_one
     differing = [k for k in expected if not np.array_equal(expected[k], got[k])]
     assert not differing, f"stopped at step {step}: {differing[:5]}"
     same_records(records(tmp_path / "resumed"), records(tmp_path / "whole"))
-    best = {k: v.asnumpy() for k, v in ms.load_checkpoint(str(tmp_path / "whole/checkpoints/best.ckpt")).items()
-            if hasattr(v, "asnumpy")}
-    best_resumed = {k: v.asnumpy() for k, v in
-                    ms.load_checkpoint(str(tmp_path / "resumed/checkpoints/best.ckpt")).items() if hasattr(v, "asnumpy")}
+    def best_of(run):
+        saved = ms.load_checkpoint(str(tmp_path / run / "checkpoints" / "best.ckpt"))
+        return {k: v.asnumpy() for k, v in saved.items() if hasattr(v, "asnumpy")}
+
+    best, best_resumed = best_of("whole"), best_of("resumed")
     assert all(np.array_equal(best[k], best_resumed[k]) for k in best)

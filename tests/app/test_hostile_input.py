@@ -93,7 +93,7 @@ def test_a_full_disk_during_a_checkpoint_save_leaves_no_temporary_file_and_says_
 
     from trainkit.callbacks.training_checkpoint import PeriodicCheckpoint
     from trainkit.errors import TrainingError
-    from trainkit.rundir.checkpoint import checkpoint_files
+    from trainkit.rundir.checkpoint_file import checkpoint_files
 
     class Context:
         def __init__(self, step):

@@ -25,7 +25,7 @@ from tests.app.test_run_record import (  # uninterrupted: the fixture
     wait_for_record,
 )
 from tests.common.callbacks import read_jsonl
-from trainkit.rundir.checkpoint import checkpoint_files
+from trainkit.rundir.checkpoint_file import checkpoint_files
 
 
 def digest(folder):

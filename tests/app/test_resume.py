@@ -24,7 +24,7 @@ from trainkit.app import train
 from trainkit.app.config import compose_config
 from trainkit.callbacks.training_checkpoint import PeriodicCheckpoint
 from trainkit.errors import ConfigError, DataError
-from trainkit.rundir.checkpoint import Position, checkpoint_files, newest_valid_checkpoint
+from trainkit.rundir.checkpoint_file import Position, checkpoint_files, newest_valid_checkpoint
 
 STEPS_PER_EPOCH, EPOCHS = 5, 3  # 40 training records in batches of 8
 TOTAL = STEPS_PER_EPOCH * EPOCHS

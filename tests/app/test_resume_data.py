@@ -5,15 +5,16 @@ from mindspore import nn
 from omegaconf import OmegaConf
 
 from trainkit.app.config import compose_config
+from trainkit.app.resume_policy import check_resumable
 from trainkit.errors import ConfigError
-from trainkit.rundir.checkpoint import Position, TrainingCheckpoint, check_resumable, config_text
+from trainkit.rundir.checkpoint_file import Position, SavedCheckpoint, config_text
 
 BASE = ["recipe=digits_quickstart", "run_dir=/tmp/unused"]
 
 
 def checkpoint_of(*overrides):
     config = OmegaConf.create(config_text(compose_config([*BASE, *overrides])))  # as a checkpoint stores it
-    return TrainingCheckpoint(path="run/checkpoints/trainkit-1_3.ckpt", parameters={},
+    return SavedCheckpoint(path="run/checkpoints/trainkit-1_3.ckpt", parameters={},
                               position=Position(3, 44), skipped_steps=0, group_size=1, config=config)
 
 

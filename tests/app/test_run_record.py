@@ -22,7 +22,7 @@ from tests.common.callbacks import read_jsonl
 from tests.common.tensorboard_events import read_scalars_as_tensorboard_shows
 from trainkit.app import train
 from trainkit.app.config import compose_config
-from trainkit.rundir.checkpoint import checkpoint_files, newest_valid_checkpoint
+from trainkit.rundir.checkpoint_file import checkpoint_files, newest_valid_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS_PER_EPOCH, EPOCHS = 5, 4

@@ -1,11 +1,11 @@
 """An epoch's last step is checkpointed after the epoch's evaluation, never before it: a run killed between the two
 must resume from the checkpoint before, redo the epoch's end and record its evaluation (a checkpoint at the epoch's
 last step taken first resumed past an evaluation never recorded: seen once in four suite runs)."""
-import pytest
 import threading
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from mindspore import nn
 
 import trainkit.callbacks.training_checkpoint as training_checkpoint
@@ -143,7 +143,7 @@ def test_a_snapshot_writes_the_bytes_mindspores_save_of_the_cell_writes(tmp_path
     from mindspore import nn
 
     from trainkit import TrainingWrapper
-    from trainkit.rundir.checkpoint import Position, parameter_snapshot, save_training_checkpoint
+    from trainkit.rundir.checkpoint_file import Position, parameter_snapshot, save_training_checkpoint
 
     network = nn.SequentialCell(nn.Dense(3, 4), nn.BatchNorm1d(4), nn.Dense(4, 2))
     loss = nn.WithLossCell(network, nn.MSELoss())
@@ -163,7 +163,7 @@ def test_a_snapshot_of_a_cell_never_saved_writes_the_bytes_mindspores_save_write
     from mindspore import nn
     from mindspore.nn.utils import no_init_parameters
 
-    from trainkit.rundir.checkpoint import parameter_snapshot
+    from trainkit.rundir.checkpoint_file import parameter_snapshot
 
     def fresh():
         ms.set_seed(3)

@@ -152,7 +152,7 @@ def test_layout_errors_name_the_folder(tmp_path, monkeypatch):
 
 
 def test_the_augmentations_draw_the_same_whatever_the_worker_count(tmp_path):
-    """data.num_parallel_workers is a key a resume may change (trainkit.rundir.checkpoint.DATA_KEYS_FREE), so the
+    """data.num_parallel_workers is a key a resume may change (trainkit.app.resume_policy.DATA_KEYS_FREE), so the
     random ops must not depend on it. Mutation caught: the random stage mapped with num_parallel_workers threads
     (MindSpore gives each thread its own stream: 1 and 2 workers differ, red)."""
     import mindspore.dataset as ds

@@ -28,7 +28,7 @@ from trainkit.data.predict_inputs import image_samples, read_image, table_sample
 from trainkit.data.table import TableData
 from trainkit.data.table_file import read_table
 from trainkit.errors import CheckpointError, ConfigError, DataError
-from trainkit.rundir.checkpoint import read_resumable_checkpoint
+from trainkit.rundir.checkpoint_file import read_resumable_checkpoint
 from trainkit.rundir.weights import network_weights
 
 # ------------------------------------------------------------------------------------ what is not a regular file

@@ -7,7 +7,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn
 
-from trainkit.rundir.checkpoint import load_checkpoint_file, save_checksummed
+from trainkit.rundir.checkpoint_file import load_checkpoint_file, save_checksummed
 
 
 def test_flipped_bytes_fail_the_crc_in_one_line_without_mindspores_log(tmp_path):
@@ -18,7 +18,7 @@ def test_flipped_bytes_fail_the_crc_in_one_line_without_mindspores_log(tmp_path)
     content[middle:middle + 100] = bytes(b ^ 0xFF for b in content[middle:middle + 100])
     path.write_bytes(bytes(content))
     # a fresh process: MindSpore's log handler holds the stderr of the moment it was made, which pytest replaces
-    code = ("from trainkit.rundir.checkpoint import load_checkpoint_file\n"
+    code = ("from trainkit.rundir.checkpoint_file import load_checkpoint_file\n"
             "from trainkit.errors import CheckpointError\n"
             f"try:\n    load_checkpoint_file({str(path)!r})\nexcept CheckpointError as error:\n    print(error)\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -11,7 +11,7 @@ from trainkit.app import train
 from trainkit.app.config import compose_config
 from trainkit.data.tabular import SklearnTabularData
 from trainkit.errors import DataError
-from trainkit.rundir.checkpoint import save_checksummed
+from trainkit.rundir.checkpoint_file import save_checksummed
 from trainkit.rundir.class_names import load_class_names, save_class_names
 
 NAMES = ["barolo", "grignolino", "barbera"]

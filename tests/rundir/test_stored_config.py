@@ -26,7 +26,7 @@ from trainkit.app.config import compose_config
 from trainkit.app.run import save_config
 from trainkit.app.tool_config import saved_config, tool_config
 from trainkit.errors import ConfigError
-from trainkit.rundir.checkpoint import Position, read_training_checkpoint, save_training_checkpoint
+from trainkit.rundir.checkpoint_file import Position, read_training_checkpoint, save_training_checkpoint
 from trainkit.rundir.stored_config import MAX_BYTES, read_stored_config
 from trainkit.rundir.trust import shipped_targets
 from trainkit.tools.evaluate import main as evaluate

@@ -17,7 +17,7 @@ from trainkit.app import train
 from trainkit.app.config import compose_config
 from trainkit.app.tool_config import tool_config
 from trainkit.errors import ConfigError
-from trainkit.rundir.checkpoint import checkpoint_files
+from trainkit.rundir.checkpoint_file import checkpoint_files
 from trainkit.tools.evaluate import main as evaluate
 
 USER = "tests.common.user_project"
@@ -140,7 +140,7 @@ def test_an_escaped_interpolation_in_a_checkpoints_config_runs_nothing(user_run,
     checkpoint = with_config(checkpoint_files(user_run / "checkpoints")[-1], tmp_path / "planted.ckpt", plant)
     assert evaluate([str(checkpoint), "--trust", USER]) == 2
     assert f"{key} holds" in one_error_line(capsys)
-    from trainkit.rundir.checkpoint import read_training_checkpoint  # what trainer.resume=PATH reads first
+    from trainkit.rundir.checkpoint_file import read_training_checkpoint  # what trainer.resume=PATH reads first
 
     with pytest.raises(ConfigError, match=f"{key} holds"):
         read_training_checkpoint(checkpoint)

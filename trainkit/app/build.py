@@ -38,9 +38,9 @@ from trainkit.models.conv import CONV_IMPLS, kernel_convolutions
 DEFAULT_CONV_IMPL = "auto"  # where the model config has no conv_impl: a ported or user network's nn.Conv2d swapped
 from trainkit.models.conv_swap import swap_convolutions
 from trainkit.models.dropout import streams_from_zero
-from trainkit.rundir import checkpoint, class_names, data_state
-from trainkit.rundir.checkpoint import CONFIG_ENTRY
-from trainkit.rundir.checkpoint import TrainingCheckpoint as SavedCheckpoint
+from trainkit.rundir import checkpoint_file as checkpoint
+from trainkit.rundir import class_names, data_state
+from trainkit.rundir.checkpoint_file import CONFIG_ENTRY, SavedCheckpoint
 from trainkit.rundir.kernel_path import fused_passes
 from trainkit.rundir.stateful_parts import StatefulParts, is_stateful
 from trainkit.step.mixed_precision import Float32EvalCell, build_loss_network, casts_to_half

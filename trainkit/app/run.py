@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError
 
 from trainkit.app.config import MAX_MICRO_BATCHES
+from trainkit.app.resume_policy import check_resumable, restore
 from trainkit.app.stopping import check_not_finished_early
 from trainkit.callbacks import Evaluation, TrainMetrics
 from trainkit.callbacks.early_stopping import MARKER as EARLY_STOP_MARKER
@@ -27,8 +28,7 @@ from trainkit.callbacks.evaluation import metric_name
 from trainkit.checks import choice
 from trainkit.data.array_batches import SAMPLER_ORDER, SHUFFLED_ORDER
 from trainkit.errors import ConfigError, RunDirectoryInUse, naming_the_file
-from trainkit.rundir.checkpoint import TrainingCheckpoint as SavedCheckpoint
-from trainkit.rundir.checkpoint import check_resumable, checkpoint_files, config_text, find_resume_checkpoint, restore
+from trainkit.rundir.checkpoint_file import SavedCheckpoint, checkpoint_files, config_text, find_resume_checkpoint
 from trainkit.rundir.command import hydra_config_of
 from trainkit.step.wrapper import TrainingWrapper
 
@@ -187,7 +187,7 @@ def resume_checkpoint(cfg: DictConfig, run_dir: Path, wrapper: TrainingWrapper, 
     """Find, check and load the checkpoint `trainer.resume` names; None for a new run.
 
     `learning_rates(config)` gives the rate of every update under a config, for the continuation rule of
-    :func:`trainkit.rundir.checkpoint.check_resumable` (more epochs when the updates taken keep their rates).
+    :func:`trainkit.app.resume_policy.check_resumable` (more epochs when the updates taken keep their rates).
     """
     resume = cfg.trainer.resume
     if resume is None:

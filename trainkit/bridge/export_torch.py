@@ -22,7 +22,7 @@ import numpy as np
 
 from trainkit.bridge.name_mapping import BATCH_NORM_COUNTER, BATCH_NORM_NAMES, Rule, apply_rules, load_rules
 from trainkit.errors import CheckpointError, ConfigError, DataError
-from trainkit.rundir.checkpoint import find_checkpoint
+from trainkit.rundir.checkpoint_file import find_checkpoint
 from trainkit.rundir.output_file import written_whole
 from trainkit.rundir.weights import WEIGHTS, network_weights, refuse_existing
 

@@ -14,7 +14,7 @@ from mindspore.train import Callback
 
 from trainkit.callbacks.evaluation import Evaluation, check_watched
 from trainkit.errors import DataError
-from trainkit.rundir.checkpoint import checkpoint_crc, load_checkpoint_file, nothing_partial_left, save_checksummed
+from trainkit.rundir.checkpoint_file import checkpoint_crc, load_checkpoint_file, nothing_partial_left, save_checksummed
 
 logger = logging.getLogger("trainkit")
 

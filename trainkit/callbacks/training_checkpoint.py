@@ -1,7 +1,7 @@
 """PeriodicCheckpoint: periodic training checkpoints, written safely, the last K kept; and the resume position.
 
 ``TrainingCheckpoint``, this callback's name before 0.2, still works with a DeprecationWarning until 0.3.0: it
-was also the name of the checkpoint read back (:class:`trainkit.rundir.checkpoint.SavedCheckpoint`)."""
+was also the name of the checkpoint read back (:class:`trainkit.rundir.checkpoint_file.SavedCheckpoint`)."""
 from __future__ import annotations
 
 import logging
@@ -14,8 +14,7 @@ from mindspore.train import Callback
 from omegaconf import DictConfig
 
 from trainkit.callbacks.train_metrics import last_epoch
-from trainkit.rundir.stateful_parts import StatefulParts
-from trainkit.rundir.checkpoint import (
+from trainkit.rundir.checkpoint_file import (
     Position,
     checkpoint_files,
     config_text,
@@ -23,6 +22,7 @@ from trainkit.rundir.checkpoint import (
     parameter_snapshot,
     save_training_checkpoint,
 )
+from trainkit.rundir.stateful_parts import StatefulParts
 
 log = logging.getLogger("trainkit")
 
@@ -51,7 +51,7 @@ class PeriodicCheckpoint(Callback):
         skipped_steps: returns the run's skipped-step count so far (restored on resume).
         group_size: processes in the data-parallel job (a resume must use as many).
         config: the run's config, stored in each checkpoint so a resume can check it is the same run.
-        config_text: ``config`` as YAML (:func:`trainkit.rundir.checkpoint.config_text`) where the caller has made
+        config_text: ``config`` as YAML (:func:`trainkit.rundir.checkpoint_file.config_text`) where the caller has made
             it already (the app, for ``.hydra/config.yaml``): 11-15 ms a run not spent twice.
         metadata: more entries each checkpoint gets (the data's class names,
             :func:`trainkit.rundir.class_names.checkpoint_entries`).

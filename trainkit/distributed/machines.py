@@ -31,7 +31,7 @@ from omegaconf import DictConfig
 from trainkit.distributed.agreement import start_signature
 from trainkit.distributed.rendezvous import Meeting
 from trainkit.errors import ConfigError, RunDirectoryInUse
-from trainkit.rundir.checkpoint import find_resume_checkpoint
+from trainkit.rundir.checkpoint_file import find_resume_checkpoint
 from trainkit.rundir.lock import RunDirectoryLock, held_for_job
 
 log = logging.getLogger("trainkit")

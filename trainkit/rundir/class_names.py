@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from trainkit.errors import CheckpointError, DataError
-from trainkit.rundir.checkpoint import load_checkpoint_file
+from trainkit.rundir.checkpoint_file import load_checkpoint_file
 from trainkit.rundir.output_file import write_text_whole
 
 FILE_NAME = "class_names.json"

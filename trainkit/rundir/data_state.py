@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Union
 
 from trainkit.errors import CheckpointError, DataError
-from trainkit.rundir.checkpoint import load_checkpoint_file
+from trainkit.rundir.checkpoint_file import load_checkpoint_file
 
 FILE_NAME = "data_state.json"
 CHECKPOINT_KEY = "trainkit_data_state"

@@ -23,7 +23,7 @@ import numpy as np
 from mindspore import nn
 
 from trainkit.errors import CheckpointError
-from trainkit.rundir.checkpoint import APPENDED, load_checkpoint_file
+from trainkit.rundir.checkpoint_file import APPENDED, load_checkpoint_file
 from trainkit.rundir.output_file import written_whole
 from trainkit.rundir.parameter_fit import fit_problems
 

@@ -35,7 +35,7 @@ from trainkit.app import build, run
 from trainkit.app.tool_config import build_network, saved_config, tool_config
 from trainkit.distributed.parallel import ParallelSetup, launched_by_msrun, setup_parallel
 from trainkit.errors import CheckpointError, ConfigError, DataError
-from trainkit.rundir.checkpoint import BEST, find_checkpoint, read_training_checkpoint, stored_config  # noqa: F401
+from trainkit.rundir.checkpoint_file import BEST, find_checkpoint, read_training_checkpoint, stored_config  # noqa: F401
 from trainkit.rundir.output_file import write_text_whole
 from trainkit.rundir.trust import add_trust_argument
 from trainkit.rundir.weights import WEIGHTS, load_weights, network_weights, refuse_existing

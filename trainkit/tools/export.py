@@ -20,7 +20,7 @@ from typing import Optional, Sequence, Union
 import mindspore as ms
 
 from trainkit.errors import CheckpointError
-from trainkit.rundir.checkpoint import find_checkpoint
+from trainkit.rundir.checkpoint_file import find_checkpoint
 from trainkit.rundir.weights import WEIGHTS, network_weights, refuse_existing, write_checkpoint
 
 
