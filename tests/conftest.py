@@ -107,7 +107,8 @@ def pytest_xdist_make_scheduler(config, log):
 # Every test gets one tier, from what its file does (a file may say `pytestmark = pytest.mark.<tier>` instead):
 #   system: starts processes (subprocess, msrun, python -m trainkit);
 #   integration: trains or builds a run (train(), a tool's main, a MindSpore Model) or runs a docs example;
-#   unit: everything else -- pure logic, no process and no training. `make test-fast` runs these.
+#   unit: everything else -- pure logic, no process, no training and no graph compiled (a test using the `mode` or
+#   `graph_mode` fixture is integration). `make test-fast` runs these.
 TIERS = ("unit", "integration", "system")
 _SYSTEM = ("subprocess", "sys.executable", "msrun", "multiprocessing", "run_in_process", "os.fork")
 _INTEGRATION = ("train(", "compose_config(", ".main(", "main([", "Model(", "train_digits_run", "tiny_cifar10",
@@ -133,7 +134,13 @@ def tier_of(path: Path) -> str:
     return _tier_of_file[path]
 
 
+_COMPILES = ("mode", "graph_mode")  # fixtures that run the test under MindSpore's graph compiler
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if not any(item.get_closest_marker(tier) for tier in TIERS):
-            item.add_marker(getattr(pytest.mark, tier_of(Path(str(item.fspath)))))
+            tier = tier_of(Path(str(item.fspath)))
+            if tier == "unit" and any(name in getattr(item, "fixturenames", ()) for name in _COMPILES):
+                tier = "integration"  # compiles graphs: seconds each, not pure logic
+            item.add_marker(getattr(pytest.mark, tier))

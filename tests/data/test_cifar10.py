@@ -254,6 +254,7 @@ def native_then_ours(data, split: str, monkeypatch):
     return native, calls[0]
 
 
+@pytest.mark.integration  # 10,000-record files through mindspore.dataset: seconds
 def test_official_size_files_read_through_cifar10dataset_match_numpy(tmp_path, monkeypatch):
     """10,000-record files go through MindSpore's C++ reader; it must agree with the arithmetic and our reader."""
     written = write_cifar10(str(tmp_path), train_per_file=1, test_records=10000, seed=2)
@@ -366,6 +367,7 @@ def test_protocol_attributes_and_defaults():
     assert data.md5 == "c32a1d4ab5d03f1284b67883e8d87530"
 
 
+@pytest.mark.integration  # 10,000-record files through mindspore.dataset: seconds
 def test_official_size_training_files_give_the_same_validation_through_cifar10dataset(tmp_path, monkeypatch):
     """The validation subset read by MindSpore's C++ reader (a SubsetSampler over the five files) is the same records,
     in the same order, as the documented rule says and our NumPy reader gives: 500 per class."""
