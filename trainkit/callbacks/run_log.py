@@ -235,9 +235,9 @@ def scalars_summary(values: Mapping[str, float]) -> Summary:
 
 
 def merged(summaries: Sequence[Summary]) -> Summary:
-    """Deprecated (RunLog no longer uses it; kept for a release): one Summary holding the values of `summaries`.
-    Use :func:`scalars_summary` for scalars."""
-    warnings.warn("trainkit.callbacks.run_log.merged is deprecated and will be removed in the next release; use "
+    """Deprecated in 0.1.0, removed in 0.3.0 (RunLog no longer uses it): one Summary holding the values of
+    `summaries`. Use :func:`scalars_summary` for scalars."""
+    warnings.warn("trainkit.callbacks.run_log.merged is deprecated and is removed in 0.3.0; use "
                   "scalars_summary for scalars", DeprecationWarning, stacklevel=2)
     return Summary(value=[value for summary in summaries for value in summary.value])
 
