@@ -21,7 +21,7 @@ def _import_tensorboardx_without_torch() -> None:
 
     tensorboardX's package imports ``torch`` when it is installed, only to name ``torch.Tensor`` in type hints:
     2.2 s of the quick start's 10 s wall time, and a larger heap for the ``gc.collect()`` that precedes every
-    MindSpore graph compile (docs/performance.md, "Where a run's seconds go"). trainkit writes numbers only.
+    MindSpore graph compile (docs/performance.md, "A command's start and end"). trainkit writes numbers only.
     """
     if "torch" in sys.modules or "tensorboardX" in sys.modules:
         return
