@@ -379,7 +379,7 @@ def exit_process(status: int) -> NoReturn:
     """End the owning command's process once its work is done: Python's ``atexit`` functions (``logging``'s
     shutdown, MindSpore's asynchronous checkpoint save and summary close, ``multiprocessing``'s children), the
     standard streams flushed, then ``os._exit``, skipping the interpreter's finalization (module clean-up,
-    MindSpore's C++ destructors: 0.6-1.2 s in which a signal was lost or killed the process as -15). A signal that
+    MindSpore's C++ destructors: 0.6-1.2 s in which a signal would be lost or kill the process as -15). A signal that
     came meanwhile, or before, ends it as 128 + N with the farewell saying the work was done."""
     global _done
     with _ending:  # the forwarder, if it is ending the process already, finishes that first
