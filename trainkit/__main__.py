@@ -255,7 +255,7 @@ def main() -> None:
     """The command line: msrun also runs the training command as its cluster's scheduler, which only serves.
 
     A command that owns its process ends it with ``signals.exit_process``: its ``atexit`` functions run, the
-    interpreter's finalization (MindSpore's C++ clean-up, 0.6-1.2 s in which a signal was lost) does not."""
+    interpreter's finalization (MindSpore's C++ clean-up, 0.6-1.2 s in which a signal would be lost) does not."""
     signals.start()  # idempotent: python -m trainkit did it before its imports, a project's command (cli) too
     if _owns_process(_entry()):
         signals.own_process(_farewell, _stop)

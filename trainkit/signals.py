@@ -1,12 +1,12 @@
 """SIGTERM and SIGINT reach trainkit's command as what they are, and never in the middle of an import.
 
-Two things went wrong without this module, both measured on ``python -m trainkit`` (see DEVELOPERS.md):
+Without this module two things go wrong on ``python -m trainkit`` (DEVELOPERS.md, "Signals"):
 
 - MindSpore's C++ ``SignalGuard`` answers a SIGINT with ``kill(getpid(), SIGTERM)`` once its runtime threads have
-  installed it (they keep reinstalling it), so Ctrl-C read as SIGTERM and ended with 143, not 130.
+  installed it (they keep reinstalling it), so Ctrl-C reads as SIGTERM and ends with 143, not 130.
 - A Python handler that raises runs at the next bytecode, wherever that is: inside ``import mindspore`` the
-  exception broke the C extension's initialisation (``ImportError: initialization failed`` in a Hydra traceback,
-  or a "Fatal Python error" and exit 134 at exit), before the command's handler even existed SIGTERM killed the
+  exception breaks the C extension's initialisation (``ImportError: initialization failed`` in a Hydra traceback,
+  or a "Fatal Python error" and exit 134 at exit), and before the command's handler exists SIGTERM kills the
   process without a word.
 
 So :func:`route` blocks both signals in the calling (main) thread before anything starts a thread: every thread
@@ -24,7 +24,7 @@ the process from the forwarding thread (its one line, 128 + N, ``os._exit``), ne
 bytecode of a library (an ``UnboundLocalError`` inside a ``try/finally``, MindSpore's ``analyze_fail.ir`` notice
 inside a compile). Writes that must be whole first hold :func:`completing`; :func:`exit_process` ends the command
 once its work is done, with Python's ``atexit`` functions run and MindSpore's C++ clean-up (the 0.6-1.2 s of
-interpreter finalization where a signal was lost) skipped. A ``-m`` sweep's jobs take the signals as exceptions
+interpreter finalization in which a signal would be lost) skipped. A ``-m`` sweep's jobs take the signals as exceptions
 again (:func:`stop_by_exception`): the sweep's launcher writes its summary on the way out.
 
 A child inherits the mask: a forked one (``os.fork``: multiprocessing's workers) unblocks the signals at once, and a
@@ -379,7 +379,7 @@ def exit_process(status: int) -> NoReturn:
     """End the owning command's process once its work is done: Python's ``atexit`` functions (``logging``'s
     shutdown, MindSpore's asynchronous checkpoint save and summary close, ``multiprocessing``'s children), the
     standard streams flushed, then ``os._exit``, skipping the interpreter's finalization (module clean-up,
-    MindSpore's C++ destructors: 0.6-1.2 s in which a signal was lost or killed the process as -15). A signal that
+    MindSpore's C++ destructors: 0.6-1.2 s in which a signal would be lost or kill the process as -15). A signal that
     came meanwhile, or before, ends it as 128 + N with the farewell saying the work was done."""
     global _done
     with _ending:  # the forwarder, if it is ending the process already, finishes that first

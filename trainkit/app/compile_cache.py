@@ -1,10 +1,10 @@
 """MindSpore's compile cache for `python -m trainkit`: a second run of the same config skips most of compiling.
 
-Compiling the train and eval graphs is about a third of the quick start's wall time (docs/performance.md);
+Compiling the train and eval graphs is about a third of the quick start's first run (docs/performance.md);
 MindSpore 2.10 can save the compiled graphs (``set_context(enable_compile_cache=True, compile_cache_path=...)``)
 and load them in the next process. It keys what it saves by the order of compiles in the process and checks
-little else: a cache filled by a run without an EMA, loaded by a run with one, gave that run an EMA that never
-moved (measured while writing this). So trainkit gives every config its own folder, keyed by everything that
+little else: a cache filled by a run without an EMA, loaded by a run with one, gives that run an EMA that never
+moves. So trainkit gives every config its own folder, keyed by everything that
 shapes a graph and that it can see before the run builds anything --
 
 - the composed config with every interpolation resolved (``${oc.env:...}`` and references alike: a value that

@@ -103,11 +103,12 @@ def saved_config(run_dir: Path, overrides: Sequence[str], trust: Sequence[str] =
 
 
 def with_hydra_values(cfg: DictConfig, run_dir: Path) -> DictConfig:
-    """Deprecated: the stored config is read with :func:`trainkit.rundir.stored_config.with_recorded_hydra_values`
-    applied before its check (:func:`saved_config`)."""
-    warnings.warn("trainkit.app.tool_config.with_hydra_values is deprecated: read a run directory's config with "
-                  "saved_config (or trainkit.rundir.stored_config.with_recorded_hydra_values on its plain "
-                  "mapping)", DeprecationWarning, stacklevel=2)
+    """Deprecated in 0.1.0, removed in 0.3.0: the stored config is read with
+    :func:`trainkit.rundir.stored_config.with_recorded_hydra_values` applied before its check (:func:`saved_config`)."""
+    warnings.warn("trainkit.app.tool_config.with_hydra_values is deprecated (removed in 0.3.0): read a run "
+                  "directory's config with saved_config (or "
+                  "trainkit.rundir.stored_config.with_recorded_hydra_values on its plain mapping)",
+                  DeprecationWarning, stacklevel=2)
     return OmegaConf.create(with_recorded_hydra_values(OmegaConf.to_container(cfg, resolve=False), run_dir))
 
 

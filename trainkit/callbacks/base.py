@@ -114,6 +114,10 @@ class Callback(MindSporeCallback):
 
     Give it to a run like any callback, by ``_target_`` in the ``callbacks`` list (``+callbacks=[...]`` or a
     recipe). Outside trainkit's app (a plain ``Model.train``) it does nothing until :meth:`bind` is called.
+
+    A subclass that defines ``state_dict()`` (JSON data) and ``load_state_dict(state)`` is saved in every training
+    checkpoint as ``callbacks/<ClassName>`` and given its state back on resume. It runs after the epoch's
+    evaluation, ``best.ckpt`` and early stopping (``run_after``), and the epoch's checkpoint after it.
     """
 
     order_role = "user"

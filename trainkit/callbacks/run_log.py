@@ -21,7 +21,7 @@ def _import_tensorboardx_without_torch() -> None:
 
     tensorboardX's package imports ``torch`` when it is installed, only to name ``torch.Tensor`` in type hints:
     2.2 s of the quick start's 10 s wall time, and a larger heap for the ``gc.collect()`` that precedes every
-    MindSpore graph compile (docs/performance.md, "Where a run's seconds go"). trainkit writes numbers only.
+    MindSpore graph compile (docs/performance.md, "A command's start and end"). trainkit writes numbers only.
     """
     if "torch" in sys.modules or "tensorboardX" in sys.modules:
         return
@@ -235,9 +235,9 @@ def scalars_summary(values: Mapping[str, float]) -> Summary:
 
 
 def merged(summaries: Sequence[Summary]) -> Summary:
-    """Deprecated (RunLog no longer uses it; kept for a release): one Summary holding the values of `summaries`.
-    Use :func:`scalars_summary` for scalars."""
-    warnings.warn("trainkit.callbacks.run_log.merged is deprecated and will be removed in the next release; use "
+    """Deprecated in 0.1.0, removed in 0.3.0 (RunLog no longer uses it): one Summary holding the values of
+    `summaries`. Use :func:`scalars_summary` for scalars."""
+    warnings.warn("trainkit.callbacks.run_log.merged is deprecated and is removed in 0.3.0; use "
                   "scalars_summary for scalars", DeprecationWarning, stacklevel=2)
     return Summary(value=[value for summary in summaries for value in summary.value])
 

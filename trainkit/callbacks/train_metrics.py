@@ -348,7 +348,7 @@ class TrainMetrics(Callback):
                 values["train/grad_norm"] = grad_norm
         return values
 
-    # ------------------------------------------------------------------ custom scalars (issue 12's hook)
+    # -------------------------------------------------------------- custom scalars (the wrapper's logged_scalars)
     def _read_scalars(self) -> Dict[str, float]:
         """The custom scalars' values now: one host read each, only at a record."""
         return {f"train/{name}": _scalar(value) for name, value in self.scalars.items()}

@@ -3,7 +3,7 @@
 MindSpore's pipeline costs about 40 µs a row on a CPU whatever the row holds (a lone index costs as much): a
 ``NumpySlicesDataset(...).batch(32)`` spends 1.0-1.5 ms a batch, a third of the quick start's step, where PyTorch's
 loop over in-memory tensors spends a few µs. A ``GeneratorDataset`` whose rows are whole batches, cut from the arrays
-with NumPy's fancy indexing, spends 0.1-0.2 ms (docs/performance.md, "The loop around the steps").
+with NumPy's fancy indexing, spends 0.1-0.2 ms (docs/performance.md, "The loop and the evaluations").
 
 The order is MindSpore's where there is nothing to draw: shard k of an ordered set holds samples k, k + num_shards,
 ... wrapped around to equal sizes, as ``NumpySlicesDataset``'s distributed sampler gives them. A shuffled set draws
@@ -12,7 +12,7 @@ same on every shard, so a run is reproducible and a resume that replays the pipe
 (``trainer.resume_data=exact``) sees the same batches. A pass counts only when it is read to its end (a look at
 the first batch, as ``output_shapes()`` takes, does not move the sequence on). MindSpore's fast recovery
 (``trainer.resume_data=fast``) skips into an epoch without running the source's earlier passes, so there a shuffled
-set is ``NumpySlicesDataset``'s, row by row, as before.
+set is ``NumpySlicesDataset``'s, row by row.
 """
 from __future__ import annotations
 

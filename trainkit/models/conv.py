@@ -2,10 +2,10 @@
 
 MindSpore 2.10's CPU kernel for a 3x3 `nn.Conv2d` runs at about 1.5 GFLOP/s, while its MatMul runs at about 160.
 Writing the convolution as im2col (`ops.unfold`) followed by one MatMul gives the same numbers (to float32
-rounding) and trains ResNet-50 on CPU many times faster; the README's performance notes hold the measurements of
-every variant tried. Each implementation is an `nn.Conv2d` subclass that only replaces `construct`, so parameter
-names and shapes (`weight` as (out, in / groups, kh, kw), `bias`), initialisation, checkpoints, weight import and
-EMA are the same whichever is chosen.
+rounding) and trains ResNet-50 on CPU many times faster; DEVELOPERS.md ("Convolution variants tried") holds the
+measurements of every variant tried. Each implementation is an `nn.Conv2d` subclass that only replaces
+`construct`, so parameter names and shapes (`weight` as (out, in / groups, kh, kw), `bias`), initialisation,
+checkpoints, weight import and EMA are the same whichever is chosen.
 """
 from __future__ import annotations
 

@@ -108,10 +108,11 @@ def check_trusted(cfg: DictConfig, source: str, trusted: Sequence[str] = (), how
 
 
 def check_data_only(container, source: str, path: str = "") -> None:
-    """Deprecated: :func:`trainkit.rundir.stored_config.check_plain_data` (which refuses every ``${``, plain
-    references included)."""
-    warnings.warn("trainkit.rundir.trust.check_data_only is deprecated: a config read from a file is read with "
-                  "trainkit.rundir.stored_config.read_stored_config, which refuses every interpolation",
+    """Deprecated in 0.1.0, removed in 0.3.0: :func:`trainkit.rundir.stored_config.check_plain_data` (which refuses
+    every ``${``, plain references included)."""
+    warnings.warn("trainkit.rundir.trust.check_data_only is deprecated (removed in 0.3.0): a config read from a "
+                  "file is read with trainkit.rundir.stored_config.read_stored_config, which refuses every "
+                  "interpolation",
                   DeprecationWarning, stacklevel=2)
     from trainkit.rundir.stored_config import check_plain_data
 

@@ -55,7 +55,7 @@ class RunningTotals:
             totals["loss_scale"] = self._last_loss_scale
         return totals
 
-    # ----------------------------------------------------------------- what the app records (issue 12's hook)
+    # ---------------------------------------------------------- what the app records (the wrapper's logged_scalars)
     def logged_scalars(self) -> Dict[str, Parameter]:
         """Scalars to record as ``train/<name>`` at each record (TensorBoard and metrics.jsonl); none here.
 

@@ -71,7 +71,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"trainkit: error: {args.output}: a MindSpore checkpoint is written as .ckpt; for PyTorch use "
               "python -m trainkit.export CHECKPOINT OUT.safetensors|OUT.pth --to torch", file=sys.stderr)
         return 2
-    if Path(args.output).suffix != ".ckpt":  # a typo'd .onnx wrote a checkpoint, then crashed reading it back
+    if Path(args.output).suffix != ".ckpt":  # a typo'd .onnx would write a checkpoint
         print(f"trainkit: error: {args.output}: the output's suffix names no format trainkit writes: .ckpt (an "
               "inference checkpoint), .mindir or .onnx (a model for serving), .safetensors, .pth or .pt (PyTorch "
               "weights); nothing was written", file=sys.stderr)
