@@ -3,7 +3,9 @@
 ``parallel`` is what each worker does (its parallel context, communication init, data prepared on rank 0 first,
 learning-rate scaling); ``agreement``: every rank starts from the same step, weights and config, or none trains.
 
-Import rule: imports the foundation (``errors``, ``checks``) only; the app calls into it, never the reverse.
+Import rule (the layers contract in pyproject.toml, checked by tests/test_layout.py): may import the run directory,
+the parts, ``kernels`` and the foundation; never the callbacks, the app, the bridge or the tools (the app calls into
+it, never the reverse).
 """
 from typing import Any
 

@@ -5,6 +5,7 @@ weights), ``loss_scale`` (static/dynamic scaling), ``grad_ops`` (the per-tensor 
 wrapper runs), ``mixed_precision`` (AMP levels) and ``in_place`` (a value written into the memory compiled graphs
 read).
 
-Import rule: this wing imports nothing of trainkit but ``trainkit.errors`` and ``trainkit.checks``; a user's loop
-can use it without the app, the callbacks or Hydra (``tests/test_layout.py`` keeps the rule).
+Import rule (the layers contract in pyproject.toml, checked by tests/test_layout.py): may import ``kernels`` and the
+foundation (``checks``, ``signals``, ``errors``) only, none of the other parts (``models``, ``data``, ...); a user's
+loop can use it without the app, the callbacks or Hydra.
 """
