@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from trainkit import kernels
 from trainkit.app.config import best_metric, best_mode
 from trainkit.app.finetune import model_arguments
+from trainkit.app.plan import StepPlan
 from trainkit.app.stopping import stop_callbacks
 from trainkit.app.targets import accepted_arguments, floats_where_expected, required_arguments
 from trainkit.callbacks import BestCheckpoint, Evaluation, NonFiniteStop, Progress, RunLog, TrainMetrics
@@ -275,8 +276,9 @@ def build_callbacks(cfg: DictConfig, writer: bool, run_dir: Path, run_log: RunLo
     if config_text is None:
         config_text = checkpoint.config_text(cfg)
     # With sink_size, Model.train counts each sink as an "epoch"; callbacks see those units.
-    sinks_per_epoch = steps_per_epoch // sink_size if sink_size > 0 else 1
-    model_epochs = trainer.epochs * sinks_per_epoch
+    plan = StepPlan(epochs=int(trainer.epochs), steps_per_epoch=steps_per_epoch, sink_size=sink_size,
+                    samples_per_step=samples_per_step)
+    sinks_per_epoch, model_epochs = plan.sinks_per_epoch, plan.model_epochs
     metrics_cb = TrainMetrics(run_log, samples_per_step=samples_per_step,
                               log_every_n_steps=cfg.logger.log_every_n_steps, scalars=wrapper.logged_scalars())
     if resumed:

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError
 
 from trainkit.app.config import MAX_MICRO_BATCHES
+from trainkit.app.plan import StepPlan
 from trainkit.app.resume_policy import check_resumable, restore
 from trainkit.app.stopping import check_not_finished_early
 from trainkit.callbacks import Evaluation, TrainMetrics
@@ -154,17 +155,17 @@ def sink_size_of(trainer: DictConfig, steps_per_epoch: int) -> int:
     return sink_size
 
 
-def check_accumulation(cfg: DictConfig, steps_per_epoch: int) -> None:
+def check_accumulation(plan: StepPlan) -> None:
     """A window must fit in the run; a last incomplete window is dropped, which is worth a warning."""
-    micro_steps, k = cfg.trainer.epochs * steps_per_epoch, cfg.wrapper.accumulation_steps
+    micro_steps, k, steps_per_epoch = plan.micro_steps, plan.accumulation_steps, plan.steps_per_epoch
     if micro_steps > MAX_MICRO_BATCHES:
-        raise ConfigError(f"trainer.epochs={cfg.trainer.epochs} is not valid with {steps_per_epoch} steps per epoch: "
+        raise ConfigError(f"trainer.epochs={plan.epochs} is not valid with {steps_per_epoch} steps per epoch: "
                           f"{micro_steps:,} micro-batches in all, and a run holds at most {MAX_MICRO_BATCHES:,} (its "
                           f"learning-rate table holds one number per update); use at most "
                           f"{MAX_MICRO_BATCHES // steps_per_epoch:,} epochs")
     if k > micro_steps:
         raise ConfigError(f"wrapper.accumulation_steps={k} is not valid for a run of {micro_steps} micro-batches "
-                          f"({cfg.trainer.epochs} epochs of {steps_per_epoch}): no window would complete, so "
+                          f"({plan.epochs} epochs of {steps_per_epoch}): no window would complete, so "
                           f"nothing would train; use at most {micro_steps}")
     if micro_steps % k:
         log.warning("wrapper.accumulation_steps=%d: the last %d of %d micro-batches do not complete a window and "
@@ -182,7 +183,7 @@ def continues_run_dir(resume: Optional[str], run_dir: Path) -> bool:
     return path == run_dir or run_dir in path.parents
 
 
-def resume_checkpoint(cfg: DictConfig, run_dir: Path, wrapper: TrainingWrapper, steps_per_epoch: int,
+def resume_checkpoint(cfg: DictConfig, run_dir: Path, wrapper: TrainingWrapper, plan: StepPlan,
                       group_size: int, learning_rates=None) -> Optional[SavedCheckpoint]:
     """Find, check and load the checkpoint `trainer.resume` names; None for a new run.
 
@@ -196,9 +197,9 @@ def resume_checkpoint(cfg: DictConfig, run_dir: Path, wrapper: TrainingWrapper, 
     if checkpoint is None:
         log.info("trainer.resume=auto: no checkpoint in %s; starting a new run", run_dir / "checkpoints")
         return None
-    check_resumable(checkpoint, cfg, wrapper, steps_per_epoch, group_size, learning_rates)
+    check_resumable(checkpoint, cfg, wrapper, plan.steps_per_epoch, group_size, learning_rates)
     check_not_finished_early(checkpoint, run_dir)
-    total = cfg.trainer.epochs * steps_per_epoch
+    total = plan.micro_steps
     if checkpoint.position.micro_steps >= total:
         raise ConfigError(f"checkpoint {checkpoint.path} is at the end of the run ({checkpoint.position.micro_steps} "
                           f"of {total} micro-batches): nothing is left to train; its weights are ready to export "

@@ -29,6 +29,7 @@ from trainkit.app import build, compile_cache, graph_reuse, run
 from trainkit.app.config import check_config
 from trainkit.app.finetune import apply_finetuning
 from trainkit.app.fit_check import check_fit
+from trainkit.app.plan import StepPlan
 from trainkit.app.profiling import profile_window
 from trainkit.app.stopping import continues_at, raise_if_interrupted, stop_metrics
 from trainkit.app.testing import evaluate_test_set, wants_test
@@ -122,7 +123,10 @@ def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResul
         raise ConfigError(f"data.batch_size={cfg.data.get('batch_size')} is larger than the training set "
                           f"({run.describe(data)}): no full batch per epoch")
     sink_size = run.sink_size_of(trainer, steps_per_epoch)
-    run.check_accumulation(cfg, steps_per_epoch)
+    plan = StepPlan(epochs=int(trainer.epochs), steps_per_epoch=steps_per_epoch,
+                    accumulation_steps=int(cfg.wrapper.accumulation_steps), sink_size=sink_size,
+                    samples_per_step=int(cfg.data.get("batch_size", 1)) * group_size)
+    run.check_accumulation(plan)
     profiler = profile_window(cfg, run_dir, rank, sink_size)  # trainer.profile: checked here, runs as a callback
     backbone = build.build_model(cfg, data)
     # model.pretrained, model.freeze: before the optimizer takes the params
@@ -155,7 +159,7 @@ def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResul
         rate = scaled_learning_rate(config.optimizer.lr, config.parallel, parallel)
         return build.build_learning_rates(config, rate, steps_per_epoch, config.wrapper.accumulation_steps)
 
-    resumed = run.resume_checkpoint(cfg, run_dir, wrapper, steps_per_epoch, group_size, learning_rates)
+    resumed = run.resume_checkpoint(cfg, run_dir, wrapper, plan, group_size, learning_rates)
     done = resumed.position.micro_steps if resumed else 0
     initial_epoch = run.initial_epoch_of(done, steps_per_epoch, sink_size, resumed)
     check_ranks_agree(done, wrapper, cfg, group_size)  # same step, weights, optimizer state and config everywhere
@@ -182,9 +186,8 @@ def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResul
         if choice(trainer.resume_data) == "exact":
             log.info("replaying the data pipeline through %d micro-batches so augmentations match exactly "
                      "(trainer.resume_data=fast skips the replay)", done)
-    samples_per_step = cfg.data.get("batch_size", 1) * group_size
-    # With sink_size, Model.train counts each sink as an "epoch"; callbacks see those units.
-    model_epochs = trainer.epochs * (steps_per_epoch // sink_size if sink_size > 0 else 1)
+    samples_per_step = plan.samples_per_step
+    model_epochs = plan.model_epochs  # with sink_size, Model.train counts each sink as an "epoch"
     run_log = RunLog(run_dir, tensorboard=cfg.logger.tensorboard and writer,
                      metrics_file=cfg.logger.metrics_file if writer else None,
                      continues_at=continues_at(resumed, run_dir, run.continues_run_dir(trainer.resume, run_dir))
@@ -234,14 +237,14 @@ def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResul
         raise_if_interrupted(hooks.callbacks, run_dir, steps_per_epoch)  # a signal: RunInterrupted, 128 + signal
         elapsed = time.perf_counter() - start
         metrics = run.final_metrics(hooks.evaluation, hooks.train_metrics, optimizer, elapsed,
-                                    trainer.epochs * steps_per_epoch - done, samples_per_step)
+                                    plan.micro_steps - done, samples_per_step)
         metrics["amp_level"] = float(applied_amp_level(loss_network.backbone)[1])  # 2.0: O2 ran
         metrics.update(stop_metrics(hooks.callbacks))  # early stopping: best_epoch, stopped_epoch
         if test_set is not None:
             last = hooks.evaluation.latest if hooks.evaluation is not None else {}
             best = next((c for c in hooks.callbacks if isinstance(c, BestCheckpoint)), None)
             metrics.update(evaluate_test_set(model, wrapper, test_set, run_dir / "checkpoints" / "best.ckpt",
-                                             last.get("step", trainer.epochs * steps_per_epoch), last.get("epoch"),
+                                             last.get("step", plan.micro_steps), last.get("epoch"),
                                              run_log, best_in_memory=best is not None and best.holds_last_state))
         if choice(cfg.parallel.mode) != "stand_alone":
             metrics.update(job_metrics(parallel, samples_per_step // group_size, accumulation_steps))
