@@ -85,3 +85,28 @@ def test_every_module_imports_without_pytorch():
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                             env={"GLOG_v": "3", "PATH": "/usr/bin:/bin"})
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+# The raw config stays in the app: below it, only the modules that read a config from a file (the run directory's
+# stored config, trust, the checkpoint file and the command that made a run) and the process launchers (started
+# from the command with the app's config) may import OmegaConf or Hydra. The callbacks, the step library, the
+# parts and the ranks' agreement take plain values: the plan, mappings, text.
+CONFIG_READERS = {"trainkit/rundir/stored_config.py", "trainkit/rundir/trust.py", "trainkit/rundir/checkpoint_file.py",
+                  "trainkit/rundir/command.py", "trainkit/distributed/launch.py", "trainkit/distributed/machines.py"}
+BELOW_THE_APP = ("callbacks", "distributed", "rundir", "step", "models", "data", "kernels")
+
+
+def config_imports(path):
+    import ast
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
+    names += [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+    return [name for name in names if name.split(".")[0] in ("omegaconf", "hydra")]
+
+
+def test_no_module_below_the_app_takes_the_raw_config_but_the_readers_of_stored_configs():
+    files = [path for wing in BELOW_THE_APP for path in (REPO / "trainkit" / wing).rglob("*.py")]
+    files += [REPO / "trainkit" / f"{name}.py" for name in ("losses", "metrics", "lr_schedule", "checks", "errors")]
+    found = {str(path.relative_to(REPO)): config_imports(path) for path in files}
+    assert {path for path, names in found.items() if names} <= CONFIG_READERS, found

@@ -7,11 +7,10 @@ from __future__ import annotations
 import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 from mindspore import nn
 from mindspore.train import Callback
-from omegaconf import DictConfig
 
 from trainkit.callbacks.train_metrics import last_epoch
 from trainkit.rundir.checkpoint_file import (
@@ -64,7 +63,7 @@ class PeriodicCheckpoint(Callback):
 
     def __init__(self, network: nn.Cell, directory: Path, steps_per_epoch: int, *, at_epoch_end: bool = True,
                  every_n_steps: int = 0, keep: int = 3, skipped_steps: Callable[[], int] = lambda: 0,
-                 group_size: int = 1, config: Optional[DictConfig] = None, config_text: Optional[str] = None,
+                 group_size: int = 1, config: Optional[Any] = None, config_text: Optional[str] = None,
                  metadata: Optional[Dict[str, str]] = None, parts: Optional[StatefulParts] = None):
         super().__init__()
         if keep < 1:

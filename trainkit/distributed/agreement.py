@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
 
 from trainkit.errors import ConfigError
 
@@ -40,13 +39,13 @@ class RanksDisagree(ConfigError):
     """Ranks would start from different steps, weights or configs; every rank raises it with the same message."""
 
 
-def start_signature(step: int, parameters: Sequence[Tuple[str, np.ndarray]], cfg: DictConfig) -> Dict[str, int]:
+def start_signature(step: int, parameters: Sequence[Tuple[str, np.ndarray]], cfg: Mapping[str, Any]) -> Dict[str, int]:
     """What this rank must share with every other before training: name -> a 64-bit value.
 
     Args:
         step: the micro-batches done (0 for a new run, the checkpoint's position after a resume).
         parameters: (name, value) of every parameter of the training cell (weights, optimizer state, EMA...).
-        cfg: the run's config.
+        cfg: the run's config, as plain data (any mapping: nested mappings and sequences are read as such).
     """
     digest = hashlib.blake2b(digest_size=8)
     for name, value in sorted(parameters, key=lambda item: item[0]):
@@ -56,8 +55,7 @@ def start_signature(step: int, parameters: Sequence[Tuple[str, np.ndarray]], cfg
         digest.update(array.tobytes())
     signature = {"step": int(step), "weights and optimizer state": int.from_bytes(digest.digest(), "little")}
     for group, left_out in DECISIVE:
-        node = cfg.get(group)
-        plain = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+        plain = _plain(cfg.get(group))
         if isinstance(plain, dict):
             plain = {key: value for key, value in plain.items() if key not in left_out}
         text = json.dumps(plain, sort_keys=True, default=str).encode()
@@ -100,7 +98,16 @@ def disagreement(signatures: List[Dict[str, int]]) -> Optional[str]:
     return None
 
 
-def check_ranks_agree(step: int, wrapper: Any, cfg: DictConfig, group_size: int) -> None:
+def _plain(node: Any) -> Any:
+    """`node` as dicts and lists (a config's mappings and sequences, whatever their class)."""
+    if isinstance(node, Mapping):
+        return {str(key): _plain(value) for key, value in node.items()}
+    if isinstance(node, Sequence) and not isinstance(node, (str, bytes)):
+        return [_plain(value) for value in node]
+    return node
+
+
+def check_ranks_agree(step: int, wrapper: Any, cfg: Mapping[str, Any], group_size: int) -> None:
     """All-gather this rank's start signature; raise :class:`RanksDisagree` on every rank if any rank differs.
 
     Call it on every rank after the checkpoint (if any) is restored and before anything is written.
