@@ -43,3 +43,13 @@ class Tally(Callback):
     def load_state_dict(self, state):
         self.steps_seen = state["steps_seen"]
         self.lowest_loss = state["lowest_loss"]
+
+
+class KeepsAnObject(Callback):
+    """A state that is not JSON data: refused in one line before anything compiles."""
+
+    def state_dict(self):
+        return {"seen": {1, 2}}
+
+    def load_state_dict(self, state):
+        pass

@@ -100,3 +100,19 @@ def test_a_user_callbacks_state_continues_after_a_resume(early):
     lowest = [r["custom/lowest_loss"] for r in records(root / "resumed") if "custom/lowest_loss" in r]
     losses = [r["eval/loss"] for r in records(root / "whole") if "eval/loss" in r]
     assert lowest == list(np.minimum.accumulate(losses))  # NumPy's running minimum of the recorded losses
+
+
+def test_a_callback_whose_state_is_not_json_stops_the_run_before_it_compiles_in_one_line(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {"PYTHONPATH": str(Path(__file__).resolve().parents[2]), "PATH": "/usr/bin:/bin", "GLOG_v": "3"}
+    callback = "callbacks=[{_target_:tests.app.stateful_callbacks.KeepsAnObject}]"
+    done = subprocess.run([sys.executable, "-m", "trainkit", "trainer.epochs=1", "logger.progress=off",
+                           f"run_dir={tmp_path / 'run'}", callback],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1].startswith(
+        "trainkit: error: KeepsAnObject.state_dict() (part callbacks/KeepsAnObject) is not JSON data")
+    assert "Traceback" not in done.stderr and not (tmp_path / "run" / "checkpoints").exists()

@@ -98,10 +98,11 @@ def test_bad_parts_and_bad_entries_are_one_line_each():
     with pytest.raises(ValueError, match="already registered as 'x'"):
         parts.register("x", Counter(2))
     parts.register("y", Counter(object()))
-    with pytest.raises(TypeError, match="not JSON data"):
+    with pytest.raises(TypeError, match=r"Counter.state_dict\(\) \(part y\) is not JSON data"):
         parts.checkpoint_entries()
-    with pytest.raises(CheckpointError, match="not a JSON object"):
-        parts_of({CHECKPOINT_KEY: "[1, 2]"}, "checkpoint c")
+    for planted in ("[1, 2]", "{", "[" * 100000 + "]" * 100000, '{"a": ' * 50000 + "1" + "}" * 50000):
+        with pytest.raises(CheckpointError, match="not a JSON object"):
+            parts_of({CHECKPOINT_KEY: planted}, "checkpoint c")
     strict = StatefulParts()
     strict.register("x", Counter())
     with pytest.raises(ConfigError, match="the stored state of x does not fit"):

@@ -326,6 +326,16 @@ def build_callbacks(cfg: DictConfig, writer: bool, run_dir: Path, run_log: RunLo
     return RunCallbacks(sort_callbacks(callbacks + list(user_callbacks)), metrics_cb, evaluation, parts)
 
 
+def check_user_callback_states(callbacks: Sequence[Any]) -> None:
+    """Each user callback with state gives JSON data from ``state_dict()`` before anything compiles (a bad one
+    would otherwise stop the run at its first checkpoint); raises the one-line PartStateError naming it."""
+    parts = StatefulParts()
+    for name, callback in user_callback_names(callbacks):
+        if is_stateful(callback):
+            parts.register(name, callback)
+    parts.checkpoint_entries()
+
+
 def user_callback_names(callbacks: Sequence[Any]) -> List[Tuple[str, Any]]:
     """A stable name per user callback for the registry of stateful parts: ``callbacks/<class>``, numbered
     ``callbacks/<class>#2`` ... when a class comes more than once (in the order of the ``callbacks`` list)."""

@@ -141,6 +141,7 @@ def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResul
         batch_check.num_classes = outputs  # a module without num_classes: labels in [0, the model's outputs)
         batch_check.classes_from = f"the model has {outputs} outputs; the data module gives no num_classes"
     user_callbacks = build.build_user_callbacks(cfg)
+    build.check_user_callback_states(user_callbacks)  # state_dict() gives JSON data, said before anything compiles
     with run.inside(run_dir):  # MindSpore's O1 rewrite writes rewritten_network/ into the current directory
         loss_network = build.build_loss_network_for(cfg, backbone, loss_fn)
     accumulation_steps = cfg.wrapper.accumulation_steps

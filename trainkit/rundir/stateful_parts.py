@@ -18,7 +18,7 @@ import logging
 import math
 from typing import Any, Dict, Iterator, Mapping, Optional, Protocol, Tuple, runtime_checkable
 
-from trainkit.errors import CheckpointError, ConfigError
+from trainkit.errors import CheckpointError, ConfigError, TrainingError
 
 log = logging.getLogger("trainkit")
 
@@ -42,6 +42,10 @@ class Stateful(Protocol):
 def is_stateful(part: Any) -> bool:
     """Whether `part` defines both ``state_dict`` and ``load_state_dict`` (callables)."""
     return callable(getattr(part, "state_dict", None)) and callable(getattr(part, "load_state_dict", None))
+
+
+class PartStateError(TrainingError, TypeError):
+    """A part's ``state_dict()`` is not JSON data: the run stops with this one line naming the part."""
 
 
 class StatefulParts:
@@ -80,8 +84,8 @@ class StatefulParts:
         for name, part in self._parts.items():
             state = part.state_dict()
             if not isinstance(state, dict):
-                raise TypeError(f"{type(part).__name__}.state_dict() (part {name!r}) must return a dict; got "
-                                f"{type(state).__name__}")
+                raise PartStateError(f"{type(part).__name__}.state_dict() (part {name}) must return a dict; got "
+                                     f"{type(state).__name__}")
             states[name] = state
         return states
 
@@ -90,14 +94,17 @@ class StatefulParts:
         if not self._parts:
             return {}
         states = self.state_dict()
-        try:
-            text = json.dumps(_tagged(states), allow_nan=False, sort_keys=True)
-        except (TypeError, ValueError) as error:
-            raise TypeError(f"the state of a stateful part is not JSON data ({error}): state_dict() must return "
-                            "dicts, lists, strings, numbers, booleans and None") from error
+        for name, state in states.items():
+            try:
+                json.dumps(_tagged(state), allow_nan=False)
+            except (TypeError, ValueError, RecursionError) as error:
+                raise PartStateError(
+                    f"{type(self._parts[name]).__name__}.state_dict() (part {name}) is not JSON data ({error}): it "
+                    "must return dicts with string keys, lists, strings, numbers, booleans and None") from None
+        text = json.dumps(_tagged(states), allow_nan=False, sort_keys=True)
         if len(text) > MAX_STATE_BYTES:
-            raise ValueError(f"the stateful parts' state is {len(text)} bytes, more than {MAX_STATE_BYTES}: keep a "
-                             "history in a file of your own, not in state_dict()")
+            raise PartStateError(f"the stateful parts' state is {len(text):,} bytes, more than {MAX_STATE_BYTES:,}: "
+                                 "keep a history in a file of your own, not in state_dict()")
         return {CHECKPOINT_KEY: text}
 
     def load(self, stored: Optional[Mapping[str, Any]], source: str) -> None:
@@ -134,12 +141,12 @@ def parts_of(entries: Mapping[str, Any], source: str) -> Optional[Dict[str, Any]
         return None
     text = text.asnumpy().item() if hasattr(text, "asnumpy") else text
     try:
-        state = json.loads(str(text))
-    except ValueError:
+        state = _untagged(json.loads(str(text)))
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than any part writes
         state = None
     if not isinstance(state, dict):
         raise CheckpointError(f"{source}: its {CHECKPOINT_KEY} entry is not a JSON object (the file was edited)")
-    return _untagged(state)
+    return state
 
 
 # JSON has no NaN or infinity: a part's value may be one (a best loss that never became finite), so they are
