@@ -394,3 +394,13 @@ def exit_process(status: int) -> NoReturn:
                 if signum is None:
                     os._exit(status)
             _exit_for(signum, done=True)
+
+
+def exit_status(code: object) -> int:
+    """The status Python gives ``sys.exit(code)``: None is 0, a number itself, anything else printed and 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1

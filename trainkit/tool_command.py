@@ -99,14 +99,7 @@ def tool_status(main: Callable[[], int]) -> int:
     return _status(main)
 
 
-def _exit_status(code: object) -> int:
-    """The status Python gives ``sys.exit(code)``: None is 0, a number itself, anything else printed and 1."""
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    print(code, file=sys.stderr)
-    return 1
+_exit_status = signals.exit_status  # the status sys.exit(code) gives
 
 
 def _status(main: Callable[[], int]) -> int:
