@@ -167,16 +167,16 @@ class DigitsData:
         ``(FILE:ROW, image, None)`` a row, or ``(FILE, None, why)`` for a file that cannot be read."""
         if self.mean is None:
             self.prepare()
-        ops: list = [vision.Resize((self.image_size, self.image_size))] if self.image_size != 8 else []
-        ops.append(vision.HWC2CHW())
+        resize = vision.Resize((self.image_size, self.image_size)) if self.image_size != 8 else None
 
-        def prepare(row: np.ndarray) -> np.ndarray:
-            image = ((row / PIXEL_MAX - self.mean) / self.std).astype(np.float32)[..., None]
-            for op in ops:
-                image = op(image)
-            return np.asarray(image, dtype=np.float32)
+        def prepare(rows: np.ndarray) -> np.ndarray:  # [N, 8, 8] -> [N, 1, size, size], as _pipeline's images
+            images = ((rows / PIXEL_MAX - self.mean) / self.std).astype(np.float32)[..., None]
+            if resize is not None:
+                images = np.stack([resize(image) for image in images])
+            return np.ascontiguousarray(images.transpose(0, 3, 1, 2), dtype=np.float32)
 
-        return table_samples(inputs, prepare, (8, 8), "a digit (8 x 8 pixel values 0..16, as load_digits gives)")
+        return table_samples(inputs, prepare, (8, 8), "a digit (8 x 8 pixel values 0..16, as load_digits gives)",
+                             batched=True)
 
     def _split_arrays(self, which: str) -> tuple:
         if self._train is None:

@@ -153,13 +153,13 @@ class SklearnTabularData:
         if self._train is None:
             self.prepare()
 
-        def prepare(row: np.ndarray) -> np.ndarray:
+        def prepare(rows: np.ndarray) -> np.ndarray:
             if self.standardize:
-                row = (row - self.feature_mean) / self.feature_std
-            return np.asarray(row, dtype=np.float32)
+                rows = (rows - self.feature_mean) / self.feature_std
+            return np.asarray(rows, dtype=np.float32)
 
         return table_samples(inputs, prepare, (self.in_features,), f"a row of {self.loader}'s {self.in_features} "
-                                                                  "features")
+                                                                  "features", batched=True)
 
 
 def ordered_row_batches(features, target, batch_size: Optional[int], num_shards: int = 1,

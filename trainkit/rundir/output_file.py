@@ -4,16 +4,22 @@ A write that fails -- a full disk, an error of the code that makes the content, 
 the temporary file, so neither a partial output nor a stray file is left, and a full disk's error names the output
 asked for, not the temporary name (the command's one line says which file). A signal that ends a tool's command
 (``trainkit.tool_command``) removes it too.
+
+A CSV cell a spreadsheet would run as a formula is written as text (:func:`spreadsheet_text`).
 """
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 from pathlib import Path
-from typing import Iterator, Union
+from typing import Any, Iterator, Union
 
 from trainkit import signals
 from trainkit.errors import disk_full
+
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+_PLAIN_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?", re.ASCII)
 
 
 @contextlib.contextmanager
@@ -46,3 +52,15 @@ def write_text_whole(output: Union[str, Path], text: str) -> Path:
     with written_whole(output) as temporary:
         temporary.write_text(text, encoding="utf-8")
     return Path(output)
+
+
+def spreadsheet_text(cell: Any) -> Any:
+    """A CSV cell that no spreadsheet runs as a formula: a string starting with ``= + - @``, a tab or a carriage
+    return gets a leading ``'`` (OWASP's advice on CSV injection); a plain number (``-0.25``, ``1e-07``) stays as
+    it is, and so does anything that is not a string.
+
+    Class names and input file names come from whoever made the data: ``+cmd|' /C calc'!A0`` must not run.
+    """
+    if isinstance(cell, str) and cell.startswith(FORMULA_STARTS) and not _PLAIN_NUMBER.fullmatch(cell):
+        return "'" + cell
+    return cell

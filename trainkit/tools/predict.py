@@ -20,6 +20,7 @@ import inspect
 import logging
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple
 
@@ -29,7 +30,7 @@ from trainkit.callbacks.progress import format_duration
 from trainkit.data.predict_inputs import Sample, table_samples
 from trainkit.errors import ConfigError, DataError
 from trainkit.rundir.class_names import load_class_names  # the names a run stores (image folders, tables)
-from trainkit.rundir.output_file import written_whole
+from trainkit.rundir.output_file import spreadsheet_text, written_whole
 from trainkit.rundir.trust import add_trust_argument
 from trainkit.rundir.weights import WEIGHTS, refuse_existing
 from trainkit.tools.inference import Trained, data_batch, load_trained, outputs, split_arguments
@@ -56,8 +57,8 @@ def samples_of(trained: Trained, inputs: Sequence[str], split: str = "val") -> I
         takes_split = "split" in inspect.signature(reader).parameters
         return iter(reader(list(inputs), split=split) if takes_split else reader(list(inputs)))
     shape = data_batch(trained.data, split, 1).shape[1:]
-    return table_samples(inputs, lambda row: np.asarray(row, dtype=np.float32), shape,
-                         f"an input of the network ({type(trained.data).__name__}'s {split} samples)")
+    return table_samples(inputs, lambda rows: np.asarray(rows, dtype=np.float32), shape,
+                         f"an input of the network ({type(trained.data).__name__}'s {split} samples)", batched=True)
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -119,45 +120,106 @@ def expand(inputs: Iterable[str]) -> List[Path]:
     return found
 
 
+@dataclass
+class PredictCounts:
+    """What :func:`predict` did with the inputs."""
+
+    predicted: int = 0
+    unreadable: int = 0  # inputs that could not be read: one line each
+    non_finite: int = 0  # rows holding NaN or inf, skipped under skip_bad (else the first one stops the run)
+
+
 def predict(trained: Trained, inputs: Sequence[str], write_row: Callable[[List[Any]], None], top_k: int = 3,
             split: str = "val", batch_size: int = 64, skipped: Callable[[str], None] = print,
-            progress: Optional[PredictProgress] = None, names: Optional[List[str]] = None) -> Tuple[int, int]:
-    """Predict every input, calling `write_row` with each row and `skipped` with each input's error line.
+            progress: Optional[PredictProgress] = None, names: Optional[List[str]] = None,
+            skip_bad: bool = False) -> PredictCounts:
+    """Predict every input, `batch_size` a network call, calling `write_row` with each row and `skipped` with each
+    unreadable input's error line.
+
+    Every network call after the first full batch takes that batch's shape: a shorter last batch is padded with
+    copies of its last input (their outputs dropped), so a graph-mode network compiles once, not once per batch
+    size (each compile costs about as much as predicting thousands of digits). In evaluation mode an input's
+    output does not depend on its batch-mates, so the rows equal those of one input at a time.
 
     Args:
         names: the classes' names (None: those the run stored, :func:`class_names`; empty: class indices).
+        skip_bad: skip the inputs holding NaN or inf (counted); otherwise the first one raises DataError.
 
-    Returns:
-        (inputs predicted, inputs skipped).
+    Raises:
+        DataError: an input holds NaN or inf and `skip_bad` is off (training refuses them too).
     """
     names = class_names(trained) if names is None else (names or None)
-    predicted = failed = 0
-    pending: List[Tuple[str, np.ndarray]] = []
+    num_classes = trained.num_classes
+    counts = PredictCounts()
+    ids: List[str] = []
+    samples: List[np.ndarray] = []
+    compiled: List[int] = []  # the batch size the network first ran at
 
     def flush() -> None:
-        nonlocal predicted
-        if not pending:
+        if not samples:
             return
-        values = outputs(trained.network, np.stack([sample for _, sample in pending]))
-        if not predicted:
-            write_row(header(top_k, trained.num_classes, int(np.prod(values.shape[1:]))))
-        for (sample_id, _), row in zip(pending, prediction_rows(values, names, top_k, trained.num_classes)):
+        batch = np.stack(samples)
+        kept = _finite_rows(batch, ids, inputs, skip_bad)
+        if kept is not None:
+            counts.non_finite += len(batch) - len(kept)
+            batch, kept_ids = batch[kept], [ids[index] for index in kept]
+        else:
+            kept_ids = list(ids)
+        ids.clear()
+        samples.clear()
+        if not len(batch):
+            return
+        if not compiled:
+            compiled.append(len(batch))
+        padding = compiled[0] - len(batch)
+        fed = np.concatenate([batch, np.repeat(batch[-1:], padding, axis=0)]) if padding > 0 else batch
+        values = outputs(trained.network, fed)[:len(batch)]
+        if not counts.predicted:
+            write_row(header(top_k, num_classes, int(np.prod(values.shape[1:]))))
+        for sample_id, row in zip(kept_ids, prediction_rows(values, names, top_k, num_classes)):
             write_row([sample_id, *row])
-        predicted += len(pending)
+        counts.predicted += len(batch)
         if progress is not None:
-            progress.update(pending[-1][0], len(pending))
-        pending.clear()
+            progress.update(kept_ids[-1], len(batch))
 
     for sample_id, sample, error in samples_of(trained, inputs, split):
         if error is not None or sample is None:
-            failed += 1
+            counts.unreadable += 1
             skipped(error or f"{sample_id}: no sample")
             continue
-        if pending and (len(pending) >= batch_size or np.shape(sample) != np.shape(pending[0][1])):
+        sample = np.asarray(sample)
+        if samples and (len(samples) >= batch_size or sample.shape != samples[0].shape):
             flush()
-        pending.append((sample_id, np.asarray(sample)))
+        ids.append(sample_id)
+        samples.append(sample)
     flush()
-    return predicted, failed
+    return counts
+
+
+def _finite_rows(batch: np.ndarray, ids: List[str], inputs: Sequence[str], skip_bad: bool) -> Optional[np.ndarray]:
+    """None when every input of `batch` is finite; else the indices of those that are (`skip_bad`), or DataError
+    naming the first input holding NaN or inf."""
+    if not np.issubdtype(batch.dtype, np.inexact):
+        return None
+    finite = np.isfinite(batch.reshape(len(batch), -1)).all(axis=1)
+    if finite.all():
+        return None
+    if skip_bad:
+        return np.flatnonzero(finite)
+    first = int(np.argmin(finite))
+    values = batch[first].reshape(-1)
+    raise DataError(f"{input_name(ids[first], inputs)} holds {values[~np.isfinite(values)][0]}: inputs must be "
+                    "finite numbers, as training's are; fix it, or pass --skip-bad to skip such inputs")
+
+
+def input_name(sample_id: str, inputs: Sequence[str]) -> str:
+    """``FILE, row N`` for a table's row (``FILE:N``, or ``N`` alone where there is one input), else the id."""
+    path, _, row = sample_id.rpartition(":")
+    if path and row.isdigit():
+        return f"{path}, row {row}"
+    if sample_id.isdigit() and len(inputs) == 1:
+        return f"{inputs[0]}, row {sample_id}"
+    return sample_id
 
 
 def class_names(trained: Trained) -> Optional[List[str]]:
@@ -198,13 +260,15 @@ def prediction_rows(values: np.ndarray, names: Optional[List[str]], top_k: int,
         yield cells
 
 
-def write_csv(output: Path, rows: Callable[[Callable[[List[Any]], None]], Tuple[int, int]]) -> Tuple[int, int]:
+def write_csv(output: Path, rows: Callable[[Callable[[List[Any]], None]], PredictCounts]) -> PredictCounts:
     """`rows(write_row)` written to a temporary file beside `output`, renamed into place when it returns having
-    written a row (its first result is not 0); else nothing is left."""
+    predicted an input; else nothing is left. Each text cell is written as :func:`spreadsheet_text` makes it, so
+    no class or file name becomes a spreadsheet formula."""
     with written_whole(output) as temporary:
         with temporary.open("w", newline="", encoding="utf-8") as handle:
-            result = rows(csv.writer(handle).writerow)
-        if not result[0]:
+            writer = csv.writer(handle)
+            result = rows(lambda row: writer.writerow([spreadsheet_text(cell) for cell in row]))
+        if not result.predicted:
             temporary.unlink()  # no row: nothing replaces the output
     return result
 
@@ -231,6 +295,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="for a run directory: best.ckpt (default) or the newest epoch checkpoint")
     parser.add_argument("--batch-size", type=int, default=64, help="inputs a network call (default 64)")
     parser.add_argument("--force", action="store_true", help="replace --out if it exists")
+    parser.add_argument("--skip-bad", action="store_true",
+                        help="skip inputs holding NaN or inf, and count them (default: the first one stops the run, "
+                             "as training refuses them)")
     add_trust_argument(parser)
     args = parser.parse_intermixed_args(argv)
     if not logging.getLogger().handlers:
@@ -253,18 +320,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"trainkit: skipped: {line}", file=sys.stderr)
 
         try:
-            done, failed = write_csv(output, lambda write_row: predict(
-                trained, inputs, write_row, args.top_k, args.split, args.batch_size, skipped, progress, names or []))
+            counts = write_csv(output, lambda write_row: predict(
+                trained, inputs, write_row, args.top_k, args.split, args.batch_size, skipped, progress, names or [],
+                args.skip_bad))
         finally:
             progress.close()
-        if not done:
-            raise DataError(f"no input could be predicted ({failed} skipped): nothing was written to {output}")
+        if not counts.predicted:
+            raise DataError(f"no input could be predicted ({counts.unreadable + counts.non_finite} skipped): nothing "
+                            f"was written to {output}")
     except (ConfigError, DataError) as error:
         print(f"trainkit: error: {error}", file=sys.stderr)
         return 2
     kind = ("regression values" if trained.num_classes is None else "classes by name" if names
             else "classes as indices: the run stored no class names")
-    skipped_text = f"; skipped {failed} unreadable input(s), listed above" if failed else ""
-    print(f"wrote {output}: {done} predictions by {trained.checkpoint} ({args.weights} weights), {kind}"
+    skipped_text = (f"; skipped {counts.unreadable} unreadable input(s), listed above" if counts.unreadable else "") + (
+        f"; skipped {counts.non_finite} input(s) holding NaN or inf (--skip-bad)" if counts.non_finite else "")
+    print(f"wrote {output}: {counts.predicted} predictions by {trained.checkpoint} ({args.weights} weights), {kind}"
           f"{skipped_text}")
-    return 1 if failed else 0
+    return 1 if counts.unreadable else 0
