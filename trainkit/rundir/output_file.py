@@ -19,6 +19,7 @@ from trainkit import signals
 from trainkit.errors import disk_full
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+_FORMULA_SET = frozenset(FORMULA_STARTS)
 _PLAIN_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?", re.ASCII)
 
 
@@ -61,6 +62,6 @@ def spreadsheet_text(cell: Any) -> Any:
 
     Class names and input file names come from whoever made the data: ``+cmd|' /C calc'!A0`` must not run.
     """
-    if isinstance(cell, str) and cell.startswith(FORMULA_STARTS) and not _PLAIN_NUMBER.fullmatch(cell):
+    if isinstance(cell, str) and cell[:1] in _FORMULA_SET and not _PLAIN_NUMBER.fullmatch(cell):
         return "'" + cell
     return cell

@@ -7,11 +7,12 @@ saved config, a training checkpoint's own, else the overrides; a stored config n
 """
 from __future__ import annotations
 
+import contextlib
 import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 import mindspore as ms
 import numpy as np
@@ -111,6 +112,24 @@ def _inference_network(cfg: DictConfig, data: Any, values: dict, checkpoint: Pat
 def outputs(network: nn.Cell, batch: np.ndarray) -> np.ndarray:
     """The network's float32 outputs for a NumPy batch."""
     return network(ms.Tensor(np.ascontiguousarray(batch))).asnumpy()
+
+
+@contextlib.contextmanager
+def eager() -> Iterator[None]:
+    """Run the block in PyNative mode, then return to the mode set before.
+
+    A graph-mode network compiles at its first call (about 0.5 s of CPU for the digits' small CNN, more than
+    predicting every digit); run eagerly, one call costs a few operator launches and gives the same outputs. So a
+    prediction's first batch runs eagerly, and the graph compiles only when a second batch comes."""
+    mode = ms.get_context("mode")
+    if mode == ms.PYNATIVE_MODE:
+        yield
+        return
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    try:
+        yield
+    finally:
+        ms.set_context(mode=mode)
 
 
 def data_batch(data: Any, split: str = "val", limit: int = 16) -> np.ndarray:

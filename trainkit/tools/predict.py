@@ -33,9 +33,11 @@ from trainkit.rundir.class_names import load_class_names  # the names a run stor
 from trainkit.rundir.output_file import spreadsheet_text, written_whole
 from trainkit.rundir.trust import add_trust_argument
 from trainkit.rundir.weights import WEIGHTS, refuse_existing
-from trainkit.tools.inference import Trained, data_batch, load_trained, outputs, split_arguments
+from trainkit.tools.inference import Trained, data_batch, eager, load_trained, outputs, split_arguments
 
 DEFAULT_TOP_K = 3
+AUTO_BATCH_VALUES = 2 ** 20  # input values a network call when --batch-size is not given (4 MiB of float32)
+AUTO_BATCH_MAX = 4096
 
 
 def check_output(output: Path, force: bool) -> None:
@@ -130,18 +132,20 @@ class PredictCounts:
 
 
 def predict(trained: Trained, inputs: Sequence[str], write_row: Callable[[List[Any]], None], top_k: int = 3,
-            split: str = "val", batch_size: int = 64, skipped: Callable[[str], None] = print,
+            split: str = "val", batch_size: Optional[int] = None, skipped: Callable[[str], None] = print,
             progress: Optional[PredictProgress] = None, names: Optional[List[str]] = None,
             skip_bad: bool = False) -> PredictCounts:
     """Predict every input, `batch_size` a network call, calling `write_row` with each row and `skipped` with each
     unreadable input's error line.
 
-    Every network call after the first full batch takes that batch's shape: a shorter last batch is padded with
-    copies of its last input (their outputs dropped), so a graph-mode network compiles once, not once per batch
-    size (each compile costs about as much as predicting thousands of digits). In evaluation mode an input's
-    output does not depend on its batch-mates, so the rows equal those of one input at a time.
+    The first batch runs eagerly (:func:`~trainkit.tools.inference.eager`: a graph-mode network compiles only when
+    a second batch comes), and every later call takes the first batch's shape: a shorter last batch is padded with
+    copies of its last input (their outputs dropped), so the graph compiles once, not once per batch size (a
+    compile costs about as much as predicting every digit). In evaluation mode an input's output does not depend
+    on its batch-mates, so the rows equal those of one input at a time.
 
     Args:
+        batch_size: inputs a network call (None: :func:`auto_batch_size` of the first input).
         names: the classes' names (None: those the run stored, :func:`class_names`; empty: class indices).
         skip_bad: skip the inputs holding NaN or inf (counted); otherwise the first one raises DataError.
 
@@ -169,11 +173,14 @@ def predict(trained: Trained, inputs: Sequence[str], write_row: Callable[[List[A
         samples.clear()
         if not len(batch):
             return
-        if not compiled:
+        if not compiled:  # the first batch: eagerly (a single batch compiles nothing); its size is the graph's
             compiled.append(len(batch))
-        padding = compiled[0] - len(batch)
-        fed = np.concatenate([batch, np.repeat(batch[-1:], padding, axis=0)]) if padding > 0 else batch
-        values = outputs(trained.network, fed)[:len(batch)]
+            with eager():
+                values = outputs(trained.network, batch)
+        else:
+            padding = compiled[0] - len(batch)
+            fed = np.concatenate([batch, np.repeat(batch[-1:], padding, axis=0)]) if padding > 0 else batch
+            values = outputs(trained.network, fed)[:len(batch)]
         if not counts.predicted:
             write_row(header(top_k, num_classes, int(np.prod(values.shape[1:]))))
         for sample_id, row in zip(kept_ids, prediction_rows(values, names, top_k, num_classes)):
@@ -188,12 +195,21 @@ def predict(trained: Trained, inputs: Sequence[str], write_row: Callable[[List[A
             skipped(error or f"{sample_id}: no sample")
             continue
         sample = np.asarray(sample)
+        if batch_size is None:
+            batch_size = auto_batch_size(sample)
         if samples and (len(samples) >= batch_size or sample.shape != samples[0].shape):
             flush()
         ids.append(sample_id)
         samples.append(sample)
     flush()
     return counts
+
+
+def auto_batch_size(sample: np.ndarray) -> int:
+    """Inputs a network call when none is asked for: as many as hold :data:`AUTO_BATCH_VALUES` values, at most
+    :data:`AUTO_BATCH_MAX` (4096 digits of 8 x 8, 341 CIFAR-10 images, 6 images of 224 x 224 x 3): a call's fixed
+    cost spread over many small inputs, memory bounded for large ones."""
+    return max(1, min(AUTO_BATCH_MAX, AUTO_BATCH_VALUES // max(1, int(np.size(sample)))))
 
 
 def _finite_rows(batch: np.ndarray, ids: List[str], inputs: Sequence[str], skip_bad: bool) -> Optional[np.ndarray]:
@@ -248,15 +264,17 @@ def prediction_rows(values: np.ndarray, names: Optional[List[str]], top_k: int,
     """A classification's top-k (name, probability) pairs, or a regression's value(s), for each output row."""
     values = values.reshape(len(values), -1)
     if num_classes is None:
-        for row in values:
+        for row in values.tolist():
             yield [f"{value:.7g}" for value in row]
         return
     probabilities = softmax(values)
     order = np.argsort(-probabilities, axis=1, kind="stable")[:, :min(top_k, values.shape[1])]
-    for row, ranks in zip(probabilities, order):
+    chances = np.take_along_axis(probabilities, order, axis=1)
+    labels = [names[index] if names and index < len(names) else str(index) for index in range(values.shape[1])]
+    for ranks, row in zip(order.tolist(), chances.tolist()):
         cells: List[str] = []
-        for index in ranks:
-            cells += [names[index] if names and index < len(names) else str(int(index)), f"{row[index]:.7g}"]
+        for index, chance in zip(ranks, row):
+            cells += [labels[index], f"{chance:.7g}"]
         yield cells
 
 
@@ -293,7 +311,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="live: the trained weights (default); ema: the EMA shadow weights")
     parser.add_argument("--checkpoint", choices=("best", "newest"), default="best",
                         help="for a run directory: best.ckpt (default) or the newest epoch checkpoint")
-    parser.add_argument("--batch-size", type=int, default=64, help="inputs a network call (default 64)")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help=f"inputs a network call (default: as many as hold {AUTO_BATCH_VALUES} values, at most "
+                             f"{AUTO_BATCH_MAX})")
     parser.add_argument("--force", action="store_true", help="replace --out if it exists")
     parser.add_argument("--skip-bad", action="store_true",
                         help="skip inputs holding NaN or inf, and count them (default: the first one stops the run, "
@@ -304,7 +324,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
     inputs, overrides = split_arguments(args.inputs)
     try:
-        if args.top_k < 1 or args.batch_size < 1:
+        if args.top_k < 1 or (args.batch_size is not None and args.batch_size < 1):
             raise ConfigError(f"--top-k and --batch-size must be at least 1; got {args.top_k} and {args.batch_size}")
         if not inputs:
             raise ConfigError("no INPUT: give image files, folders or tables (.csv, .npy, .npz) to predict")
