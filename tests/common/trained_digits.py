@@ -15,8 +15,9 @@ def train_digits_run(run_dir):
     return run_dir
 
 
-def network_logits(run_dir, images, weights="live"):
-    """The trained network on `images`, its weights read by MindSpore's own loader in this test."""
+def network_logits(run_dir, images, weights="live", one_at_a_time=False):
+    """The trained network on `images` (in one batch, or one image a call), its weights read by MindSpore's own
+    loader in this test."""
     cfg = saved_config(run_dir, [])
     data = build_data(cfg)
     data.prepare()  # the sizes a table's data fills in
@@ -26,6 +27,8 @@ def network_logits(run_dir, images, weights="live"):
     values = {name: saved[("ema." if weights == "ema" else "") + name] for name in own}
     assert not ms.load_param_into_net(network, values, strict_load=True)[0]
     network.set_train(False)
+    if one_at_a_time:
+        return np.concatenate([network(ms.Tensor(image[None])).asnumpy() for image in images]).astype(np.float64)
     return network(ms.Tensor(images)).asnumpy().astype(np.float64)
 
 

@@ -192,3 +192,43 @@ def test_classes_are_named_in_the_training_order_where_it_is_not_the_names_strin
     order, _ = expected_top_k(network_logits(run, fed))
     rows = read_rows(tmp_path / "p.csv")[1:]
     assert [[row[1], row[3], row[5]] for row in rows] == [[str(values[i]) for i in classes] for classes in order]
+
+
+def test_batches_equal_the_trained_network_one_digit_at_a_time(digits_run, tmp_path):
+    """30 digits in batches of 8 (the first eager, the last 6 padded to 8) give each digit's probabilities alone:
+    the test's own network (MindSpore's loader) called once a digit, softmax in NumPy, within 1e-6.
+
+    Mutation caught: the padding's rows paired with the inputs (the last batch's rows shift)."""
+    raw, fed = val_digits(30)
+    np.save(tmp_path / "d.npy", raw)
+    assert main([str(digits_run), str(tmp_path / "d.npy"), "--out", str(tmp_path / "p.csv"), "--batch-size", "8",
+                 "--top-k", "10"]) == 0
+    rows = read_rows(tmp_path / "p.csv")[1:]
+    got = np.zeros((30, 10))
+    for index, row in enumerate(rows):
+        for rank in range(10):
+            got[index, int(row[1 + 2 * rank])] = float(row[2 + 2 * rank])
+    logits = network_logits(digits_run, fed, one_at_a_time=True)
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    np.testing.assert_allclose(got, np.exp(shifted) / np.exp(shifted).sum(axis=1, keepdims=True), atol=1e-6)
+
+
+def test_a_nan_row_stops_predict_naming_file_and_row_and_skip_bad_counts_it(digits_run, tmp_path, capsys):
+    """As training refuses non-finite inputs: one line, status 2, nothing written; --skip-bad: the rest predicted,
+    the count in the summary line.
+
+    Mutation caught: predict's finiteness check removed (a NaN digit gets a confident class, status 0)."""
+    raw, fed = val_digits(6)
+    raw = raw.astype(np.float64)
+    raw[2, 5], raw[4, 0] = np.nan, np.inf
+    np.savetxt(tmp_path / "new.csv", raw, delimiter=",")
+    out = tmp_path / "p.csv"
+    assert main([str(digits_run), str(tmp_path / "new.csv"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"trainkit: error: {tmp_path}/new.csv, row 2 holds nan: inputs must be finite numbers, as "
+                   "training's are; fix it, or pass --skip-bad to skip such inputs"]
+    assert not out.exists()
+    assert main([str(digits_run), str(tmp_path / "new.csv"), "--out", str(out), "--skip-bad"]) == 0
+    assert "; skipped 2 input(s) holding NaN or inf (--skip-bad)" in capsys.readouterr().out
+    check_rows(read_rows(out)[1:], [f"{tmp_path}/new.csv:{i}" for i in (0, 1, 3, 5)],
+               network_logits(digits_run, fed[[0, 1, 3, 5]]))

@@ -139,10 +139,10 @@ def predict(trained: Trained, inputs: Sequence[str], write_row: Callable[[List[A
     unreadable input's error line.
 
     The first batch runs eagerly (:func:`~trainkit.tools.inference.eager`: a graph-mode network compiles only when
-    a second batch comes), and every later call takes the first batch's shape: a shorter last batch is padded with
-    copies of its last input (their outputs dropped), so the graph compiles once, not once per batch size (a
-    compile costs about as much as predicting every digit). In evaluation mode an input's output does not depend
-    on its batch-mates, so the rows equal those of one input at a time.
+    a second batch comes), and every later call takes a whole batch: a shorter one (the last, or one that skip_bad
+    left short) is padded with copies of its last input (their outputs dropped), so the graph compiles once, not
+    once per batch size (a compile costs about as much as predicting every digit). In evaluation mode an input's
+    output does not depend on its batch-mates, so the rows equal those of one input at a time.
 
     Args:
         batch_size: inputs a network call (None: :func:`auto_batch_size` of the first input).
@@ -157,7 +157,8 @@ def predict(trained: Trained, inputs: Sequence[str], write_row: Callable[[List[A
     counts = PredictCounts()
     ids: List[str] = []
     samples: List[np.ndarray] = []
-    compiled: List[int] = []  # the batch size the network first ran at
+    called: List[bool] = []  # the network ran: later batches are padded to `limit`, the graph's one shape
+    limit = batch_size or 0
 
     def flush() -> None:
         if not samples:
@@ -173,12 +174,12 @@ def predict(trained: Trained, inputs: Sequence[str], write_row: Callable[[List[A
         samples.clear()
         if not len(batch):
             return
-        if not compiled:  # the first batch: eagerly (a single batch compiles nothing); its size is the graph's
-            compiled.append(len(batch))
+        if not called:  # the first batch eagerly: a single batch compiles nothing
+            called.append(True)
             with eager():
                 values = outputs(trained.network, batch)
         else:
-            padding = compiled[0] - len(batch)
+            padding = limit - len(batch)
             fed = np.concatenate([batch, np.repeat(batch[-1:], padding, axis=0)]) if padding > 0 else batch
             values = outputs(trained.network, fed)[:len(batch)]
         if not counts.predicted:
@@ -195,9 +196,9 @@ def predict(trained: Trained, inputs: Sequence[str], write_row: Callable[[List[A
             skipped(error or f"{sample_id}: no sample")
             continue
         sample = np.asarray(sample)
-        if batch_size is None:
-            batch_size = auto_batch_size(sample)
-        if samples and (len(samples) >= batch_size or sample.shape != samples[0].shape):
+        if not limit:
+            limit = auto_batch_size(sample)
+        if samples and (len(samples) >= limit or sample.shape != samples[0].shape):
             flush()
         ids.append(sample_id)
         samples.append(sample)
