@@ -10,7 +10,9 @@ configs name only trusted targets, ``--trust MODULE``), the checkpoint's live or
 One CSV row an input: its path (``FILE:ROW`` for a table's row), the predicted class's name (the class index where
 the run stored no names) and its softmax probability, then the next ``--top-k - 1`` classes and theirs; for a
 regression, the predicted value(s). An input that cannot be read is one line on stderr, and the rest goes on
-(exit status 1 then). The CSV is written to a temporary file and renamed into place: never a half file.
+(exit status 1 then); an input holding NaN or inf stops the command, as training refuses it (``--skip-bad``: skipped
+and counted). The CSV is written to a temporary file and renamed into place: never a half file; a text cell that a
+spreadsheet would run as a formula gets a leading ``'``.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import IO, Any, Callable, Iterable, Iterator, List, Optional, Sequence
 
 import numpy as np
 
