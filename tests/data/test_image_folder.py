@@ -11,6 +11,7 @@ from tests.common.transcripts import run_in_process
 from trainkit.app import train
 from trainkit.app.config import compose_config
 from trainkit.data.image_folder import ImageFolderData
+from trainkit.tools.evaluate import main as evaluate
 
 COUNTS = {"cat": 10, "dog": 8, "emu": 6}
 
@@ -19,9 +20,12 @@ def batches(dataset):
     return list(dataset.create_dict_iterator(output_numpy=True, num_epochs=1))
 
 
-def test_a_jpeg_and_png_folder_trains_through_the_app(graph_mode, tmp_path):
+def test_a_jpeg_and_png_folder_trains_through_the_app(graph_mode, tmp_path, capsys):
     """One epoch of the light preset on 24 images of 3 classes; the class names reach the run and its
-    checkpoints."""
+    checkpoints, and evaluate's JSON and printout name the classes by them (per-class accuracy, the confusion
+    matrix's rows), the checkpoint's own names first, not the folders' names now.
+
+    Mutation caught: evaluate ignoring the stored names (per-class accuracy by index)."""
     root = write_folder(tmp_path / "images", COUNTS)
     result = train(compose_config([
         "data=image_folder", f"data.root={root}", "data.image_size=8", "data.batch_size=4", "data.augment=light",
@@ -33,6 +37,18 @@ def test_a_jpeg_and_png_folder_trains_through_the_app(graph_mode, tmp_path):
     assert json.loads(str(best["trainkit_class_names"])) == sorted(COUNTS)
     assert result.metrics["optimizer_steps"] == 4  # 18 images left after a test and a validation one per class
     assert 0.0 <= result.metrics["test_accuracy"] <= 1.0
+    (tmp_path / "run" / "class_names.json").write_text('["not", "these", "names"]')
+    for name in COUNTS:  # the stored names, not the folder's
+        (root / name).rename(root / name.upper())
+    assert evaluate([str(tmp_path / "run"), "--output", str(tmp_path / "eval.json"), "--split", "test"]) == 0
+    evaluated = json.loads((tmp_path / "eval.json").read_text())
+    assert evaluated["class_names"] == sorted(COUNTS)
+    printed = capsys.readouterr().out.splitlines()
+    accuracy = evaluated["per_class_accuracy"]
+    assert f"per-class accuracy: cat: {accuracy[0]:.3f}, dog: {accuracy[1]:.3f}, emu: {accuracy[2]:.3f}" in printed
+    title = "confusion matrix (rows: true class, columns: predicted, in the order cat, dog, emu):"
+    rows = printed[printed.index(title) + 1:][:3]
+    assert [row.split()[0] for row in rows] == sorted(COUNTS)
 
 
 def test_one_folder_is_carved_per_class_by_fraction_and_seed(tmp_path):

@@ -36,6 +36,7 @@ from trainkit.app.tool_config import build_network, saved_config, tool_config
 from trainkit.distributed.parallel import ParallelSetup, launched_by_msrun, setup_parallel
 from trainkit.errors import CheckpointError, ConfigError, DataError
 from trainkit.rundir.checkpoint_file import BEST, find_checkpoint, read_training_checkpoint, stored_config  # noqa: F401
+from trainkit.rundir.class_names import class_names_of, load_class_names
 from trainkit.rundir.output_file import write_text_whole
 from trainkit.rundir.trust import add_trust_argument
 from trainkit.rundir.weights import WEIGHTS, load_weights, network_weights, refuse_existing
@@ -130,7 +131,16 @@ def evaluate(cfg: DictConfig, checkpoint: Path, weights: str = "live",
         output["samples"] = int(confusion.sum())
         output["per_class_accuracy"] = [float(v) for v in confusion.diagonal() / np.maximum(confusion.sum(axis=1), 1)]
         output["confusion_matrix"] = confusion.tolist()
+        names = stored_class_names(checkpoint, data)
+        if names is not None and len(names) == len(confusion):
+            output["class_names"] = names
     return output
+
+
+def stored_class_names(checkpoint: Path, data: Any) -> Optional[List[str]]:
+    """The class names the run stored (the checkpoint's, else its run directory's ``class_names.json``), else the
+    data module's own ``class_names``; None when neither names them."""
+    return load_class_names(checkpoint) or class_names_of(data)
 
 
 def default_output(checkpoint: Path, weights: str, split: str = "val") -> Path:
@@ -145,12 +155,16 @@ def format_result(result: Dict[str, Any]) -> List[str]:
     split = " on the test set" if result.get("split") == "test" else ""
     lines = [f"{result['checkpoint']} ({result['weights']} weights{split}): {scores}{samples}"]
     if "confusion_matrix" in result:
-        lines.append("per-class accuracy: " + ", ".join(f"{index}: {value:.3f}"
-                                                          for index, value in enumerate(result["per_class_accuracy"])))
         matrix = result["confusion_matrix"]
+        names = result.get("class_names") or [str(index) for index in range(len(matrix))]
+        lines.append("per-class accuracy: " + ", ".join(f"{name}: {value:.3f}"
+                                                          for name, value in zip(names, result["per_class_accuracy"])))
         width = max(len(str(value)) for row in matrix for value in row)
-        lines.append("confusion matrix (rows: true class, columns: predicted):")
-        lines.extend("  " + " ".join(f"{value:>{width}}" for value in row) for row in matrix)
+        label = max(len(name) for name in names)
+        order = "" if "class_names" not in result else f", in the order {', '.join(names)}"
+        lines.append(f"confusion matrix (rows: true class, columns: predicted{order}):")
+        lines.extend(f"  {name:<{label}}  " + " ".join(f"{value:>{width}}" for value in row)
+                     for name, row in zip(names, matrix))
     return lines
 
 
