@@ -4,7 +4,7 @@ A data module may say what its classes are called: ``class_names: Optional[List[
 None or absent: the classes have no names, or the task is a regression). The app writes them to
 ``<run_dir>/class_names.json`` and appends them to every checkpoint it writes (training checkpoints and
 ``best.ckpt``, under :data:`CHECKPOINT_KEY`), so a checkpoint copied away from its run still names its classes.
-``trainkit.predict`` and ``trainkit.export`` read them back with :func:`load_class_names`.
+``trainkit.predict``, ``trainkit.evaluate`` and ``trainkit.export`` read them back with :func:`load_class_names`.
 """
 from __future__ import annotations
 

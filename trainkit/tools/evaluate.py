@@ -10,9 +10,9 @@ What it evaluates, and the config the network and the data are built from:
 ``key=value`` overrides change a saved config (``data.root=...``, ``data.eval_batch_size=256``). Live or EMA
 weights (``--weights ema``, a training checkpoint's). The metrics are the app's (``accuracy``, ``loss``: the mean
 of the batches' mean losses, as MindSpore's ``Loss``), plus per-class accuracy and the confusion matrix (rows:
-true class, columns: predicted), printed and written as JSON. ``--split val`` (the default) evaluates the data's
-evaluation (validation) set, ``--split test`` its held-out ``test_dataset()``.
-Under ``msrun`` (with ``parallel=data_parallel``)
+true class, columns: predicted; the classes named as the run stored them), printed and written as JSON.
+``--split val`` (the default) evaluates the data's evaluation (validation) set, ``--split test`` its held-out
+``test_dataset()``. Under ``msrun`` (with ``parallel=data_parallel``)
 each rank evaluates the whole evaluation set, as the app's evaluation does, and rank 0 writes the file.
 """
 from __future__ import annotations
