@@ -164,3 +164,25 @@ def test_a_run_directory_exports_its_best_checkpoint_as_the_serving_formats_do(d
                if not name.endswith("num_batches_tracked")}  # PyTorch's batch-norm counters, added as 0
     assert sorted(float(value.astype(np.float64).sum()) for value in tensors.values()) == pytest.approx(
         sorted(float(best[name].asnumpy().astype(np.float64).sum()) for name in written))
+
+
+def test_every_export_form_accepts_trust(tmp_path, capsys):
+    """--trust MODULE, which the .onnx/.mindir forms need for a run of your own project, is accepted by the
+    weights-only forms too (.ckpt, --to torch), which read no stored config: one command line fits every form.
+
+    Mutation caught: --trust left out of either parser (argparse's usage error, exit status 2)."""
+    from safetensors.numpy import load_file
+
+    from trainkit.export import main as export
+
+    values = {"fc.weight": np.arange(6, dtype=np.float32).reshape(2, 3), "fc.bias": np.ones(2, np.float32)}
+    ms.save_checkpoint([{"name": name, "data": ms.Tensor(value)} for name, value in values.items()],
+                       str(tmp_path / "model.ckpt"))
+    assert export([str(tmp_path / "model.ckpt"), str(tmp_path / "w.safetensors"), "--to", "torch",
+                   "--trust", "my_project"]) == 0
+    back = load_file(str(tmp_path / "w.safetensors"))
+    assert set(back) == set(values) and all(np.array_equal(back[name], values[name]) for name in values)
+    assert export([str(tmp_path / "model.ckpt"), str(tmp_path / "net.ckpt"), "--trust", "my_project"]) == 0
+    assert {name: value.asnumpy().tolist() for name, value in ms.load_checkpoint(str(tmp_path / "net.ckpt")).items()
+            } == {name: value.tolist() for name, value in values.items()}
+    assert "error" not in capsys.readouterr().err

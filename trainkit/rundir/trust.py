@@ -185,6 +185,10 @@ def _yaml_files(folder) -> Iterator:
             yield entry
 
 
+WEIGHTS_ONLY = ("(this form reads the weights alone and builds nothing from a stored config, so it calls nothing; "
+                "accepted so that one command line fits every form) ")
+
+
 def add_trust_argument(parser, where: str = "") -> None:
     """The tools' ``--trust MODULE`` flag (evaluate, compare, convert): given on the command line, never read from
     a file. `where` says when it applies (``"with run=RUN_DIR: "``)."""
