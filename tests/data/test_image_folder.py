@@ -180,3 +180,40 @@ def test_the_augmentations_draw_the_same_whatever_the_worker_count(tmp_path):
         data = ImageFolderData(root, image_size=8, batch_size=4, augment="strong", num_parallel_workers=workers)
         images[workers] = [b["image"] for b in batches(data.train_dataset())]
     assert all(np.array_equal(a, b) for a, b in zip(images[1], images[2]))
+
+
+def test_test_fraction_zero_carves_no_test_split_and_no_test_runs(tmp_path):
+    """data.test_fraction=0 (a test set kept elsewhere): every image trains or validates, no test split, and the
+    app's trainer.test finds none (null: no test; true: one line). A test/ folder is still used.
+
+    Mutations caught: test_fraction=0 refused (as it was); at least one image per class carved for a test split
+    anyway (max(1, ...)); has_test_set ignored by wants_test (the app asks test_dataset() for nothing)."""
+    from omegaconf import OmegaConf
+
+    from trainkit.app.testing import wants_test
+    from trainkit.errors import ConfigError
+
+    root = write_folder(tmp_path / "images", COUNTS)
+    data = ImageFolderData(root, image_size=8, val_fraction=0.2, test_fraction=0, num_parallel_workers=1)
+    data.prepare()
+    assert not data.has_test_set
+    counts = {split: np.bincount(data.split_labels(split), minlength=3) for split in ("train", "val")}
+    np.testing.assert_array_equal(counts["val"], [round(0.2 * n) for n in (10, 8, 6)])
+    np.testing.assert_array_equal(counts["train"] + counts["val"], [10, 8, 6])
+    with pytest.raises(ConfigError, match="no test split"):
+        data.test_dataset()
+    config = OmegaConf.create({"trainer": {"test": None, "evaluate": True}, "parallel": {"mode": "stand_alone"}})
+    assert wants_test(config, data) is False
+    config.trainer.test = True
+    with pytest.raises(ConfigError, match=r"holds no test split here \(data.test_fraction=0\)"):
+        wants_test(config, data)
+    write_folder(tmp_path / "split" / "train", {"cat": 4, "dog": 4})
+    write_folder(tmp_path / "split" / "test", {"cat": 2, "dog": 1}, seed=2)
+    kept = ImageFolderData(tmp_path / "split", image_size=8, test_fraction=0, num_parallel_workers=1)
+    kept.prepare()
+    assert kept.has_test_set and wants_test(config, kept) and len(kept.split_labels("test")) == 3
+    for bad in (-0.1, 1.0, True):
+        with pytest.raises(ConfigError, match=r"test_fraction must be a number in \[0, 1\)"):
+            ImageFolderData(root, test_fraction=bad)
+    with pytest.raises(ConfigError, match=r"val_fraction must be a number in \(0, 1\)"):
+        ImageFolderData(root, val_fraction=0)

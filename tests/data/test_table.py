@@ -186,3 +186,16 @@ def test_parquet_reads_as_the_csv_does_and_without_pyarrow_is_one_line(tmp_path,
     with pytest.raises(DataError, match=r"t.parquet: reading Parquet needs pyarrow, which is not installed: pip "
                                         r"install 'trainkit\[table\]'"):
         TableData(tmp_path / "t.parquet", "species").prepare()
+
+
+def test_test_fraction_zero_holds_no_rows_out_for_a_test_set(tmp_path):
+    """Mutation caught: a test row per class held out anyway (max(1, ...)), or test_fraction=0 refused."""
+    data = TableData(write_csv(tmp_path / "t.csv", rows()), "species", test_fraction=0, val_fraction=0.2)
+    data.prepare()
+    assert not data.has_test_set
+    sizes = {split: len(data.split_arrays(split)[1]) for split in ("train", "val", "test")}
+    assert sizes["test"] == 0 and sizes["train"] + sizes["val"] == 60 and sizes["val"] == 12  # 0.2 of each class
+    with pytest.raises(ConfigError, match="no test split"):
+        data.test_dataset()
+    with pytest.raises(ConfigError, match=r"test_fraction must be a number in \[0, 1\)"):
+        TableData(tmp_path / "t.csv", "species", test_fraction=-0.5)

@@ -28,8 +28,9 @@ log = logging.getLogger("trainkit")
 
 
 def has_test_set(data: Any) -> bool:
-    """Whether a data module offers a held-out test set (``test_dataset()``)."""
-    return callable(getattr(data, "test_dataset", None))
+    """Whether a data module offers a held-out test set: a ``test_dataset()``, and no ``has_test_set`` attribute
+    that is False (an image folder or a table with ``test_fraction=0``)."""
+    return callable(getattr(data, "test_dataset", None)) and getattr(data, "has_test_set", True) is not False
 
 
 def wants_test(cfg: DictConfig, data: Any) -> bool:
@@ -45,8 +46,10 @@ def wants_test(cfg: DictConfig, data: Any) -> bool:
     if test is None:
         return has_test_set(data) and bool(cfg.trainer.evaluate) and stand_alone
     if not has_test_set(data):
-        raise ConfigError(f"trainer.test=true needs a data module with a test_dataset(); {type(data).__name__} has "
-                          "none: set trainer.test=false (or null: test when the data has a test set)")
+        holds = "holds no test split here (data.test_fraction=0)" if callable(getattr(data, "test_dataset", None)) \
+            else "has none"
+        raise ConfigError(f"trainer.test=true needs a data module with a test_dataset(); {type(data).__name__} "
+                          f"{holds}: set trainer.test=false (or null: test when the data has a test set)")
     if not cfg.trainer.evaluate:
         raise ConfigError("trainer.test=true needs trainer.evaluate=true (the metrics, and best.ckpt, come from the "
                           "evaluation)")

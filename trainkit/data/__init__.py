@@ -10,6 +10,8 @@ What the app and the tools may read of a data module besides its datasets:
   sample prepared as the evaluation set's are (never with the training augmentations; a table with the training
   split's statistics, which ``load_state_dict`` gives a fresh module) or None, and a one-line error for an input
   that cannot be read (None otherwise). One bad input does not stop the others.
+- ``has_test_set: bool`` -- False when ``test_dataset()`` has nothing to give (an image folder or a table with
+  ``test_fraction=0``): no test evaluation (``trainer.test``). Absent: a ``test_dataset()`` means a test set.
 - ``state_dict() -> Optional[dict]`` and ``load_state_dict(state)`` -- what the data learnt of the training split
   (a table's categories and statistics), JSON-able; stored like the class names
   (:mod:`trainkit.rundir.data_state`).

@@ -71,7 +71,8 @@ class ImageFolderData:
         eval_batch_size: evaluation batch size (None: same as batch_size); the last batch is kept.
         augment: a preset name or a mapping of keys (:mod:`trainkit.data.augment`): ``none`` by default.
         val_fraction: share of each class carved for validation when there is no val/ folder, in (0, 1).
-        test_fraction: share of each class carved for the test set when there is no test/ folder, in (0, 1).
+        test_fraction: share of each class carved for the test set when there is no test/ folder, in [0, 1): 0
+            carves none (a test set kept elsewhere): no test split, no test evaluation (``has_test_set``).
         split_seed: seed of the carving (independent of the training seed).
         num_parallel_workers: threads per pipeline stage (at most the machine's CPUs).
 
@@ -93,9 +94,11 @@ class ImageFolderData:
         self.eval_batch_size = self.batch_size if eval_batch_size is None else check_int(
             "eval_batch_size", eval_batch_size, 1)
         self.augment = parse_augment(augment)
-        for name, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 < float(value) < 1.0:
-                raise ConfigError(f"{name} must be a number in (0, 1); got {value!r}")
+        for name, value, low in (("val_fraction", val_fraction, "("), ("test_fraction", test_fraction, "[")):
+            if (isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= float(value) < 1.0
+                    or (low == "(" and float(value) == 0.0)):
+                zero = " (0: no test split, for a test set kept elsewhere)" if low == "[" else ""
+                raise ConfigError(f"{name} must be a number in {low}0, 1){zero}; got {value!r}")
         if float(val_fraction) + float(test_fraction) >= 1.0:
             raise ConfigError(f"val_fraction must leave images to train on: val_fraction + test_fraction < 1; got "
                               f"{val_fraction!r} + {test_fraction!r}")
@@ -143,7 +146,7 @@ class ImageFolderData:
                                          for name in sorted(files[split])]) for split in files}
         splits = {split: _Split(folders.get(split, train_folder), {n: indexing[n] for n in files[split]}, None,
                                 labels[split]) for split in files}
-        carve = [s for s in ("test", "val") if s not in folders]
+        carve = [s for s in ("test", "val") if s not in folders and not (s == "test" and not self.test_fraction)]
         if carve:
             train_rows, carved = self._carve(labels["train"], carve)
             base = splits["train"]
@@ -151,8 +154,9 @@ class ImageFolderData:
                 splits[split] = _Split(base.folder, base.class_indexing, rows, base.labels[rows])
             splits["train"] = _Split(base.folder, base.class_indexing, train_rows, base.labels[train_rows])
         self._splits = splits
-        log.info("image folder %s: %d classes; %s images", self.root, self.num_classes,
-                 ", ".join(f"{len(splits[s])} {s}" for s in SPLITS))
+        log.info("image folder %s: %d classes; %s images%s", self.root, self.num_classes,
+                 ", ".join(f"{len(splits[s])} {s}" for s in SPLITS if s in splits),
+                 "" if "test" in splits else ", no test split (data.test_fraction=0)")
 
     def _carve(self, labels: np.ndarray, carve: Sequence[str]) -> Tuple[np.ndarray, Dict[str, np.ndarray]]:
         """Rows (sorted) of the training folder for train and each split in `carve`: per class, a `split_seed`
@@ -197,8 +201,23 @@ class ImageFolderData:
         """The validation images in folder order (class, then file name), evaluation transforms only."""
         return self._ordered("val", num_shards, shard_id)
 
+    @property
+    def has_test_set(self) -> bool:
+        """Whether there is a test split: a test/ folder, or one carved (``test_fraction`` above 0)."""
+        if self._splits is None:
+            self.prepare()
+        assert self._splits is not None
+        return "test" in self._splits
+
     def test_dataset(self, num_shards: int = 1, shard_id: int = 0) -> ds.Dataset:
-        """The test images, as ``eval_dataset`` gives the validation ones."""
+        """The test images, as ``eval_dataset`` gives the validation ones.
+
+        Raises:
+            ConfigError: there is no test split (``test_fraction=0`` and no test/ folder).
+        """
+        if not self.has_test_set:
+            raise ConfigError(f"{self.root} has no test split (data.test_fraction=0 and no test/ folder): "
+                              "evaluate the validation set (--split val), or set data.test_fraction above 0")
         return self._ordered("test", num_shards, shard_id)
 
     def split_labels(self, which: str) -> np.ndarray:

@@ -66,7 +66,8 @@ class TableData:
         standardize: standardise the numeric features (training split's mean and standard deviation).
         batch_size: training batch size; the last incomplete batch is dropped.
         eval_batch_size: evaluation batch size (None: the split in one batch).
-        test_fraction: share of the rows held out as the test set, in (0, 1).
+        test_fraction: share of the rows held out as the test set, in [0, 1): 0 holds none out (a test set kept
+            elsewhere): no test split, no test evaluation (``has_test_set``).
         val_fraction: share of the rows carved for validation, in (0, 1), test_fraction + val_fraction < 1.
         split_seed: seed of the split.
 
@@ -102,9 +103,11 @@ class TableData:
         self.standardize = check_bool("standardize", standardize)
         self.batch_size = check_int("batch_size", batch_size, 1)
         self.eval_batch_size = None if eval_batch_size is None else check_int("eval_batch_size", eval_batch_size, 1)
-        for name, value in (("test_fraction", test_fraction), ("val_fraction", val_fraction)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 < float(value) < 1.0:
-                raise ConfigError(f"{name} must be a number in (0, 1); got {value!r}")
+        for name, value, low in (("test_fraction", test_fraction, "["), ("val_fraction", val_fraction, "(")):
+            if (isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= float(value) < 1.0
+                    or (low == "(" and float(value) == 0.0)):
+                zero = " (0: no test split, for a test set kept elsewhere)" if low == "[" else ""
+                raise ConfigError(f"{name} must be a number in {low}0, 1){zero}; got {value!r}")
         if float(test_fraction) + float(val_fraction) >= 1.0:
             raise ConfigError(f"val_fraction must leave rows to train on: test_fraction + val_fraction < 1; got "
                               f"{test_fraction!r} + {val_fraction!r}")
@@ -250,8 +253,20 @@ class TableData:
         """The validation rows in table order, in batches of `eval_batch_size` (the last one may be smaller)."""
         return self._ordered("val", num_shards, shard_id)
 
+    @property
+    def has_test_set(self) -> bool:
+        """Whether rows are held out for the test set (``test_fraction`` above 0)."""
+        return self.test_fraction > 0
+
     def test_dataset(self, num_shards: int = 1, shard_id: int = 0) -> ds.Dataset:
-        """The test rows, as ``eval_dataset`` gives the validation ones."""
+        """The test rows, as ``eval_dataset`` gives the validation ones.
+
+        Raises:
+            ConfigError: no rows are held out (``test_fraction=0``).
+        """
+        if not self.has_test_set:
+            raise ConfigError(f"{self.path} has no test split (data.test_fraction=0): evaluate the validation set "
+                              "(--split val), or set data.test_fraction above 0")
         return self._ordered("test", num_shards, shard_id)
 
     def split_arrays(self, which: str) -> Tuple[np.ndarray, np.ndarray]:
@@ -360,12 +375,12 @@ def _split(labels: Optional[np.ndarray], rows: int, test_fraction: float, val_fr
     parts: Dict[str, List[np.ndarray]] = {"train": [], "val": [], "test": []}
     for members in groups:
         members = rng.permutation(members)
-        test = min(len(members) - 1, max(1, round(test_fraction * len(members))))
+        test = min(len(members) - 1, max(1, round(test_fraction * len(members)))) if test_fraction else 0
         val = min(len(members) - test - 1, max(1, round(val_fraction * len(members))))
         parts["test"].append(members[:test])
         parts["val"].append(members[test:test + val])
         parts["train"].append(members[test + val:])
     train, val, test = (np.sort(np.concatenate(parts[s])).astype(np.int64) for s in ("train", "val", "test"))
-    if not len(val) or not len(test):
+    if not len(val) or (test_fraction and not len(test)):
         raise DataError(f"the table has too few rows ({rows}) to hold out a validation and a test split")
     return train, val, test
