@@ -217,3 +217,31 @@ def test_test_fraction_zero_carves_no_test_split_and_no_test_runs(tmp_path):
             ImageFolderData(root, test_fraction=bad)
     with pytest.raises(ConfigError, match=r"val_fraction must be a number in \(0, 1\)"):
         ImageFolderData(root, val_fraction=0)
+
+
+def test_the_start_up_line_states_the_image_size_and_warns_when_image_size_is_far(tmp_path, caplog):
+    """The median width and height of the images (all of them here: fewer than the sample), and a warning when
+    data.image_size is more than 2x or less than 0.5x their median shorter side.
+
+    Mutations caught: the mean instead of the median (the 400 px image moves it); width and height swapped; the
+    ratio taken against the longer side (2x the shorter side + 1 is about 1.3x the longer: not warned)."""
+    import logging
+
+    rng = np.random.default_rng(7)
+    sizes = [(int(rng.integers(30, 50)), int(rng.integers(55, 70))) for _ in range(11)] + [(400, 420)]
+    for index, (width, height) in enumerate(sizes):
+        write_image(tmp_path / "images" / ("cat" if index % 2 else "dog") / f"{index}.png", rng, size=(height, width))
+    widths, heights = np.array(sizes).T
+    shorter = int(np.median(np.minimum(widths, heights)))
+    expected = f"images {int(np.median(widths))}x{int(np.median(heights))} (median of 12, width x height)"
+    for image_size, warned in ((2 * shorter, False), (2 * shorter + 1, True), (shorter // 2, False),
+                               (shorter // 2 - 1, True), (224, True)):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="trainkit"):
+            ImageFolderData(tmp_path / "images", image_size=max(8, image_size), num_parallel_workers=1).prepare()
+        (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("image folder ")]
+        assert line.endswith(expected), line
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == warned, (image_size, warnings)
+        if warned:
+            assert warnings[0].startswith(f"data.image_size={image_size} is ") and f"{shorter} px" in warnings[0]

@@ -48,6 +48,51 @@ SPLITS = ("train", "val", "test")
 MIN_IMAGE_SIZE = 8
 
 
+SIZE_SAMPLE = 64  # images whose headers give the folder's image size
+FAR = 2.0  # data.image_size this many times the images' shorter side, or 1/FAR of it, is warned about
+
+
+@dataclass
+class FolderImageSize:
+    """The median width, height and shorter side of a sample of a folder's images (their headers only)."""
+
+    width: int
+    height: int
+    shorter: int
+    sampled: int
+
+    def describe(self) -> str:
+        return f"images {self.width}x{self.height} (median of {self.sampled}, width x height)"
+
+    def warning(self, image_size: int) -> Optional[str]:
+        """A line when `image_size` is more than FAR times the median shorter side, or less than 1/FAR of it."""
+        ratio = image_size / max(1, self.shorter)
+        if ratio > FAR:
+            return (f"data.image_size={image_size} is {ratio:.1f}x the folder's images (median shorter side "
+                    f"{self.shorter} px): every image is enlarged, which adds no detail and costs {ratio ** 2:.0f}x "
+                    f"the pixels; data.image_size={self.shorter} trains on what the images hold")
+        if ratio < 1 / FAR:
+            return (f"data.image_size={image_size} is {ratio:.2f}x the folder's images (median shorter side "
+                    f"{self.shorter} px): the resize drops most of their detail; a larger data.image_size may "
+                    "train better, at more cost")
+        return None
+
+
+def folder_image_size(paths: Sequence[Path], sample: int = SIZE_SAMPLE) -> FolderImageSize:
+    """The median size of up to `sample` of `paths`, spread evenly over them, read from the files' headers (Pillow
+    opens an image without decoding it): a millisecond or so, however large the images. The files were checked."""
+    from PIL import Image
+
+    chosen = [paths[index] for index in np.unique(np.linspace(0, len(paths) - 1, min(sample, len(paths))).astype(int))]
+    sizes = []
+    for path in chosen:
+        with Image.open(path) as image:
+            sizes.append(image.size)
+    widths, heights = np.array(sizes).T
+    return FolderImageSize(int(np.median(widths)), int(np.median(heights)), int(np.median(np.minimum(widths, heights))),
+                           len(sizes))
+
+
 @dataclass
 class _Split:
     """A split: the folder ImageFolderDataset reads, its class indexing, and the rows of it taken (None: all)."""
@@ -140,8 +185,9 @@ class ImageFolderData:
                 if not files[split][name]:
                     raise DataError(f"{folder / name} is an empty class folder: it holds no image "
                                     f"({', '.join(EXTENSIONS)})")
-        check_channels(check_images([path for split in files.values() for paths in split.values() for path in paths],
-                                    self.num_parallel_workers))
+        every_file = [path for split in files.values() for paths in split.values() for path in paths]
+        check_channels(check_images(every_file, self.num_parallel_workers))
+        size = folder_image_size(every_file)
         labels = {split: np.concatenate([np.full(len(files[split][name]), indexing[name], np.int32)
                                          for name in sorted(files[split])]) for split in files}
         splits = {split: _Split(folders.get(split, train_folder), {n: indexing[n] for n in files[split]}, None,
@@ -154,9 +200,12 @@ class ImageFolderData:
                 splits[split] = _Split(base.folder, base.class_indexing, rows, base.labels[rows])
             splits["train"] = _Split(base.folder, base.class_indexing, train_rows, base.labels[train_rows])
         self._splits = splits
-        log.info("image folder %s: %d classes; %s images%s", self.root, self.num_classes,
+        log.info("image folder %s: %d classes; %s images%s; %s", self.root, self.num_classes,
                  ", ".join(f"{len(splits[s])} {s}" for s in SPLITS if s in splits),
-                 "" if "test" in splits else ", no test split (data.test_fraction=0)")
+                 "" if "test" in splits else ", no test split (data.test_fraction=0)", size.describe())
+        warning = size.warning(self.image_size)
+        if warning:
+            log.warning(warning)
 
     def _carve(self, labels: np.ndarray, carve: Sequence[str]) -> Tuple[np.ndarray, Dict[str, np.ndarray]]:
         """Rows (sorted) of the training folder for train and each split in `carve`: per class, a `split_seed`
