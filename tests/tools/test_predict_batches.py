@@ -14,7 +14,7 @@ import pytest
 
 from trainkit.data.predict_inputs import table_samples
 from trainkit.errors import DataError
-from trainkit.rundir.output_file import spreadsheet_text
+from trainkit.rundir.output_file import spreadsheet_row, spreadsheet_text
 from trainkit.tools.predict import AUTO_BATCH_MAX, auto_batch_size, predict, write_csv
 
 FEATURES, CLASSES = 5, 4
@@ -154,8 +154,8 @@ def random_cell(rng):
 
 
 def test_no_cell_starts_a_formula_and_numbers_stay_numbers():
-    """300 seeded cells: a string starting with = + - @ tab or CR gets a leading quote unless it is a plain number;
-    everything else is unchanged.
+    """300 seeded cells, then 300 rows of them: a string starting with = + - @ tab or CR gets a leading quote unless
+    it is a plain number; everything else is unchanged.
 
     Mutations caught: a missing trigger (tab, CR); negative numbers quoted; the quote added to safe text."""
     rng = random.Random(0)
@@ -169,6 +169,11 @@ def test_no_cell_starts_a_formula_and_numbers_stay_numbers():
         else:
             assert written == cell, repr(cell)
     assert spreadsheet_text(-2.5) == -2.5 and spreadsheet_text(None) is None
+    for _ in range(300):  # whole rows: the one-scan shortcut must agree with the rule cell by cell
+        row = tuple(random_cell(rng) + rng.choice(["", "\x1f=", "\x1f"]) for _ in range(rng.randint(1, 7)))
+        expected = ["'" + c if starts_formula(c) and not is_plain_number(c) else c for c in row]
+        assert list(spreadsheet_row(row)) == expected, row
+    assert spreadsheet_row(("a", 1.5, "=b")) == ["a", 1.5, "'=b"]
 
 
 def test_the_csv_file_quotes_hostile_class_and_input_names(tmp_path):

@@ -24,7 +24,7 @@ def test_top_k_rows_name_the_classes_by_probability():
 
 def test_a_regression_row_holds_the_values():
     values = np.array([[1.5], [-2.25]], dtype=np.float32)
-    assert list(prediction_rows(values, None, 3, None)) == [["1.5"], ["-2.25"]]
+    assert list(prediction_rows(values, None, 3, None)) == [("1.5",), ("-2.25",)]
     assert header(3, None, 1) == ["input", "prediction"]
     assert header(3, None, 2) == ["input", "prediction_0", "prediction_1"]
 

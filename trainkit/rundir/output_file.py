@@ -13,13 +13,15 @@ import contextlib
 import os
 import re
 from pathlib import Path
-from typing import Any, Iterator, Union
+from typing import Any, Iterator, Sequence, Union
 
 from trainkit import signals
 from trainkit.errors import disk_full
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 _FORMULA_SET = frozenset(FORMULA_STARTS)
+_CELL_SEPARATOR = "\x1f"
+_A_CELL_STARTS_FORMULA = re.compile(f"(?:^|{_CELL_SEPARATOR})[=+\\-@\t\r]")
 _PLAIN_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?", re.ASCII)
 
 
@@ -65,3 +67,15 @@ def spreadsheet_text(cell: Any) -> Any:
     if isinstance(cell, str) and cell[:1] in _FORMULA_SET and not _PLAIN_NUMBER.fullmatch(cell):
         return "'" + cell
     return cell
+
+
+def spreadsheet_row(row: Sequence[Any]) -> Sequence[Any]:
+    """`row` with each cell as :func:`spreadsheet_text` makes it; a row of strings none of which starts a formula
+    (a classification's row, most of the time) is found so by one regular-expression scan and returned as it is."""
+    try:
+        joined = _CELL_SEPARATOR.join(row)
+    except TypeError:  # a cell that is not a string
+        return [spreadsheet_text(cell) for cell in row]
+    if _A_CELL_STARTS_FORMULA.search(joined) is None:
+        return row
+    return [spreadsheet_text(cell) for cell in row]

@@ -24,7 +24,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Callable, Iterable, Iterator, List, Optional, Sequence
+from typing import IO, Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -32,7 +32,7 @@ from trainkit.callbacks.progress import format_duration
 from trainkit.data.predict_inputs import Sample, table_samples
 from trainkit.errors import ConfigError, DataError
 from trainkit.rundir.class_names import load_class_names  # the names a run stores (image folders, tables)
-from trainkit.rundir.output_file import spreadsheet_text, written_whole
+from trainkit.rundir.output_file import spreadsheet_row, written_whole
 from trainkit.rundir.trust import add_trust_argument
 from trainkit.rundir.weights import WEIGHTS, refuse_existing
 from trainkit.tools.inference import Trained, data_batch, eager, load_trained, outputs, split_arguments
@@ -187,7 +187,7 @@ def predict(trained: Trained, inputs: Sequence[str], write_row: Callable[[List[A
         if not counts.predicted:
             write_row(header(top_k, num_classes, int(np.prod(values.shape[1:]))))
         for sample_id, row in zip(kept_ids, prediction_rows(values, names, top_k, num_classes)):
-            write_row([sample_id, *row])
+            write_row((sample_id, *row))
         counts.predicted += len(batch)
         if progress is not None:
             progress.update(kept_ids[-1], len(batch))
@@ -263,32 +263,31 @@ def header(top_k: int, num_classes: Optional[int], outputs_per_row: int) -> List
 
 
 def prediction_rows(values: np.ndarray, names: Optional[List[str]], top_k: int,
-                    num_classes: Optional[int]) -> Iterator[List[str]]:
-    """A classification's top-k (name, probability) pairs, or a regression's value(s), for each output row."""
+                    num_classes: Optional[int]) -> List[Tuple[str, ...]]:
+    """A classification's top-k (name, probability) pairs, or a regression's value(s), for each output row: built
+    a column at a time (a list of names, a list of formatted numbers), then zipped into rows."""
     values = values.reshape(len(values), -1)
     if num_classes is None:
-        for row in values.tolist():
-            yield [f"{value:.7g}" for value in row]
-        return
+        columns = [[f"{value:.7g}" for value in column] for column in values.T.tolist()]
+        return list(zip(*columns))
     probabilities = softmax(values)
     order = np.argsort(-probabilities, axis=1, kind="stable")[:, :min(top_k, values.shape[1])]
     chances = np.take_along_axis(probabilities, order, axis=1)
     labels = [names[index] if names and index < len(names) else str(index) for index in range(values.shape[1])]
-    for ranks, row in zip(order.tolist(), chances.tolist()):
-        cells: List[str] = []
-        for index, chance in zip(ranks, row):
-            cells += [labels[index], f"{chance:.7g}"]
-        yield cells
+    columns = []
+    for ranks, column in zip(order.T.tolist(), chances.T.tolist()):
+        columns += [[labels[index] for index in ranks], [f"{chance:.7g}" for chance in column]]
+    return list(zip(*columns))
 
 
 def write_csv(output: Path, rows: Callable[[Callable[[List[Any]], None]], PredictCounts]) -> PredictCounts:
     """`rows(write_row)` written to a temporary file beside `output`, renamed into place when it returns having
-    predicted an input; else nothing is left. Each text cell is written as :func:`spreadsheet_text` makes it, so
-    no class or file name becomes a spreadsheet formula."""
+    predicted an input; else nothing is left. Each row is written as :func:`spreadsheet_row` makes it, so no
+    class or file name becomes a spreadsheet formula."""
     with written_whole(output) as temporary:
         with temporary.open("w", newline="", encoding="utf-8") as handle:
             writer = csv.writer(handle)
-            result = rows(lambda row: writer.writerow([spreadsheet_text(cell) for cell in row]))
+            result = rows(lambda row: writer.writerow(spreadsheet_row(row)))
         if not result.predicted:
             temporary.unlink()  # no row: nothing replaces the output
     return result
