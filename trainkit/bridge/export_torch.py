@@ -24,6 +24,7 @@ from trainkit.bridge.name_mapping import BATCH_NORM_COUNTER, BATCH_NORM_NAMES, R
 from trainkit.errors import CheckpointError, ConfigError, DataError
 from trainkit.rundir.checkpoint_file import find_checkpoint
 from trainkit.rundir.output_file import written_whole
+from trainkit.rundir.trust import WEIGHTS_ONLY, add_trust_argument
 from trainkit.rundir.weights import WEIGHTS, network_weights, refuse_existing
 
 TORCH_SUFFIXES = (".safetensors", ".pth", ".pt")
@@ -165,6 +166,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--weights-of", "--weights", choices=WEIGHTS, default="live", dest="weights",
                         help="live: the trained weights (default); ema: the EMA shadow weights")
     parser.add_argument("--force", action="store_true", help="replace OUTPUT if it exists")
+    add_trust_argument(parser, WEIGHTS_ONLY)  # as the .onnx/.mindir forms take it
     args = parser.parse_args(argv)
     try:
         source = find_checkpoint(Path(args.checkpoint))  # a run directory: its best.ckpt (or its newest)

@@ -21,6 +21,7 @@ import mindspore as ms
 
 from trainkit.errors import CheckpointError
 from trainkit.rundir.checkpoint_file import find_checkpoint
+from trainkit.rundir.trust import WEIGHTS_ONLY, add_trust_argument
 from trainkit.rundir.weights import WEIGHTS, network_weights, refuse_existing, write_checkpoint
 
 
@@ -66,6 +67,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="mindspore: a .ckpt (default); torch: a PyTorch state dict (.safetensors, .pth, .pt) "
                              "under PyTorch's names, with --mapping FILE applied in reverse")
     parser.add_argument("--force", action="store_true", help="replace OUTPUT if it exists")
+    add_trust_argument(parser, WEIGHTS_ONLY)  # as the .onnx/.mindir forms take it
     args = parser.parse_args(argv)
     if args.to != "mindspore" or Path(args.output).suffix in (".safetensors", ".pth", ".pt"):
         print(f"trainkit: error: {args.output}: a MindSpore checkpoint is written as .ckpt; for PyTorch use "
