@@ -39,7 +39,7 @@ from trainkit.checks import check_int
 from trainkit.data.augment import batch_ops, describe, image_ops, image_stages, label_ops, parse_augment
 from trainkit.data.cifar10 import check_shards, pipeline_workers
 from trainkit.data.image_check import EXTENSIONS, check_channels, check_image, check_images, image_files
-from trainkit.data.input_file import read_input
+from trainkit.data.input_file import open_input, read_input
 from trainkit.errors import ConfigError, DataError
 
 log = logging.getLogger("trainkit")
@@ -80,13 +80,14 @@ class FolderImageSize:
 
 def folder_image_size(paths: Sequence[Path], sample: int = SIZE_SAMPLE) -> FolderImageSize:
     """The median size of up to `sample` of `paths`, spread evenly over them, read from the files' headers (Pillow
-    opens an image without decoding it): a millisecond or so, however large the images. The files were checked."""
+    opens an image without decoding it): a millisecond or so, however large the images. The files were checked;
+    each is opened through :func:`~trainkit.data.input_file.open_input` again (a FIFO swapped in is refused)."""
     from PIL import Image
 
     chosen = [paths[index] for index in np.unique(np.linspace(0, len(paths) - 1, min(sample, len(paths))).astype(int))]
     sizes = []
     for path in chosen:
-        with Image.open(path) as image:
+        with open_input(path) as stream, Image.open(stream) as image:  # a regular file still, or one line
             sizes.append(image.size)
     widths, heights = np.array(sizes).T
     return FolderImageSize(int(np.median(widths)), int(np.median(heights)), int(np.median(np.minimum(widths, heights))),
