@@ -1,36 +1,19 @@
 """data=table: a CSV (or Parquet) trains through the app; the encoding is checked against NumPy on the training
 split; missing values are refused naming column and row unless data.fill; prediction applies the stored
 statistics of the training split, without the training file."""
-import csv
 import json
 import sys
 
 import numpy as np
 import pytest
 
+from tests.common.tables import COLOURS, rows, write_csv
 from tests.common.transcripts import run_in_process
 from trainkit.app import train
 from trainkit.app.config import compose_config
 from trainkit.data.table import TableData
 from trainkit.errors import ConfigError, DataError
 from trainkit.rundir.data_state import load_data_state
-
-COLOURS = ["red", "green", "blue"]
-
-
-def rows(count=60, seed=0):
-    """(age, colour, height, species): species is 'bee' for red rows, so the colour predicts it."""
-    rng = np.random.default_rng(seed)
-    return [[int(rng.integers(20, 60)), COLOURS[i % 3], round(float(rng.normal(170, 10)), 1),
-             "bee" if i % 3 == 0 else "ant"] for i in range(count)]
-
-
-def write_csv(path, table, header=("age", "colour", "height", "species")):
-    with open(path, "w", newline="") as stream:
-        writer = csv.writer(stream)
-        writer.writerow(header)
-        writer.writerows(table)
-    return path
 
 
 def expected_features(table, train_rows, fill=None):
@@ -187,15 +170,3 @@ def test_parquet_reads_as_the_csv_does_and_without_pyarrow_is_one_line(tmp_path,
                                         r"install 'trainkit\[table\]'"):
         TableData(tmp_path / "t.parquet", "species").prepare()
 
-
-def test_test_fraction_zero_holds_no_rows_out_for_a_test_set(tmp_path):
-    """Mutation caught: a test row per class held out anyway (max(1, ...)), or test_fraction=0 refused."""
-    data = TableData(write_csv(tmp_path / "t.csv", rows()), "species", test_fraction=0, val_fraction=0.2)
-    data.prepare()
-    assert not data.has_test_set
-    sizes = {split: len(data.split_arrays(split)[1]) for split in ("train", "val", "test")}
-    assert sizes["test"] == 0 and sizes["train"] + sizes["val"] == 60 and sizes["val"] == 12  # 0.2 of each class
-    with pytest.raises(ConfigError, match="no test split"):
-        data.test_dataset()
-    with pytest.raises(ConfigError, match=r"test_fraction must be a number in \[0, 1\)"):
-        TableData(tmp_path / "t.csv", "species", test_fraction=-0.5)
