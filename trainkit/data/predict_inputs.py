@@ -34,6 +34,12 @@ NPZ_KEYS = ("x", "features", "image")
 PREPARE_ROWS = 4096  # rows a batched prepare takes at once: its arithmetic vectorised, its memory bounded
 
 
+class NonFiniteInput(str):
+    """The error line of a table row holding NaN or inf (``FILE, row N holds nan``): a ``str`` as every error line
+    is, so a reader that only shows it still can; ``python -m trainkit.predict`` refuses it as training refuses such
+    values (``--skip-bad``: skipped and counted). The row is never prepared: a cast to ``uint8`` would hide the NaN."""
+
+
 def read_table(path: Path) -> np.ndarray:
     """The rows of a ``.csv``/``.npy``/``.npz`` file as an array (first axis: rows).
 
@@ -108,7 +114,8 @@ def table_samples(inputs: Iterable[str], prepare: Callable[[np.ndarray], np.ndar
     """``(FILE:ROW, prepare(row), None)`` for every row of every table in `inputs`; a file that is not a table of
     rows of `shape` (`what` says what a row is, for the message) gives one ``(FILE, None, error)`` instead.
 
-    A row may be given flat (``64`` numbers for an ``8 x 8`` image): it is reshaped to `shape`.
+    A row may be given flat (``64`` numbers for an ``8 x 8`` image): it is reshaped to `shape`. A row holding NaN
+    or inf is not prepared: it gives ``(FILE:ROW, None, NonFiniteInput(...))``.
 
     Args:
         batched: `prepare` takes a block of rows (``[N, *shape]``) and returns their N samples: NumPy's
@@ -129,13 +136,20 @@ def table_samples(inputs: Iterable[str], prepare: Callable[[np.ndarray], np.ndar
         except ValueError as error:
             yield str(path), None, f"{path} {error}"
             continue
-        if not batched:
-            for index, row in enumerate(rows):
-                yield f"{path}:{index}", prepare(row), None
-            continue
-        for start in range(0, len(rows), PREPARE_ROWS):
-            for index, sample in enumerate(prepare(rows[start:start + PREPARE_ROWS]), start):
-                yield f"{path}:{index}", sample, None
+        finite = (np.isfinite(rows.reshape(len(rows), -1)).all(axis=1) if np.issubdtype(rows.dtype, np.inexact)
+                  else np.ones(len(rows), bool))
+        step = PREPARE_ROWS if batched else 1
+        for start in range(0, len(rows), step):
+            block, good = rows[start:start + step], finite[start:start + step]
+            kept = block if good.all() else block[good]
+            prepared = iter((prepare(kept) if batched else [prepare(row) for row in kept]) if len(kept) else [])
+            for index, is_finite in enumerate(good.tolist(), start):
+                if is_finite:
+                    yield f"{path}:{index}", next(prepared), None
+                else:
+                    values = rows[index].reshape(-1)
+                    yield f"{path}:{index}", None, NonFiniteInput(
+                        f"{path}, row {index} holds {values[~np.isfinite(values)][0]}")
 
 
 def read_image(path: Path, channels: int) -> np.ndarray:

@@ -29,7 +29,7 @@ from typing import IO, Any, Callable, Iterable, Iterator, List, Optional, Sequen
 import numpy as np
 
 from trainkit.callbacks.progress import format_duration
-from trainkit.data.predict_inputs import Sample, table_samples
+from trainkit.data.predict_inputs import NonFiniteInput, Sample, table_samples
 from trainkit.errors import ConfigError, DataError
 from trainkit.rundir.class_names import load_class_names  # the names a run stores (image folders, tables)
 from trainkit.rundir.output_file import spreadsheet_row, written_whole
@@ -40,6 +40,7 @@ from trainkit.tools.inference import Trained, data_batch, eager, load_trained, o
 DEFAULT_TOP_K = 3
 AUTO_BATCH_VALUES = 2 ** 20  # input values a network call when --batch-size is not given (4 MiB of float32)
 AUTO_BATCH_MAX = 4096
+NON_FINITE_RULE = "inputs must be finite numbers, as training's are; fix it, or pass --skip-bad to skip such inputs"
 
 
 def check_output(output: Path, force: bool) -> None:
@@ -193,6 +194,11 @@ def predict(trained: Trained, inputs: Sequence[str], write_row: Callable[[List[A
             progress.update(kept_ids[-1], len(batch))
 
     for sample_id, sample, error in samples_of(trained, inputs, split):
+        if isinstance(error, NonFiniteInput):  # a table's row, never prepared (a uint8 cast would hide the NaN)
+            if not skip_bad:
+                raise DataError(f"{error}: {NON_FINITE_RULE}")
+            counts.non_finite += 1
+            continue
         if error is not None or sample is None:
             counts.unreadable += 1
             skipped(error or f"{sample_id}: no sample")
@@ -227,8 +233,7 @@ def _finite_rows(batch: np.ndarray, ids: List[str], inputs: Sequence[str], skip_
         return np.flatnonzero(finite)
     first = int(np.argmin(finite))
     values = batch[first].reshape(-1)
-    raise DataError(f"{input_name(ids[first], inputs)} holds {values[~np.isfinite(values)][0]}: inputs must be "
-                    "finite numbers, as training's are; fix it, or pass --skip-bad to skip such inputs")
+    raise DataError(f"{input_name(ids[first], inputs)} holds {values[~np.isfinite(values)][0]}: {NON_FINITE_RULE}")
 
 
 def input_name(sample_id: str, inputs: Sequence[str]) -> str:
