@@ -1,13 +1,15 @@
 """Image augmentations as config: ``data.augment=PRESET`` or ``data.augment={preset: P, key: value, ...}``.
 
-The timm/mindcv set, each a MindSpore ``mindspore.dataset`` op (so the pipeline replays them on an exact resume,
-``trainer.resume_data=exact``, and they run in MindSpore's C++ workers):
+timm's set, with timm's definitions (:mod:`trainkit.data.augment_ops`, written on Pillow: MindSpore's own
+``RandAugment`` is not timm's), run inside the ``mindspore.dataset`` pipeline in one thread, so an exact resume
+(``trainer.resume_data=exact``) replays their draws:
 
 * per image, in this order: ``RandomResizedCrop`` (``random_resized_crop``, ``scale``, ``ratio``; without it the
   evaluation's resize and centre crop), ``RandomHorizontalFlip`` (``hflip``: its probability), ``RandAugment``
-  (``auto_augment=randaugment``, ``randaugment_ops``, ``randaugment_magnitude``) or ``AutoAugment``
-  (``auto_augment=autoaugment``, ``autoaugment_policy``), then ``Normalize`` by ``mean``/``std`` (of pixels in
-  [0, 1]; also applied to evaluation and prediction, which get nothing else but the resize and centre crop);
+  (``auto_augment=randaugment``, ``randaugment_ops``, ``randaugment_magnitude``: timm's ``rand-mM-nN``) or
+  ``AutoAugment`` (``auto_augment=autoaugment``, ``autoaugment_policy``), then ``Normalize`` by ``mean``/``std``
+  (of pixels in [0, 1]; also applied to evaluation and prediction, which get nothing else but the resize and
+  centre crop); the geometric ops of RandAugment and AutoAugment fill with ``mean`` in bytes, as timm's do;
 * per batch: ``MixUpBatch`` (``mixup_alpha`` > 0) and ``CutMixBatch`` (``cutmix_alpha`` > 0), applied to a batch
   with probability ``mix_prob``; with both on, each batch picks one of the two with equal chance (timm's
   ``switch_prob=0.5``). MixUp mixes the whole batch with one weight lambda ~ Beta(alpha, alpha) and a shuffled copy
@@ -20,6 +22,7 @@ Label smoothing is the loss's (``loss.label_smoothing``), not an augmentation.
 from __future__ import annotations
 
 import numbers
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
@@ -27,13 +30,13 @@ import mindspore as ms
 from mindspore.dataset import transforms, vision
 
 from trainkit.checks import check_bool, did_you_mean
+from trainkit.data import augment_ops
+from trainkit.data.augment_ops import POLICIES
 from trainkit.errors import ConfigError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 AUTO_AUGMENTS = ("randaugment", "autoaugment")
-POLICIES = {"imagenet": vision.AutoAugmentPolicy.IMAGENET, "cifar10": vision.AutoAugmentPolicy.CIFAR10,
-            "svhn": vision.AutoAugmentPolicy.SVHN}
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,7 @@ class Augment:
     hflip: float = 0.0
     auto_augment: Optional[str] = None
     randaugment_ops: int = 2
-    randaugment_magnitude: int = 9
+    randaugment_magnitude: float = 9
     autoaugment_policy: str = "imagenet"
     mean: List[float] = field(default_factory=lambda: list(IMAGENET_MEAN))
     std: List[float] = field(default_factory=lambda: list(IMAGENET_STD))
@@ -92,9 +95,7 @@ def parse_augment(value: Union[None, str, Mapping[str, Any]]) -> Augment:
     if unknown:
         raise ConfigError(f"data.augment.{unknown[0]} is not a key of data.augment: "
                           f"{did_you_mean(unknown[0], KEYS, 'data.augment.')}valid keys: {', '.join(KEYS)}")
-    augment = replace(Augment(), **{**PRESETS[preset], **keys})
-    _check(augment)
-    return augment
+    return _check(replace(Augment(), **{**PRESETS[preset], **keys}))
 
 
 def describe(augment: Augment) -> Dict[str, Any]:
@@ -102,13 +103,15 @@ def describe(augment: Augment) -> Dict[str, Any]:
     return asdict(augment)
 
 
-def _check(a: Augment) -> None:
+def _check(a: Augment) -> Augment:
+    """`a` checked, its lists as Python lists of floats (Hydra passes a ListConfig, YAML and Python a list)."""
     check_bool("data.augment.random_resized_crop", a.random_resized_crop)
-    for name, pair, low in (("scale", a.scale, 0.0), ("ratio", a.ratio, 0.0)):
-        if (not isinstance(pair, (list, tuple)) or len(pair) != 2 or not all(_real(v) for v in pair)
-                or not low < pair[0] <= pair[1] or (name == "scale" and pair[1] > 1)):
+    for name, low in (("scale", 0.0), ("ratio", 0.0)):
+        pair = _numbers(getattr(a, name), 2)
+        if pair is None or not low < pair[0] <= pair[1] or (name == "scale" and pair[1] > 1):
             valid = "0 < min <= max <= 1" if name == "scale" else "0 < min <= max"
-            raise ConfigError(f"data.augment.{name} must be [min, max] with {valid}; got {pair!r}")
+            raise ConfigError(f"data.augment.{name} must be [min, max] with {valid}; got {_plain(getattr(a, name))!r}")
+        a = replace(a, **{name: pair})
     for name in ("hflip", "mix_prob"):
         value = getattr(a, name)
         if not _real(value) or not 0 <= value <= 1:
@@ -125,16 +128,29 @@ def _check(a: Augment) -> None:
                           f"{a.autoaugment_policy!r}")
     if not _whole(a.randaugment_ops) or a.randaugment_ops < 1:
         raise ConfigError(f"data.augment.randaugment_ops must be an int >= 1; got {a.randaugment_ops!r}")
-    if not _whole(a.randaugment_magnitude) or not 0 <= a.randaugment_magnitude < 31:
-        raise ConfigError(f"data.augment.randaugment_magnitude must be an int in [0, 30]; got "
-                          f"{a.randaugment_magnitude!r}")
+    if not _real(a.randaugment_magnitude) or not 0 <= a.randaugment_magnitude <= augment_ops.LEVEL_DENOM:
+        raise ConfigError(f"data.augment.randaugment_magnitude must be a number in [0, 10] (timm's scale: "
+                          f"rand-m9 is 9); got {a.randaugment_magnitude!r}")
     for name in ("mean", "std"):
-        values = getattr(a, name)
-        if (not isinstance(values, (list, tuple)) or len(values) != 3 or not all(_real(v) for v in values)
-                or (name == "std" and min(values) <= 0)):
+        values = _numbers(getattr(a, name), 3)
+        if values is None or (name == "std" and min(values) <= 0):
             valid = "three numbers > 0" if name == "std" else "three numbers"
             raise ConfigError(f"data.augment.{name} must be {valid} (red, green, blue, of pixels in [0, 1]); got "
-                              f"{values!r}")
+                              f"{_plain(getattr(a, name))!r}")
+        a = replace(a, **{name: values})
+    return a
+
+
+def _numbers(value: Any, count: int) -> Optional[List[float]]:
+    """`value` as `count` floats when it is a sequence (list, tuple, OmegaConf's ListConfig) of that many reals."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or len(value) != count:
+        return None
+    items = list(value)
+    return [float(v) for v in items] if all(_real(v) for v in items) else None
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, Sequence) and not isinstance(value, (str, bytes)) else value
 
 
 def _real(value: Any) -> bool:
@@ -160,16 +176,17 @@ def image_stages(augment: Augment, image_size: int, train: bool) -> Tuple[list, 
     before: list = []
     random: list = []
     if train and augment.random_resized_crop:
-        random.append(vision.RandomResizedCrop(size, scale=tuple(augment.scale), ratio=tuple(augment.ratio)))
+        random.append(augment_ops.RandomResizedCrop(image_size, scale=augment.scale, ratio=augment.ratio))
     else:
         before += [vision.Resize(image_size), vision.CenterCrop(size)]
     if train and augment.hflip > 0:
-        random.append(vision.RandomHorizontalFlip(prob=float(augment.hflip)))
+        random.append(augment_ops.RandomHorizontalFlip(prob=float(augment.hflip)))
+    fill = augment_ops.fill_of(augment.mean)
     if train and augment.auto_augment == "randaugment":
-        random.append(vision.RandAugment(num_ops=int(augment.randaugment_ops),
-                                         magnitude=int(augment.randaugment_magnitude)))
+        random.append(augment_ops.RandAugment(num_ops=int(augment.randaugment_ops),
+                                              magnitude=float(augment.randaugment_magnitude), fill=fill))
     elif train and augment.auto_augment == "autoaugment":
-        random.append(vision.AutoAugment(policy=POLICIES[augment.autoaugment_policy]))
+        random.append(augment_ops.AutoAugment(policy=augment.autoaugment_policy, fill=fill))
     after = [vision.Normalize([255.0 * m for m in augment.mean], [255.0 * s for s in augment.std]), vision.HWC2CHW()]
     return before, random, after
 
