@@ -151,3 +151,24 @@ def test_mix_prob_is_the_share_of_mixed_batches():
         kinds = Counter(kind_of(o, m, t) for o, (m, t) in zip(originals, out))
         mixed = batches - kinds["untouched"]
         assert abs(mixed - batches * mix_prob) <= tolerance(batches, mix_prob), (augment, kinds)
+
+
+@pytest.mark.parametrize("given", ["command line", "yaml"])
+def test_scale_ratio_mean_std_are_settable_from_the_command_line_and_yaml(given, tmp_path):
+    """Hydra hands lists over as OmegaConf ListConfigs: they were refused ("must be [min, max]", exit 2) even at
+    their defaults. Mutation caught: _numbers accepting list/tuple only (both cases red)."""
+    from trainkit.app.config import compose_config
+    from trainkit.app.tool_config import build_data
+
+    keys = "{preset: light, scale: [0.25, 0.75], ratio: [0.5, 2], mean: [0.5, 0.5, 0.5], std: [0.25, 0.25, 0.25]}"
+    if given == "yaml":
+        (tmp_path / "data").mkdir()
+        (tmp_path / "data" / "mine.yaml").write_text(
+            f"defaults:\n  - image_folder\n  - _self_\nroot: {tmp_path}\naugment: {keys}\n")
+        overrides = [f"hydra.searchpath=[file://{tmp_path}]", "data=mine"]
+    else:
+        overrides = ["data=image_folder", f"data.root={tmp_path}", f"data.augment={keys}"]
+    augment = build_data(compose_config([*overrides, f"run_dir={tmp_path / 'run'}"])).augment
+    assert (augment.scale, augment.ratio) == ([0.25, 0.75], [0.5, 2.0])
+    assert (augment.mean, augment.std) == ([0.5] * 3, [0.25] * 3)
+    assert augment.random_resized_crop and augment.hflip == 0.5
