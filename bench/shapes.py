@@ -14,8 +14,9 @@ SHAPES = ("circle", "square", "triangle", "cross")
 
 def shape_image(kind: str, rng: np.random.Generator, size: int = 40) -> np.ndarray:
     """One HWC uint8 RGB image of shape `kind`: random colours, position, size; a little pixel noise."""
-    background = tuple(int(v) for v in rng.integers(0, 256, 3))
-    colour = tuple(int(v) for v in (np.array(background) + rng.integers(80, 176, 3)) % 256)
+    dark = rng.random() < 0.5  # a light shape on a dark ground, or the reverse
+    light, deep = rng.integers(150, 256, 3), rng.integers(0, 100, 3)
+    background, colour = (tuple(int(v) for v in c) for c in ((deep, light) if dark else (light, deep)))
     image = Image.new("RGB", (size, size), background)
     draw = ImageDraw.Draw(image)
     radius = rng.uniform(0.18, 0.32) * size

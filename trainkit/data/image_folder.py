@@ -291,7 +291,7 @@ class ImageFolderData:
         dataset = ds.ImageFolderDataset(str(split.folder), sampler=sampler, extensions=list(_EXTENSIONS_BOTH_CASES),
                                         class_indexing=split.class_indexing, decode=False,
                                         num_parallel_workers=workers)
-        before, random, after = image_stages(self.augment, self.image_size, train)
+        before, random, after = self.image_stages(train)
         dataset = dataset.map(operations=[vision.Decode(), *before], input_columns="image",
                               num_parallel_workers=workers)
         if random:  # one thread: the draws do not depend on num_parallel_workers (see image_stages)
@@ -299,6 +299,11 @@ class ImageFolderData:
         dataset = dataset.map(operations=after, input_columns="image", num_parallel_workers=workers)
         return dataset.map(operations=label_ops(self.augment, self.num_classes, train), input_columns="label",
                            num_parallel_workers=workers)
+
+    def image_stages(self, train: bool) -> Tuple[list, list, list]:
+        """The per-image ops in three stages (:func:`trainkit.data.augment.image_stages`): a subclass may swap
+        the random stage for its own callables (bench.augment_accuracy runs torchvision's there)."""
+        return image_stages(self.augment, self.image_size, train)
 
     # ------------------------------------------------------------------------------------------- prediction
     def predict_samples(self, inputs: Sequence[str]) -> Iterator[Tuple[str, Optional[np.ndarray], Optional[str]]]:
