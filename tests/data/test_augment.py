@@ -1,10 +1,11 @@
 """data.augment: the presets and keys parse with one-line errors, and MixUp/CutMix mix batches and targets as
 their arithmetic says, checked with NumPy.
 
-MindSpore's MixUpBatch and CutMixBatch draw their lambdas, partners and boxes inside C++; the tests read each
+MixUp and CutMix (timm's Mixup, mode='batch') draw their lambda and box inside the op; the tests read each
 sample's partner and weight from the mixed one-hot target (every sample of the batch has a class of its own), then
-check the mixed images against NumPy arithmetic on the original batch for that draw, and that a fixed seed gives
-the same batch twice (what an exact resume replays).
+check the mixed images against NumPy arithmetic on the original batch for that draw: timm pairs the batch with its
+reverse and draws one lambda (and one box) for the whole batch. A fixed seed gives the same batch twice (what an
+exact resume replays).
 """
 import math
 from collections import Counter
@@ -41,14 +42,14 @@ def partners(target):
 
 
 def test_mixup_mixes_the_batch_with_one_lambda_and_a_permutation():
-    """Mutation caught: CutMixBatch in MixUpBatch's place (no single lambda, images not a blend: red)."""
+    """Mutation caught: a random permutation for timm's reversed batch (red: the partners)."""
     (originals,), [(mixed, target)] = mixed_batches(parse_augment({"mixup_alpha": 0.4}))
     assert target.dtype == np.float32 and target.shape == (BATCH, CLASSES)
     np.testing.assert_allclose(target.sum(axis=1), 1.0, rtol=1e-6)
     own, partner = partners(target)
     lam = own[partner != np.arange(BATCH)]
     assert len(lam) and np.allclose(lam, lam[0], atol=1e-6) and 0 < lam[0] < 1  # one lambda for the batch
-    assert sorted(partner) == list(range(BATCH)) or len(set(partner)) == BATCH  # a permutation of the batch
+    assert list(partner) == list(range(BATCH))[::-1]  # timm: the batch mixed with itself reversed
     expected = lam[0] * originals + (1 - lam[0]) * originals[partner]  # NumPy: the mixed batch
     expected[partner == np.arange(BATCH)] = originals[partner == np.arange(BATCH)]
     np.testing.assert_allclose(mixed, expected, rtol=1e-5, atol=1e-6)
@@ -61,16 +62,19 @@ def test_mixup_mixes_the_batch_with_one_lambda_and_a_permutation():
 
 
 def test_cutmix_pastes_a_box_and_weights_the_target_by_its_area():
-    """Mutation caught: CutMixBatch told the batch is NHWC (the box cut across channels and rows: red)."""
+    """One box for the batch, pasted from the reversed batch. Mutation caught: the box cut across channels and
+    rows (NHWC taken for NCHW: red)."""
     (originals,), [(mixed, target)] = mixed_batches(parse_augment({"cutmix_alpha": 1.0}))
     own, partner = partners(target)
-    assert (partner != np.arange(BATCH)).any()
+    assert list(partner) == list(range(BATCH))[::-1] or (partner == np.arange(BATCH)).all()  # reversed (or no box)
+    boxes = set()
     for i in range(BATCH):
         changed = (mixed[i] != originals[i]).any(axis=0)  # [H, W]: the pixels that came from the partner
         rows, cols = np.flatnonzero(changed.any(axis=1)), np.flatnonzero(changed.any(axis=0))
         box = np.zeros_like(changed)
         if len(rows):
             box[rows.min():rows.max() + 1, cols.min():cols.max() + 1] = True
+        boxes.add(box.tobytes())
         j = partner[i]
         # NumPy: the image is its partner inside a rectangle, itself outside (a pixel equal in both may not show)
         expected = np.where(box[None], originals[j], originals[i])
@@ -79,6 +83,30 @@ def test_cutmix_pastes_a_box_and_weights_the_target_by_its_area():
             area = box.sum() / (SIDE * SIDE)
             assert own[i] == pytest.approx(1 - area, abs=1e-6), (i, own[i], area)
             assert target[i, j] == pytest.approx(area, abs=1e-6)
+    assert len(boxes) == 1  # timm's batch mode: one box for the whole batch
+
+
+def test_cutmix_boxes_are_timms_rand_bbox():
+    """The area share of 3000 boxes (alpha 1: lambda uniform) against timm's rand_bbox written in NumPy: side share
+    sqrt(1 - lambda), centre uniform, clipped. Means and quartiles within 0.03."""
+    import random
+
+    from trainkit.data.augment_ops import cutmix_box
+
+    rng, reference = random.Random(0), np.random.default_rng(0)
+    ours, theirs = [], []
+    for _ in range(3000):
+        top, bottom, left, right = cutmix_box(rng, 24, 20, rng.betavariate(1, 1))
+        ours.append((bottom - top) * (right - left) / (24 * 20))
+        cut = np.sqrt(1 - reference.beta(1, 1))
+        cut_h, cut_w = int(24 * cut), int(20 * cut)
+        cy, cx = reference.integers(0, 24), reference.integers(0, 20)
+        rows = np.clip([cy - cut_h // 2, cy + cut_h // 2], 0, 24)
+        cols = np.clip([cx - cut_w // 2, cx + cut_w // 2], 0, 20)
+        theirs.append((rows[1] - rows[0]) * (cols[1] - cols[0]) / (24 * 20))
+    np.testing.assert_allclose(np.quantile(ours, [0.25, 0.5, 0.75]), np.quantile(theirs, [0.25, 0.5, 0.75]),
+                               atol=0.03)
+    assert abs(np.mean(ours) - np.mean(theirs)) < 0.03
 
 
 def test_presets_and_keys():

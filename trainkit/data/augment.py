@@ -202,10 +202,4 @@ def batch_ops(augment: Augment) -> list:
     """The ops on a batch's ("image", "label") columns: MixUp and/or CutMix with probability ``mix_prob``."""
     if not augment.mixes:
         return []
-    mixers = []
-    if augment.mixup_alpha > 0:
-        mixers.append(vision.MixUpBatch(alpha=float(augment.mixup_alpha)))
-    if augment.cutmix_alpha > 0:
-        mixers.append(vision.CutMixBatch(vision.ImageBatchFormat.NCHW, alpha=float(augment.cutmix_alpha), prob=1.0))
-    mixer = mixers[0] if len(mixers) == 1 else transforms.RandomChoice(mixers)
-    return [mixer if augment.mix_prob >= 1 else transforms.RandomApply([mixer], prob=float(augment.mix_prob))]
+    return [augment_ops.MixUpCutMix(float(augment.mixup_alpha), float(augment.cutmix_alpha), float(augment.mix_prob))]

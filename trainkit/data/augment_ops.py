@@ -311,3 +311,45 @@ class RandomHorizontalFlip(_RandomOp):
 
     def apply(self, image: Image.Image) -> Image.Image:
         return image.transpose(Image.Transpose.FLIP_LEFT_RIGHT) if self.rng.random() < self.prob else image
+
+
+def cutmix_box(rng: random.Random, height: int, width: int, lam: float) -> Tuple[int, int, int, int]:
+    """timm's ``rand_bbox``: (top, bottom, left, right) of a box of side share sqrt(1 - lam) about a uniform
+    centre, clipped to the image."""
+    ratio = math.sqrt(1 - lam)
+    cut_h, cut_w = int(height * ratio), int(width * ratio)
+    cy, cx = rng.randrange(height), rng.randrange(width)
+    top, bottom = min(max(cy - cut_h // 2, 0), height), min(max(cy + cut_h // 2, 0), height)
+    left, right = min(max(cx - cut_w // 2, 0), width), min(max(cx + cut_w // 2, 0), width)
+    return top, bottom, left, right
+
+
+class MixUpCutMix(_RandomOp):
+    """timm's ``Mixup`` (``mode='batch'``) on a batch of images (NCHW float32) and one-hot targets (float32): with
+    probability `mix_prob` the batch is mixed with itself reversed -- by CutMix (when on, and picked at even odds
+    when MixUp is on too: timm's ``switch_prob=0.5``) or MixUp -- with one lambda ~ Beta(alpha, alpha) for the
+    batch; CutMix pastes one box (:func:`cutmix_box`) and weights the targets by the area it leaves."""
+
+    name = "mixup_cutmix"
+
+    def __init__(self, mixup_alpha: float = 0.0, cutmix_alpha: float = 0.0, mix_prob: float = 1.0,
+                 seed: Optional[int] = None):
+        super().__init__(seed)
+        self.mixup_alpha, self.cutmix_alpha, self.mix_prob = float(mixup_alpha), float(cutmix_alpha), float(mix_prob)
+
+    def __call__(self, images: np.ndarray, targets: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        if self.mix_prob < 1.0 and self.rng.random() >= self.mix_prob:
+            return images, targets
+        use_cutmix = self.cutmix_alpha > 0 and (self.mixup_alpha <= 0 or self.rng.random() < 0.5)
+        alpha = self.cutmix_alpha if use_cutmix else self.mixup_alpha
+        lam = self.rng.betavariate(alpha, alpha)
+        flipped = images[::-1]
+        if use_cutmix:
+            height, width = images.shape[-2:]
+            top, bottom, left, right = cutmix_box(self.rng, height, width, lam)
+            images = images.copy()
+            images[..., top:bottom, left:right] = flipped[..., top:bottom, left:right]
+            lam = 1.0 - (bottom - top) * (right - left) / (height * width)
+        else:
+            images = (images * lam + flipped * (1.0 - lam)).astype(images.dtype)
+        return images, (targets * lam + targets[::-1] * (1.0 - lam)).astype(targets.dtype)
