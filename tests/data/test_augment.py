@@ -160,13 +160,17 @@ def tolerance(batches, p, sigmas=4.0):
 
 
 def test_with_mixup_and_cutmix_both_on_each_batch_picks_one_at_even_odds():
-    """200 batches with mixup_alpha and cutmix_alpha both set (mix_prob 1): every batch is mixed, by MixUp in a
+    """200 batches with mixup_alpha and cutmix_alpha both set (mix_prob 1): every batch is mixed (but for CutMix's
+    empty boxes), by MixUp in a
     binomial(200, 0.5) share of them (4 standard deviations, computed here). Mutation: batch_ops always taking the
     first mixer (MixUp in all 200 batches: red)."""
     batches = 200
     originals, out = mixed_batches(parse_augment({"mixup_alpha": 1.0, "cutmix_alpha": 1.0}), batches=batches)
     kinds = Counter(kind_of(o, m, t) for o, (m, t) in zip(originals, out))
-    assert kinds["untouched"] == 0, kinds
+    # timm's CutMix box (rand_bbox) keeps nothing on these 6x6 images when its side int(6 sqrt(1 - lambda)) < 2,
+    # lambda > 8/9: 1/9 of the CutMix half; a MixUp batch is never untouched
+    empty = 0.5 / 9
+    assert kinds["untouched"] <= batches * empty + tolerance(batches, empty), kinds
     assert abs(kinds["mixup"] - batches * 0.5) <= tolerance(batches, 0.5), kinds
 
 
