@@ -10,12 +10,13 @@ timm's set, with timm's definitions (:mod:`trainkit.data.augment_ops`, written o
   ``AutoAugment`` (``auto_augment=autoaugment``, ``autoaugment_policy``), then ``Normalize`` by ``mean``/``std``
   (of pixels in [0, 1]; also applied to evaluation and prediction, which get nothing else but the resize and
   centre crop); the geometric ops of RandAugment and AutoAugment fill with ``mean`` in bytes, as timm's do;
-* per batch: ``MixUpBatch`` (``mixup_alpha`` > 0) and ``CutMixBatch`` (``cutmix_alpha`` > 0), applied to a batch
-  with probability ``mix_prob``; with both on, each batch picks one of the two with equal chance (timm's
-  ``switch_prob=0.5``). MixUp mixes the whole batch with one weight lambda ~ Beta(alpha, alpha) and a shuffled copy
-  of itself; CutMix pastes into each image a box of another, its lambda ~ Beta(alpha, alpha) and its label weight
-  the share of the image the box leaves. The training labels become the mixed one-hot targets (float32
-  ``(batch, classes)``), which ``loss=cross_entropy`` takes as class probabilities (with its label smoothing).
+* per batch: timm's ``Mixup`` (``mode='batch'``, :class:`trainkit.data.augment_ops.MixUpCutMix`): MixUp
+  (``mixup_alpha`` > 0) and CutMix (``cutmix_alpha`` > 0), applied to a batch with probability ``mix_prob``; with
+  both on, each batch picks one of the two with equal chance (timm's ``switch_prob=0.5``). One lambda ~ Beta(alpha,
+  alpha) for the batch, which is mixed with itself reversed: MixUp blends the images, CutMix pastes one box (side
+  share sqrt(1 - lambda), uniform centre, clipped) and weights the labels by the area the box leaves. The training
+  labels become the mixed one-hot targets (float32 ``(batch, classes)``), which ``loss=cross_entropy`` takes as
+  class probabilities (with its label smoothing).
 
 Label smoothing is the loss's (``loss.label_smoothing``), not an augmentation.
 """
