@@ -86,11 +86,42 @@ class VariantData(ImageFolderData):
                         vision.RandAugment(num_ops=2, magnitude=9)], after
 
 
-def run_one(root: Path, variant: str, seed: int, epochs: int, run_dir: Path) -> float:
+def near_constant_counts(draws: int = 200, seed: int = 0) -> Dict[str, int]:
+    """RandAugment(2, 9) on `draws` shape images: how many come out near-constant (pixel std < 5), for trainkit's,
+    timm's own ``rand-m9-n2`` (its create_transform parameters: fill ImageNet's mean, bilinear), torchvision's and
+    MindSpore's."""
+    import random
+
+    from mindspore.dataset import vision
+    from PIL import Image
+
+    from bench.shapes import SHAPES, shape_image
+    from trainkit.data.augment_ops import RandAugment
+
+    torch, torchvision = import_torchvision()
+    from timm.data.auto_augment import rand_augment_transform
+
+    rng = np.random.default_rng(seed)
+    images = [shape_image(SHAPES[i % len(SHAPES)], rng) for i in range(draws)]
+    fill = (124, 116, 104)
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    timm_op = rand_augment_transform("rand-m9-n2", {"translate_const": 18, "img_mean": fill,
+                                                     "interpolation": Image.Resampling.BILINEAR})
+    pipelines = {"trainkit": RandAugment(2, 9, fill, seed=seed),
+                 "timm": lambda image: np.asarray(timm_op(Image.fromarray(image))),
+                 "torchvision": lambda image: np.asarray(torchvision.transforms.RandAugment(2, 9)(
+                     Image.fromarray(image))),
+                 "mindspore": vision.RandAugment(num_ops=2, magnitude=9)}
+    return {name: int(sum(np.asarray(op(image)).std() < 5 for image in images)) for name, op in pipelines.items()}
+
+
+def run_one(root: Path, variant: str, seed: int, epochs: int, run_dir: Path, batch_size: int = 32) -> float:
     from trainkit.app import train
     from trainkit.app.config import compose_config
 
-    overrides = ["data=image_folder", f"data.root={root}", "data.image_size=40", "data.batch_size=32",
+    overrides = ["data=image_folder", f"data.root={root}", "data.image_size=40", f"data.batch_size={batch_size}",
                  "model=small_cnn", f"trainer.epochs={epochs}", f"trainer.seed={seed}", "logger=quiet",
                  f"run_dir={run_dir}", "data.num_parallel_workers=1"]
     if variant == "trainkit":
@@ -106,21 +137,28 @@ def main(argv: List[str] = None) -> Dict[str, List[float]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=12)
+    parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--per-class", type=int, default=150, help="training images per shape")
     parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--near-constant", action="store_true", help="only count near-constant RandAugment draws")
     parser.add_argument("--out", default=None, help="markdown file for the table (default: print only)")
     args = parser.parse_args(argv)
+    if args.near_constant:
+        print(near_constant_counts())
+        return {}
     accuracies: Dict[str, List[float]] = {}
     with tempfile.TemporaryDirectory() as work:
         root = write_shapes(Path(work) / "shapes", {"train": args.per_class, "val": 25, "test": 100})
         for variant in args.variants.split(","):
             for seed in range(args.repeats):
                 start = time.perf_counter()
-                accuracy = run_one(root, variant, seed, args.epochs, Path(work) / f"{variant}-{seed}")
+                accuracy = run_one(root, variant, seed, args.epochs, Path(work) / f"{variant}-{seed}", args.batch_size)
                 accuracies.setdefault(variant, []).append(accuracy)
                 print(f"{variant} seed {seed}: test accuracy {accuracy:.3f} ({time.perf_counter() - start:.0f} s)",
                       flush=True)
-    lines = [f"| augmentation | test accuracy, seeds 0..{args.repeats - 1} | mean | std |", "|---|---|---|---|"]
+    lines = [f"{args.per_class} training images per shape (4 shapes), 25 validation, 100 test; 40x40; SmallCNN; "
+             f"batch {args.batch_size}; {args.epochs} epochs.", "",
+             f"| augmentation | test accuracy, seeds 0..{args.repeats - 1} | mean | std |", "|---|---|---|---|"]
     for variant, values in accuracies.items():
         spread = statistics.stdev(values) if len(values) > 1 else 0.0
         lines.append(f"| {variant} | {', '.join(f'{v:.3f}' for v in values)} | {statistics.mean(values):.3f} | "

@@ -150,6 +150,18 @@ def test_the_tables_are_timms():
     assert op_argument("Rotate", 30) == op_argument("Rotate", 10) == 30.0
 
 
+def test_the_cifar10_and_svhn_policies_are_torchvisions():
+    """The paper's CIFAR-10 and SVHN policies as torchvision lists them: the same ops, probabilities and levels
+    (translations relative, posterize on the paper's 4..8 bits, a level for the ops that take none)."""
+    torchvision, _ = import_zoo()
+    T = torchvision.transforms
+    renamed = {"TranslateX": "TranslateXRel", "TranslateY": "TranslateYRel", "Posterize": "PosterizeOriginal"}
+    for name, policy in (("cifar10", T.AutoAugmentPolicy.CIFAR10), ("svhn", T.AutoAugmentPolicy.SVHN)):
+        theirs = [tuple((renamed.get(op, op), prob, level or 0) for op, prob, level in sub)
+                  for sub in T.AutoAugment(policy)._get_policies(policy)]
+        assert augment_ops.POLICIES[name] == theirs, name
+
+
 def test_randaugment_draws_ops_with_replacement_each_applied_with_probability_half(monkeypatch):
     """2 ops per image from timm's 15, each applied with p = 0.5: over 3000 images the count of applied ops is
     Binomial(2, 0.5) and every op is drawn about 1/15 of the time. Mutation caught: prob 1.0 (red)."""
