@@ -52,7 +52,7 @@ def import_torchvision():
 class _Torchvision:
     """torchvision's training transforms as one pipeline callable (NumPy HWC uint8 in and out)."""
 
-    def __init__(self, size: int, seed: int):
+    def __init__(self, size: int, seed: int, scale=(0.08, 1.0)):
         torch, torchvision = import_torchvision()
         from PIL import Image
 
@@ -60,7 +60,8 @@ class _Torchvision:
         self.generator_seed = seed
         torch.manual_seed(seed)
         T = torchvision.transforms
-        self.compose = T.Compose([T.RandomResizedCrop(size), T.RandomHorizontalFlip(), T.RandAugment(2, 9)])
+        self.compose = T.Compose([T.RandomResizedCrop(size, scale=tuple(scale)), T.RandomHorizontalFlip(),
+                                  T.RandAugment(2, 9)])
 
     def __call__(self, image: np.ndarray) -> np.ndarray:
         return np.asarray(self.compose(self.image.fromarray(image)), dtype=np.uint8)
@@ -78,11 +79,11 @@ class VariantData(ImageFolderData):
         if not train:
             return before, random, after
         if self.variant == "torchvision":
-            return before, [_Torchvision(self.image_size, self.seed)], after
+            return before, [_Torchvision(self.image_size, self.seed, self.augment.scale)], after
         from mindspore.dataset import vision
 
         size = (self.image_size, self.image_size)
-        return before, [vision.RandomResizedCrop(size), vision.RandomHorizontalFlip(),
+        return before, [vision.RandomResizedCrop(size, scale=tuple(self.augment.scale)), vision.RandomHorizontalFlip(),
                         vision.RandAugment(num_ops=2, magnitude=9)], after
 
 
@@ -117,7 +118,8 @@ def near_constant_counts(draws: int = 200, seed: int = 0) -> Dict[str, int]:
     return {name: int(sum(np.asarray(op(image)).std() < 5 for image in images)) for name, op in pipelines.items()}
 
 
-def run_one(root: Path, variant: str, seed: int, epochs: int, run_dir: Path, batch_size: int = 32) -> float:
+def run_one(root: Path, variant: str, seed: int, epochs: int, run_dir: Path, batch_size: int = 32,
+            scale: str = "0.08,1.0") -> float:
     from trainkit.app import train
     from trainkit.app.config import compose_config
 
@@ -125,10 +127,10 @@ def run_one(root: Path, variant: str, seed: int, epochs: int, run_dir: Path, bat
                  "model=small_cnn", f"trainer.epochs={epochs}", f"trainer.seed={seed}", "logger=quiet",
                  f"run_dir={run_dir}", "data.num_parallel_workers=1"]
     if variant == "trainkit":
-        overrides.append("data.augment=randaugment")
+        overrides.append(f"data.augment={{preset: randaugment, scale: [{scale}]}}")
     elif variant in ("torchvision", "mindspore"):
-        overrides += ["data.augment=light", f"+data.variant={variant}", f"+data.seed={seed}",
-                      "data._target_=bench.augment_accuracy.VariantData"]
+        overrides += [f"data.augment={{preset: light, scale: [{scale}]}}", f"+data.variant={variant}",
+                      f"+data.seed={seed}", "data._target_=bench.augment_accuracy.VariantData"]
     result = train(compose_config(overrides))
     return float(result.metrics["test_accuracy"])
 
@@ -138,6 +140,7 @@ def main(argv: List[str] = None) -> Dict[str, List[float]]:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=12)
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--scale", default="0.08,1.0", help="RandomResizedCrop's area range, MIN,MAX (all variants)")
     parser.add_argument("--per-class", type=int, default=150, help="training images per shape")
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--near-constant", action="store_true", help="only count near-constant RandAugment draws")
@@ -152,17 +155,24 @@ def main(argv: List[str] = None) -> Dict[str, List[float]]:
         for variant in args.variants.split(","):
             for seed in range(args.repeats):
                 start = time.perf_counter()
-                accuracy = run_one(root, variant, seed, args.epochs, Path(work) / f"{variant}-{seed}", args.batch_size)
+                accuracy = run_one(root, variant, seed, args.epochs, Path(work) / f"{variant}-{seed}", args.batch_size,
+                                   args.scale)
                 accuracies.setdefault(variant, []).append(accuracy)
                 print(f"{variant} seed {seed}: test accuracy {accuracy:.3f} ({time.perf_counter() - start:.0f} s)",
                       flush=True)
     lines = [f"{args.per_class} training images per shape (4 shapes), 25 validation, 100 test; 40x40; SmallCNN; "
-             f"batch {args.batch_size}; {args.epochs} epochs.", "",
+             f"batch {args.batch_size}; {args.epochs} epochs; crop scale [{args.scale}].", "",
              f"| augmentation | test accuracy, seeds 0..{args.repeats - 1} | mean | std |", "|---|---|---|---|"]
     for variant, values in accuracies.items():
         spread = statistics.stdev(values) if len(values) > 1 else 0.0
         lines.append(f"| {variant} | {', '.join(f'{v:.3f}' for v in values)} | {statistics.mean(values):.3f} | "
                      f"{spread:.3f} |")
+    if len(accuracies.get("trainkit", [])) > 1 and len(accuracies.get("torchvision", [])) > 1:
+        from trainkit.app.sweep_summary import ALPHA, welch_p
+
+        p = welch_p(accuracies["trainkit"], accuracies["torchvision"])
+        lines += ["", f"trainkit against torchvision, as a sweep summary judges repeats: Welch's t-test p = {p:.2g} "
+                      f"({'within noise' if p >= ALPHA else 'told apart'} at {ALPHA})."]
     table = "\n".join(lines)
     print(table)
     if args.out:

@@ -125,6 +125,8 @@ def test_presets_and_keys():
     ({"hflip": 2}, "data.augment.hflip must be a probability in [0, 1]; got 2"),
     ({"cutmix_alpha": -1}, "data.augment.cutmix_alpha must be a number >= 0"),
     ({"scale": [0.5, 0.1]}, "data.augment.scale must be [min, max] with 0 < min <= max <= 1"),
+    ({"randaugment_magnitude": 15}, "data.augment.randaugment_magnitude must be a number in [0, 10] (timm's scale"),
+    ({"ratio": [1.0]}, "data.augment.ratio must be [min, max] with 0 < min <= max; got [1.0]"),
     ({"auto_augment": "trivial"}, "data.augment.auto_augment must be null, randaugment or autoaugment"),
     ({"std": [0.2, 0, 0.2]}, "data.augment.std must be three numbers > 0"),
     (3, "data.augment must be a preset"),
