@@ -171,8 +171,8 @@ def image_ops(augment: Augment, image_size: int, train: bool) -> list:
 def image_stages(augment: Augment, image_size: int, train: bool) -> Tuple[list, list, list]:
     """:func:`image_ops` in three stages: the deterministic ops before the random ones, the random ones (empty
     for evaluation or without augmentation), the deterministic ones after. A pipeline runs the random stage in
-    one thread: MindSpore gives each thread of a map its own random stream, so the draws would otherwise depend
-    on ``num_parallel_workers``, a key a resume may change."""
+    one thread: each op draws from its own stream in sample order, so the draws do not depend on
+    ``num_parallel_workers``, a key a resume may change."""
     size = (image_size, image_size)
     before: list = []
     random: list = []
