@@ -85,11 +85,31 @@ def tracer_for(module: Any, recording: Optional[Recording]) -> Any:
             self.decisions: List[str] = []  # branches taken on values computed from the inputs (their shapes)
             self.arguments: List[str] = []  # branches taken on an argument's value, as the parent passes it
             self.bound: Dict[str, Any] = {}
+            self.keywords: Optional[str] = None  # the name of a **kwargs argument taken as passed (a dict of flags)
 
         def is_leaf_module(self, module, qualified_name):  # noqa: D102 - fx's hook
             return True
 
+        def proxy(self, node):  # noqa: D102 - fx's hook: every proxy it makes
+            return _proxy_classes()[0](node, self)
+
         def trace(self, root, concrete_args=None):  # noqa: D102 - fx's
+            # a forward under decorators (transformers' can_return_tuple, merge_with_config_defaults): its own code,
+            # which fx's placeholders follow (fx calls the outer one with the inner one's arguments: `co_varnames
+            # is too small`); the decorators read a config and pick outputs, which the parent's trace sees anyway
+            kind = type(root)
+            forward = kind.forward
+            inner = inspect.unwrap(forward)
+            if inner is not forward:
+                own = kind.__dict__.get("forward", _UNKNOWN)
+                kind.forward = inner
+                try:
+                    return self.trace(root, concrete_args)
+                finally:
+                    if own is _UNKNOWN:
+                        del kind.forward
+                    else:
+                        kind.forward = own
             if example is not None:
                 signature = inspect.signature(root.forward)
                 arguments = signature.bind(*example[0], **example[1])
@@ -113,6 +133,26 @@ def tracer_for(module: Any, recording: Optional[Recording]) -> Any:
             if example is not None:
                 self.values[proxy.node] = self._value(kind, target, args, kwargs, proxy.node)
             return proxy
+
+        def _proxy_placeholder(self, name, concrete_args, sig, fn):  # noqa: D102 - fx's: one argument
+            value = self.bound.get(name[2:], _UNKNOWN) if name.startswith("**") else _UNKNOWN
+            if isinstance(value, dict) and not any(isinstance(item, torch.Tensor) for item in value.values()):
+                # **kwargs of flags and Nones (transformers' `**kwargs: Unpack[TransformersKwargs]`): as passed
+                self.keywords = name[2:]
+                self.arguments += [f"{key}={item!r}" for key, item in value.items()]
+                return dict(value)
+            return super()._proxy_placeholder(name, concrete_args, sig, fn)
+
+        def create_arg(self, a):  # noqa: D102 - fx's: a value in the graph; transformers' ModelOutput as its tuple
+            if isinstance(a, dict) and callable(getattr(a, "to_tuple", None)):
+                return super().create_arg(tuple(a.to_tuple()))
+            return super().create_arg(a)
+
+        def keys(self, obj):  # noqa: D102 - fx's hook: `**proxy`
+            value = self.values.get(obj.node, _UNKNOWN)
+            if isinstance(value, dict):
+                return list(value.keys())
+            return super().keys(obj)
 
         def _value(self, kind, target, args, kwargs, node):
             if kind == "placeholder":
@@ -156,12 +196,53 @@ def tracer_for(module: Any, recording: Optional[Recording]) -> Any:
 
         def iter(self, obj):  # noqa: D102 - fx's hook: a loop over a traced value (a shape)
             value = self.values.get(obj.node, _UNKNOWN)
+            if isinstance(value, dict) and callable(getattr(value, "to_tuple", None)):
+                value = value.to_tuple()  # a transformers ModelOutput: its tuple
             if not isinstance(value, (tuple, list)):
                 return super().iter(obj)
             self.decisions.append(f"{obj.node.name} has {len(value)} items")
             return iter([obj[index] for index in range(len(value))])
 
     return ValueTracer()
+
+
+_PROXIES: List[Any] = []
+
+
+def _proxy_classes() -> List[Any]:
+    """fx's Proxy and Attribute, answering ``len()`` and a ModelOutput's fields from the values computed alongside
+    (:func:`tracer_for`): ``len(x.shape)`` is a size, taken as for the batch and remembered like a branch."""
+    if _PROXIES:
+        return _PROXIES
+    import torch.fx
+    from torch.fx.proxy import Attribute
+
+    class ValueProxy(torch.fx.Proxy):
+        """A proxy whose value the tracer computed: its length and a ModelOutput's attributes are known."""
+
+        def __len__(self):
+            value = self.tracer.values.get(self.node, _UNKNOWN)
+            if value is _UNKNOWN or not hasattr(value, "__len__"):
+                return super().__len__()
+            self.tracer.decisions.append(f"len({self.node.name}) is {len(value)}")
+            return len(value)
+
+        def __getattr__(self, name):
+            if not name.startswith("__"):
+                value = self.tracer.values.get(self.node, _UNKNOWN)
+                if isinstance(value, dict) and callable(getattr(value, "to_tuple", None)):
+                    # transformers' ModelOutput: a field is its place among the fields set (a tuple in MindSpore)
+                    if name in value.keys():
+                        return self[list(value.keys()).index(name)]
+                    if name in getattr(value, "__dataclass_fields__", {}):
+                        return None
+            return ValueAttribute(self, name)
+
+    class ValueAttribute(Attribute, ValueProxy):
+        """``proxy.name``, made into a node when used (fx's Attribute), whose length is known too."""
+
+    _PROXIES.extend([ValueProxy, ValueAttribute])
+    return _PROXIES
 
 
 def branches_on_training(kind: type) -> bool:
