@@ -75,7 +75,11 @@ def record_outputs(call: Callable[[], Any], modules: Sequence, register: Callabl
     handles = []
     for name, module in modules:
         def hook(_module, _inputs, output, name=name or NETWORK):
+            if isinstance(output, dict) and callable(getattr(output, "to_tuple", None)):
+                output = output.to_tuple()  # a transformers ModelOutput: its fields set, in order
             first = output[0] if isinstance(output, (tuple, list)) else output
+            if first is None:  # nothing to compare (attention weights an attention did not compute)
+                return
             key, count = name, 1
             while key in outputs:
                 count += 1

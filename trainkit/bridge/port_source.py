@@ -246,7 +246,7 @@ class _Generator:
     # ---------------------------------------------------------------- construct
     def construct(self, module: Any, path: str) -> List[str]:
         where = f"{type(module).__qualname__}.forward" + (f" (at {path})" if path else "")
-        tracer = tracer_for(module, self.recording)
+        tracer = tracer_for(module, self.recording, top=not path)
         tracer.record_stack_traces = True  # each node's source line: the variables' names (port_names)
         try:
             graph = tracer.trace(module)
@@ -274,6 +274,12 @@ class _Generator:
                 names[node] = "None"  # MindSpore places tensors itself: device= arguments are dropped
                 continue
             name = namer.name(node)
+            if node.op == "placeholder" and str(node.target).startswith("*"):  # *args, **kwargs: as forward's
+                stars = str(node.target)[:len(str(node.target)) - len(str(node.target).lstrip("*"))]
+                name = str(node.target).lstrip("*")
+                names[node] = name
+                inputs.append(f"{stars}{name}")
+                continue
             names[node] = name
             if node.op == "placeholder":
                 try:
@@ -317,6 +323,8 @@ class _Generator:
                 self.problems.append(Problem(str(error), where))
                 continue
             lines.append(f"{name} = {expression}")
+        if tracer.keywords:  # forward's **kwargs, taken as passed: what a parent hands on is accepted, unused
+            inputs.append(f"**{tracer.keywords}")
         note = [f"forward with {', '.join(dict.fromkeys(tracer.arguments))}, as it is called here (its other "
                 "branches are not written)"] if tracer.arguments else []
         if tracer.decisions:  # forward branched on sizes or arguments: the branches taken for these inputs
@@ -422,6 +430,9 @@ class _Generator:
 
 def _generated(model: Any, batch: Any = None) -> Tuple[_Generator, Any]:
     generator = _Generator()
+    config = getattr(model, "config", None)
+    if getattr(config, "use_cache", False) is True:  # a transformers model's key/value cache: for generation only,
+        config.use_cache = False  # and it changes no output the port compares (past_key_values is no tensor)
     if batch is not None:
         try:
             generator.recording = record(model, batch)

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainkit.bridge import port_buffers, port_layers, port_transformers, port_windows
+from trainkit.bridge import port_buffers, port_layers, port_operators, port_transformers, port_windows
 from trainkit.bridge.port_classes import HELPERS as CLASS_HELPERS
 from trainkit.bridge.port_layers import Call, Unsupported
 
 # port_transformers' entries take precedence over port_layers' where both name one (attention, dropout)
-FUNCTIONS = {**port_layers.FUNCTIONS, **port_transformers.FUNCTIONS, **port_windows.FUNCTIONS}
-METHODS = {**port_layers.METHODS, **port_transformers.METHODS, **port_windows.METHODS}
+# port_operators' (transformers models': softmax with a dtype) over port_layers'
+FUNCTIONS = {**port_layers.FUNCTIONS, **port_operators.FUNCTIONS, **port_transformers.FUNCTIONS,
+             **port_windows.FUNCTIONS}
+METHODS = {**port_layers.METHODS, **port_operators.METHODS, **port_transformers.METHODS, **port_windows.METHODS}
 HELPERS = {**port_layers.HELPERS, **port_transformers.HELPERS, **CLASS_HELPERS, **port_windows.HELPERS,
            **port_buffers.HELPERS}
 HELPER_IMPORTS = {**port_layers.HELPER_IMPORTS, **port_transformers.HELPER_IMPORTS, **port_windows.HELPER_IMPORTS,

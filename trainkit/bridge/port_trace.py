@@ -64,9 +64,11 @@ def _attribute(root: Any, target: str) -> Any:
     return value
 
 
-def tracer_for(module: Any, recording: Optional[Recording]) -> Any:
+def tracer_for(module: Any, recording: Optional[Recording], top: bool = False) -> Any:
     """A tracer for `module`'s forward, computing alongside on its recorded inputs (its children's recorded
-    outputs standing for their calls) when it ran on the batch."""
+    outputs standing for their calls) when it ran on the batch. `top`: the model itself, whose transformers
+    ModelOutput of one field set (``logits``, no ``loss`` without labels) is returned as that tensor, what a
+    training loop takes."""
     import torch
     import torch.fx
 
@@ -134,18 +136,26 @@ def tracer_for(module: Any, recording: Optional[Recording]) -> Any:
                 self.values[proxy.node] = self._value(kind, target, args, kwargs, proxy.node)
             return proxy
 
+        def call_module(self, m, forward, args, kwargs):  # noqa: D102 - fx's: a module called in forward
+            if not any(m is child for child in self.root.modules()) and next(m.parameters(), None) is None \
+                    and next(m.buffers(), None) is None:
+                # one built in forward (DistilBERT's `nn.ReLU()(x)`): no child to call, its computation inline
+                return forward(*args, **kwargs)
+            return super().call_module(m, forward, args, kwargs)
+
         def _proxy_placeholder(self, name, concrete_args, sig, fn):  # noqa: D102 - fx's: one argument
             value = self.bound.get(name[2:], _UNKNOWN) if name.startswith("**") else _UNKNOWN
             if isinstance(value, dict) and not any(isinstance(item, torch.Tensor) for item in value.values()):
                 # **kwargs of flags and Nones (transformers' `**kwargs: Unpack[TransformersKwargs]`): as passed
                 self.keywords = name[2:]
                 self.arguments += [f"{key}={item!r}" for key, item in value.items()]
-                return dict(value)
+                return _Flags(value)
             return super()._proxy_placeholder(name, concrete_args, sig, fn)
 
         def create_arg(self, a):  # noqa: D102 - fx's: a value in the graph; transformers' ModelOutput as its tuple
             if isinstance(a, dict) and callable(getattr(a, "to_tuple", None)):
-                return super().create_arg(tuple(a.to_tuple()))
+                fields = tuple(a.to_tuple())
+                return super().create_arg(fields[0] if top and len(fields) == 1 else fields)
             return super().create_arg(a)
 
         def keys(self, obj):  # noqa: D102 - fx's hook: `**proxy`
@@ -204,6 +214,11 @@ def tracer_for(module: Any, recording: Optional[Recording]) -> Any:
             return iter([obj[index] for index in range(len(value))])
 
     return ValueTracer()
+
+
+class _Flags(dict):
+    """A ``**kwargs`` argument's value taken as passed: a dict that fx's pytree sees as one value (a plain dict
+    would make fx flatten the trace's inputs and outputs into lists)."""
 
 
 _PROXIES: List[Any] = []
