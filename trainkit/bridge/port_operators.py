@@ -57,7 +57,7 @@ def _new_filled(value: str) -> Callable[..., str]:
 
 
 def _argmax(input, dim="None", keepdim="False"):  # noqa: A002
-    return f"ops.argmax({input}, {dim}, keepdims={keepdim})" if dim != "None" else f"ops.argmax({input})"
+    return f"ops.argmax({input}, {dim}, keepdim={keepdim})" if dim != "None" else f"ops.argmax({input})"
 
 
 def _diff(input, n="1", dim="-1", prepend="None", append="None"):  # noqa: A002

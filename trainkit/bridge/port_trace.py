@@ -127,6 +127,7 @@ def tracer_for(module: Any, recording: Optional[Recording], top: bool = False) -
                 if node.op == "placeholder" and str(node.target)[:-2] in (concrete_args or {}) \
                         and str(node.target).endswith("_1"):
                     node.target = str(node.target)[:-2]
+            _spell_out(graph, self.values)
             return graph
 
         def create_proxy(self, kind, target, args, kwargs, name=None, type_expr=None,  # noqa: D102 - fx's
@@ -214,6 +215,34 @@ def tracer_for(module: Any, recording: Optional[Recording], top: bool = False) -
             return iter([obj[index] for index in range(len(value))])
 
     return ValueTracer()
+
+
+_SHAPED = ("view", "reshape", "expand", "repeat", "permute")  # methods taking a shape as one tuple or as its items
+
+
+def _spell_out(graph: Any, values: Dict[Any, Any]) -> None:
+    """What the written code cannot tell from names alone, made explicit in `graph` from the values computed:
+    ``x.view(shape)`` with a computed tuple (GPT-2's ``output_shape``) as ``x.view(shape[0], shape[1], ...)``;
+    ``cumsum`` of a bool or int tensor with PyTorch's result type, int64, said (MindSpore keeps bool, and
+    refuses it)."""
+    import operator
+
+    import torch
+
+    for node in list(graph.nodes):
+        if node.op == "call_method" and node.target in _SHAPED and len(node.args) == 2 \
+                and isinstance(node.args[1], torch.fx.Node) \
+                and isinstance(values.get(node.args[1]), (tuple, list)):
+            with graph.inserting_before(node):
+                items = [graph.call_function(operator.getitem, (node.args[1], index))
+                         for index in range(len(values[node.args[1]]))]
+            node.args = (node.args[0], *items)
+        if ((node.op == "call_method" and node.target == "cumsum")
+                or (node.op == "call_function" and getattr(node.target, "__name__", "") == "cumsum")) \
+                and "dtype" not in node.kwargs and node.args:
+            source = values.get(node.args[0]) if isinstance(node.args[0], torch.fx.Node) else None
+            if isinstance(source, torch.Tensor) and not source.is_floating_point() and not source.is_complex():
+                node.kwargs = {**node.kwargs, "dtype": torch.int64}
 
 
 class _Flags(dict):
