@@ -15,15 +15,22 @@ torch = pytest.importorskip("torch")
 
 
 @functools.lru_cache(maxsize=1)
-def import_zoo():
-    """(torchvision, timm), imported once; skips the calling test where either is not installed."""
+def define_torchvision_schemas():
+    """torchvision's ``nms`` and ``qnms`` schemas, defined once where its C++ operators did not define them
+    (transformers imports torchvision too)."""
     try:
         torch.ops.torchvision.nms  # noqa: B018 -- defined already (a torchvision whose C++ ops load)
     except (AttributeError, RuntimeError):
         library = torch.library.Library("torchvision", "DEF")
         library.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
         library.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-        import_zoo.library = library  # kept alive: the schemas go with the Library object
+        define_torchvision_schemas.library = library  # kept alive: the schemas go with the Library object
+
+
+@functools.lru_cache(maxsize=1)
+def import_zoo():
+    """(torchvision, timm), imported once; skips the calling test where either is not installed."""
+    define_torchvision_schemas()
     torchvision = pytest.importorskip("torchvision")
     timm = pytest.importorskip("timm")
     return torchvision, timm

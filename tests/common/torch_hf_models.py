@@ -1,0 +1,53 @@
+"""Hugging Face ``transformers`` models as a user builds them in a test: a small config, random weights, nothing
+downloaded. ``import transformers`` imports torchvision where it is installed, so torchvision's two operator
+schemas are defined first (:func:`tests.common.torch_zoo.define_torchvision_schemas`). Each factory seeds torch, so
+a second call builds the same weights."""
+from __future__ import annotations
+
+import pytest
+
+from tests.common.torch_zoo import define_torchvision_schemas
+
+torch = pytest.importorskip("torch")
+define_torchvision_schemas()
+transformers = pytest.importorskip("transformers")
+
+TINY = {"vocab_size": 100, "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
+        "intermediate_size": 32, "max_position_embeddings": 64, "num_labels": 3}
+
+
+def bert(**changes):
+    torch.manual_seed(0)
+    return transformers.BertForSequenceClassification(transformers.BertConfig(**{**TINY, **changes})).eval()
+
+
+def roberta(**changes):
+    torch.manual_seed(0)
+    return transformers.RobertaForSequenceClassification(transformers.RobertaConfig(**{**TINY, **changes})).eval()
+
+
+def albert(**changes):
+    torch.manual_seed(0)
+    return transformers.AlbertForSequenceClassification(
+        transformers.AlbertConfig(**{**TINY, "embedding_size": 8, **changes})).eval()
+
+
+def distilbert(**changes):
+    torch.manual_seed(0)
+    config = transformers.DistilBertConfig(vocab_size=100, dim=16, n_layers=2, n_heads=2, hidden_dim=32,
+                                           max_position_embeddings=64, num_labels=3, **changes)
+    return transformers.DistilBertForSequenceClassification(config).eval()
+
+
+def gpt2(**changes):
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=100, n_embd=16, n_layer=2, n_head=2, n_positions=64, num_labels=3,
+                                     pad_token_id=0, bos_token_id=1, eos_token_id=1, **changes)
+    return transformers.GPT2ForSequenceClassification(config).eval()
+
+
+def vit(**changes):
+    torch.manual_seed(0)
+    config = transformers.ViTConfig(image_size=16, patch_size=8, num_channels=3, hidden_size=16, num_hidden_layers=2,
+                                    num_attention_heads=2, intermediate_size=32, num_labels=3, **changes)
+    return transformers.ViTForImageClassification(config).eval()
