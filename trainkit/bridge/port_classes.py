@@ -9,7 +9,11 @@ nothing; they become one MindSpore layer each, written with PyTorch's arithmetic
 - ``BatchNormAct2d`` (timm): batch norm, then its ``drop`` and ``act`` children, ported as any child;
 - ``StochasticDepth`` (torchvision) and ``DropPath`` (timm): trainkit's :class:`~trainkit.models.dropout.DropPath`,
   per sample as PyTorch trains it, drawn from a counter a checkpoint keeps, so a resumed run draws the same paths;
-- timm's ``Linear`` (a ``nn.Linear`` whose forward casts for AMP): ``nn.Dense``.
+- timm's ``Linear`` (a ``nn.Linear`` whose forward casts for AMP): ``nn.Dense``;
+- transformers' GELU activations: ``nn.GELU``, the tanh formula's (``NewGELUActivation``: GPT-2's, ALBERT's;
+  ``GELUTanh``, ``FastGELUActivation``) as ``approximate=True``, which MindSpore computes to float precision where
+  the formula written out with ``ops.tanh`` (off by up to 1e-4 on CPU) would not; ``GELUActivation`` (BERT's, erf)
+  as ``approximate=False``.
 """
 from __future__ import annotations
 
@@ -87,6 +91,9 @@ CLASSES: Dict[str, Callable[[Any, Callable[[str], Any]], Call]] = {
     "torchvision.ops.stochastic_depth.StochasticDepth": _stochastic_depth,
     "timm.layers.drop.DropPath": _timm_drop_path,
     "timm.layers.linear.Linear": lambda module, child: LAYERS["Linear"](module),
+    **{f"transformers.activations.{name}": lambda module, child: Call("nn.GELU", {"approximate": True})
+       for name in ("NewGELUActivation", "GELUTanh", "FastGELUActivation")},
+    "transformers.activations.GELUActivation": lambda module, child: Call("nn.GELU", {"approximate": False}),
 }
 
 
