@@ -1,6 +1,7 @@
 """Hugging Face ``transformers`` models port: BERT, DistilBERT, GPT-2, ViT, RoBERTa and ALBERT, each built from a
 tiny config with random weights, port with trainkit.port's Python API and compute in eval mode what PyTorch
-computes (checked here against the PyTorch model itself, on a batch port never saw: another batch size, pad ids)."""
+computes (checked here against the PyTorch model itself, on a batch port never saw: another batch size, pad ids).
+A text model is called with the attention mask of its pad ids, which the ported one computes from its ids."""
 import importlib
 
 import mindspore as ms
@@ -24,18 +25,26 @@ def _batch(name, shape, ints):
     if ints is None:
         return generator.normal(0, 1, (3, *shape)).astype(np.float32)
     ids = generator.integers(2, ints, (3, *shape))
-    ids[1, shape[0] // 2:] = 1 if name in ("roberta",) else 0  # a padded sentence (RoBERTa's pad id is 1)
+    ids[1, shape[0] // 2:] = PAD[name]  # a padded sentence
+    ids[2, shape[0] - 3:] = PAD[name]
     return ids
+
+
+PAD = {"bert": 0, "distilbert": 0, "gpt2": 0, "roberta": 1, "albert": 0}  # their configs' pad_token_id
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_a_transformers_model_ports_and_computes_what_pytorch_computes(name, on_path, capsys):
     """Mutations caught: len() on a proxy left to fx (every model refused), a ModelOutput's field read by name
     (`outputs.last_hidden_state` written as an attribute of a tuple), **kwargs left a placeholder, the cumsum of
-    GPT-2's bool mask not cast (MindSpore refuses it), gather/addmm/pow unmapped."""
+    GPT-2's bool mask not cast (MindSpore refuses it), gather/addmm/pow unmapped, the mask from pad ids left out
+    (the padded sentences' logits differ)."""
     shape, ints = CASES[name]
     assert port(f"{MODELS}:{name}", {}, on_path / name, shape, input_ints=ints) == 0, capsys.readouterr().out
-    assert "agree:" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "agree:" in out
+    if ints:
+        assert f"computes its attention_mask from the ids: attention_mask=(input_ids != {PAD[name]})" in out
 
     config = (on_path / name / "conf" / "model" / f"{name}.yaml").read_text()
     top = next(line for line in config.splitlines() if line.startswith("_target_:")).rsplit(".", 1)[1]
@@ -43,8 +52,9 @@ def test_a_transformers_model_ports_and_computes_what_pytorch_computes(name, on_
     ms.load_param_into_net(network, ms.load_checkpoint(str(on_path / name / "weights.ckpt")), strict_load=True)
     network.set_train(False)
     batch = _batch(name, shape, ints)
+    inputs = {"attention_mask": torch.from_numpy(batch != PAD[name]).long()} if ints else {}
     with torch.no_grad():
-        expected = getattr(torch_hf_models, name)()(torch.from_numpy(batch)).logits.numpy()
+        expected = getattr(torch_hf_models, name)()(torch.from_numpy(batch), **inputs).logits.numpy()
     ms.set_context(mode=ms.PYNATIVE_MODE)
     actual = network(ms.Tensor(batch)).asnumpy()
     assert actual.shape == expected.shape == (3, 3)

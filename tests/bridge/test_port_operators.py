@@ -135,7 +135,8 @@ def test_attention_with_a_boolean_or_additive_mask_as_torch(mask):
         keep = torch.ones(batch, 1, length, length, dtype=torch.bool)
         for row in range(batch):
             keep[row, :, :, rng.randint(1, length):] = False  # padding at the end, the first token kept
-        attn_mask = keep if mask == "bool" else torch.zeros(keep.shape).masked_fill(~keep, torch.finfo(torch.float32).min)
+        lowest = torch.finfo(torch.float32).min
+        attn_mask = keep if mask == "bool" else torch.zeros(keep.shape).masked_fill(~keep, lowest)
         scale = rng.choice([None, 0.3])
         expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale)
         actual = namespace["scaled_dot_product_attention"](

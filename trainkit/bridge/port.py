@@ -49,6 +49,7 @@ from trainkit.bridge.compare import (
 from trainkit.bridge.convert import convert_state_dict
 from trainkit.bridge.port_arguments import constructor_values
 from trainkit.bridge.port_source import PortFailure, generate, problem_lines
+from trainkit.bridge.port_trace import masked
 from trainkit.bridge.state_dict import StateDict
 from trainkit.checks import package_name_problem
 from trainkit.errors import CheckpointError, ConfigError, DataError
@@ -224,7 +225,8 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
                       + "".join(f"{name}: {port_code.literal(list(value) if isinstance(value, tuple) else value)}\n"
                                 for name, value in ported.arguments.items()), encoding="utf-8")  # YAML: no tuple
     try:
-        rows = compare_layers(network, model, batch)
+        with masked(model, ported.mask):  # PyTorch's called with the mask the ported model computes
+            rows = compare_layers(network, model, batch)
     except Exception as error:  # noqa: BLE001 - whatever MindSpore raises, in one line naming the Cell
         print(f"the ported {ported.top} fails on the batch where PyTorch's runs: "
               f"{_failed_at(error, out / MODEL_FILE)}{_first_line(error)}; "
@@ -245,6 +247,9 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
               "(in the model config)")
     if project:
         print(f"train it in the project: cd {into} && {command}")
+    if ported.mask is not None:
+        print(f"{ported.top} computes its {ported.mask.argument} from the ids: {ported.mask.describe()}, the "
+              f"model's config.pad_token_id (compared with PyTorch's called with that mask)")
     if ported.specialised:
         print(f"holds for inputs of shape {'x'.join(map(str, input_shape))} only: the forward of "
               f"{_listing(ported.specialised)} branches on sizes or arguments (see the comments in {out / MODEL_FILE})")

@@ -29,7 +29,15 @@ from trainkit.bridge.port_tables import (
     METHODS,
     layer_call,
 )
-from trainkit.bridge.port_trace import Recording, branches_on_training, record, tracer_for
+from trainkit.bridge.port_trace import (
+    PadMask,
+    Recording,
+    branches_on_training,
+    masked,
+    pad_mask_of,
+    record,
+    tracer_for,
+)
 from trainkit.errors import ConfigError
 from trainkit.generated_code import FORBIDDEN
 
@@ -99,6 +107,7 @@ class Port:
     specialised: List[str] = field(default_factory=list)  # modules whose code holds for the batch's shape only
     training_paths: List[str] = field(default_factory=list)  # classes whose forward branches on self.training
     buffers: port_buffers.Buffers = field(default_factory=port_buffers.Buffers)  # their values, for buffers.npz
+    mask: Optional[PadMask] = None  # the attention mask the ported model computes from its ids (port_trace)
 
 
 class _Generator:
@@ -111,6 +120,7 @@ class _Generator:
         self.imports: set = set()
         self.stack: List[str] = []  # the modules being ported, outermost first
         self.recording: Optional[Recording] = None  # the modules' inputs and outputs on the comparison's batch
+        self.mask: Optional[PadMask] = None  # the top's attention mask, computed from its token ids
         self.specialised: List[str] = []  # the modules whose construct holds for the batch's shape only
         self.training_paths: List[str] = []  # classes whose forward branches on self.training (eval's path written)
         self.functional_layers: Dict[str, Call] = {}  # the layers written for the traced module's functional calls
@@ -246,7 +256,7 @@ class _Generator:
     # ---------------------------------------------------------------- construct
     def construct(self, module: Any, path: str) -> List[str]:
         where = f"{type(module).__qualname__}.forward" + (f" (at {path})" if path else "")
-        tracer = tracer_for(module, self.recording, top=not path)
+        tracer = tracer_for(module, self.recording, top=not path, mask=None if path else self.mask)
         tracer.record_stack_traces = True  # each node's source line: the variables' names (port_names)
         try:
             graph = tracer.trace(module)
@@ -435,7 +445,10 @@ def _generated(model: Any, batch: Any = None) -> Tuple[_Generator, Any]:
         config.use_cache = False  # and it changes no output the port compares (past_key_values is no tensor)
     if batch is not None:
         try:
-            generator.recording = record(model, batch)
+            if not batch.is_floating_point():  # token ids: the mask a transformers model takes from them
+                generator.mask = pad_mask_of(model)
+            with masked(model, generator.mask):
+                generator.recording = record(model, batch)
         except Exception:  # noqa: BLE001 - a model rebuilt with other arguments (in_channels=1) refuses the batch:
             generator.recording = None  # traced without values, as long as its forward takes no branch on a size
     try:
@@ -521,7 +534,7 @@ def generate(model: Any, origin: str, rebuild: Optional[Callable[[Dict[str, Any]
     return Port(source, top_variant.name, [],
                 [*(helper for helper in generator.helpers if helper in HELPERS),
                  *(variant.name for variant in generator.order)], dict(top_variant.arguments), generator.specialised,
-                generator.training_paths, generator.buffers)
+                generator.training_paths, generator.buffers, generator.mask)
 
 
 def _first_line(error: BaseException) -> str:

@@ -11,10 +11,11 @@ generated ``construct`` then holds for inputs of that shape (for that argument),
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
 import textwrap
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 _UNKNOWN = object()
 
@@ -25,6 +26,53 @@ class Recording:
 
     inputs: Dict[int, Tuple[tuple, dict]] = field(default_factory=dict)  # id(module) -> its first call's
     outputs: Dict[int, List[Any]] = field(default_factory=dict)  # id(module) -> every call's output, in order
+
+
+@dataclass(frozen=True)
+class PadMask:
+    """A model's ``attention_mask`` argument computed from its token ids: 1 where the id is not the pad id.
+
+    A transformers model fine-tuned on padded text is called with such a mask; trainkit hands a model its ids
+    alone, so the ported model computes the mask itself, and PyTorch's is called with the same mask to compare."""
+
+    argument: str  # the mask's argument (attention_mask)
+    source: str  # the ids' argument (input_ids)
+    pad_id: int
+
+    def describe(self) -> str:
+        return f"{self.argument}=({self.source} != {self.pad_id})"
+
+
+def pad_mask_of(model: Any) -> Optional[PadMask]:
+    """The mask `model` takes from its ids: its forward has an ``attention_mask`` argument after the ids and its
+    config names a pad id (``pad_token_id``), else None (the model is called with its ids alone)."""
+    try:
+        names = list(inspect.signature(model.forward).parameters)
+    except (TypeError, ValueError):
+        return None
+    pad = getattr(getattr(model, "config", None), "pad_token_id", None)
+    if len(names) < 2 or "attention_mask" not in names[1:] or isinstance(pad, bool) or not isinstance(pad, int):
+        return None
+    return PadMask("attention_mask", names[0], pad)
+
+
+@contextlib.contextmanager
+def masked(model: Any, mask: Optional[PadMask]) -> Iterator[None]:
+    """`model` called with ids alone gets `mask`'s argument from them, while in the block (a forward pre-hook)."""
+    if mask is None:
+        yield
+        return
+
+    def add_mask(_module, args, kwargs):
+        if args and mask.argument not in kwargs:
+            kwargs = {**kwargs, mask.argument: (args[0] != mask.pad_id).long()}
+        return args, kwargs
+
+    handle = model.register_forward_pre_hook(add_mask, with_kwargs=True)
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 def record(model: Any, batch: Any) -> Recording:
@@ -64,11 +112,13 @@ def _attribute(root: Any, target: str) -> Any:
     return value
 
 
-def tracer_for(module: Any, recording: Optional[Recording], top: bool = False) -> Any:
+def tracer_for(module: Any, recording: Optional[Recording], top: bool = False, mask: Optional[PadMask] = None) -> Any:
     """A tracer for `module`'s forward, computing alongside on its recorded inputs (its children's recorded
     outputs standing for their calls) when it ran on the batch. `top`: the model itself, whose transformers
     ModelOutput of one field set (``logits``, no ``loss`` without labels) is returned as that tensor, what a
     training loop takes."""
+    import operator
+
     import torch
     import torch.fx
 
@@ -128,7 +178,24 @@ def tracer_for(module: Any, recording: Optional[Recording], top: bool = False) -
                         and str(node.target).endswith("_1"):
                     node.target = str(node.target)[:-2]
             _spell_out(graph, self.values)
+            if mask is not None:
+                self._mask_from_ids(graph)
             return graph
+
+        def _mask_from_ids(self, graph):
+            placeholders = {str(node.target): node for node in graph.nodes if node.op == "placeholder"}
+            ids, given = placeholders.get(mask.source), placeholders.get(mask.argument)
+            if ids is None or given is None:
+                return
+            with graph.inserting_after(list(placeholders.values())[-1]):
+                kept = graph.call_function(operator.ne, (ids, mask.pad_id))
+            with graph.inserting_after(kept):
+                computed = graph.call_method("long", (kept,))
+            line = f'File "<port>", line 1, in forward\n    {mask.argument} = ({mask.source} != {mask.pad_id}).long()'
+            kept.meta["stack_trace"] = computed.meta["stack_trace"] = line  # named as that line (port_names)
+            given.replace_all_uses_with(computed)
+            graph.erase_node(given)
+            self.arguments.append(f"{mask.describe()} (from the pad id)")
 
         def create_proxy(self, kind, target, args, kwargs, name=None, type_expr=None,  # noqa: D102 - fx's
                          proxy_factory_fn=None):
@@ -276,7 +343,7 @@ def _proxy_classes() -> List[Any]:
                 value = self.tracer.values.get(self.node, _UNKNOWN)
                 if isinstance(value, dict) and callable(getattr(value, "to_tuple", None)):
                     # transformers' ModelOutput: a field is its place among the fields set (a tuple in MindSpore)
-                    if name in value.keys():
+                    if name in value:
                         return self[list(value.keys()).index(name)]
                     if name in getattr(value, "__dataclass_fields__", {}):
                         return None
