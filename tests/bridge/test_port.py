@@ -157,7 +157,7 @@ class Unported(torch.nn.Module):
 
     def forward(self, x):
         x = torch.flip(self.inner(self.first(x)), [1])
-        return self.fine(self.norm(x)).cumsum(1)
+        return self.fine(self.norm(x)).cumprod(1)
 
 
 def test_anything_unsupported_is_listed_with_where_it_is_used_and_nothing_is_written(on_path, capsys):
@@ -170,7 +170,7 @@ def test_anything_unsupported_is_listed_with_where_it_is_used_and_nothing_is_wri
     assert any(line.startswith("unsupported: torch.nn.BatchNorm1d with momentum=None") and line.endswith("at norm")
                for line in lines)
     assert "unsupported: torch.flip: used at Unported.forward" in lines
-    assert "unsupported: Tensor.cumsum: used at Unported.forward" in lines
+    assert "unsupported: Tensor.cumprod: used at Unported.forward" in lines
     errors = captured.err.strip().splitlines()
     assert len(errors) == 1 and errors[0].startswith("trainkit: error: tests.bridge.test_port:Unported cannot be "
                                                      "ported: 4 unsupported")
