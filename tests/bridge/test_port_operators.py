@@ -121,6 +121,24 @@ def test_tanh_gelu_to_new_ones_and_argmax_as_torch():
         close(run(METHODS["argmax"]("x", str(dim)), x=x), x.argmax(dim))
 
 
+def test_layer_norm_function_as_torch():
+    """ConvNeXt's (transformers') channels-first LayerNorm calls F.layer_norm, with and without weights."""
+    namespace = {"ops": ops, "ms": ms}
+    exec(HELPERS["layer_norm"], namespace)  # noqa: S102 - the helper under test
+    rng = random.Random(7)
+    for _ in range(CASES):
+        size = shape(rng, rng.randint(2, 4))
+        normalized = tuple(size[-rng.randint(1, len(size) - 1):])
+        x, weight, bias = torch.randn(size) * 3 + 1, torch.randn(normalized), torch.randn(normalized)
+        eps = rng.choice([1e-5, 1e-6, 1e-12])
+        affine = rng.random() < 0.7
+        code = FUNCTIONS["torch.nn.functional.layer_norm"]("x", repr(normalized), *(("w", "b") if affine else ()),
+                                                           eps=repr(eps))
+        expected = torch.nn.functional.layer_norm(x, normalized, weight if affine else None,
+                                                  bias if affine else None, eps)
+        close(run(code, **namespace, x=x, w=weight, b=bias), expected)
+
+
 @pytest.mark.parametrize("mask", ["bool", "additive"])
 def test_attention_with_a_boolean_or_additive_mask_as_torch(mask):
     """transformers' masks from pad ids: a bool mask (sdpa) keeps where True; an additive one (eager) adds the

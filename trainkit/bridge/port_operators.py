@@ -11,6 +11,21 @@ from typing import Callable, Dict
 
 from trainkit.bridge.port_layers import Unsupported
 
+#: Functions written into the generated module, for the operators MindSpore has no CPU kernel of.
+HELPERS: Dict[str, str] = {
+    "layer_norm": '''
+def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-05):
+    """PyTorch's F.layer_norm over the last len(normalized_shape) axes (MindSpore's functional layer_norm has no
+    CPU kernel; its LayerNorm primitive, nn.LayerNorm's, has)."""
+    axis = x.ndim - len(normalized_shape)
+    weight = ops.ones(normalized_shape, x.dtype) if weight is None else weight
+    bias = ops.zeros(normalized_shape, x.dtype) if bias is None else bias
+    return ops.LayerNorm(axis, axis, eps)(x, weight, bias)[0]
+''',
+}
+#: The helper each function's code calls.
+FUNCTION_HELPERS = {"torch.nn.functional.layer_norm": "layer_norm"}
+
 
 def _scaled(term: str, factor: str) -> str:
     return term if factor in ("1", "1.0") else f"{factor} * {term}"
@@ -71,6 +86,9 @@ FUNCTIONS: Dict[str, Callable[..., str]] = {
     "torch.where": _where, "torch.cumsum": _cumsum, "torch.diff": _diff, "torch.argmax": _argmax,
     "torch.softmax": _softmax, "torch.nn.functional.softmax": _softmax,
     "torch.masked_fill": lambda input, mask, value: f"ops.masked_fill({input}, {mask}, {value})",  # noqa: A002
+    "torch.nn.functional.layer_norm":
+        lambda input, normalized_shape, weight="None", bias="None", eps="1e-05":  # noqa: A002
+        f"layer_norm({input}, {normalized_shape}, {weight}, {bias}, {eps})",
     "torch.ne": lambda input, other: f"{input} != {other}", "torch.eq": lambda input, other: f"{input} == {other}",  # noqa: A002
 }
 METHODS: Dict[str, Callable[..., str]] = {

@@ -16,11 +16,13 @@ from trainkit.bridge.port_layers import Call, Unsupported
 FUNCTIONS = {**port_layers.FUNCTIONS, **port_operators.FUNCTIONS, **port_transformers.FUNCTIONS,
              **port_windows.FUNCTIONS}
 METHODS = {**port_layers.METHODS, **port_operators.METHODS, **port_transformers.METHODS, **port_windows.METHODS}
-HELPERS = {**port_layers.HELPERS, **port_transformers.HELPERS, **CLASS_HELPERS, **port_windows.HELPERS,
+HELPERS = {**port_layers.HELPERS, **port_operators.HELPERS, **port_transformers.HELPERS, **CLASS_HELPERS,
+           **port_windows.HELPERS,
            **port_buffers.HELPERS}
 HELPER_IMPORTS = {**port_layers.HELPER_IMPORTS, **port_transformers.HELPER_IMPORTS, **port_windows.HELPER_IMPORTS,
                   **port_buffers.HELPER_IMPORTS}
-FUNCTION_HELPERS = {**port_transformers.FUNCTION_HELPERS, **port_windows.FUNCTION_HELPERS}
+FUNCTION_HELPERS = {**port_operators.FUNCTION_HELPERS, **port_transformers.FUNCTION_HELPERS,
+                    **port_windows.FUNCTION_HELPERS}
 HELPER_NEEDS = {**port_transformers.HELPER_NEEDS, **port_windows.HELPER_NEEDS}
 
 

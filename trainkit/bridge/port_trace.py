@@ -167,10 +167,12 @@ def tracer_for(module: Any, recording: Optional[Recording], top: bool = False, m
                 arguments = signature.bind(*example[0], **example[1])
                 arguments.apply_defaults()
                 self.bound = dict(arguments.arguments)
-                # an argument it is called without (DLA's shortcut=None): `is None` cannot be traced, so fixed
-                nones = {name: None for name, value in self.bound.items() if value is None
+                # an argument it is called without (DLA's shortcut=None): `is None` cannot be traced, so fixed;
+                # a number or a string too (transformers' `logits_to_keep=0`, read by `isinstance(.., int)`)
+                nones = {name: value for name, value in self.bound.items()
+                         if (value is None or type(value) in (bool, int, float, str))
                          and signature.parameters[name].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD}
-                self.arguments += [f"{name}=None" for name in nones]
+                self.arguments += [f"{name}={value!r}" for name, value in nones.items()]
                 concrete_args = {**nones, **(concrete_args or {})} or None
             graph = super().trace(root, concrete_args)
             for node in graph.nodes:  # fx names a fixed argument's placeholder `name_1`; callers pass `name=`
