@@ -59,3 +59,28 @@ def test_a_transformers_model_ports_and_computes_what_pytorch_computes(name, on_
     actual = network(ms.Tensor(batch)).asnumpy()
     assert actual.shape == expected.shape == (3, 3)
     assert np.max(np.abs(actual - expected)) <= DEFAULT_TOLERANCE * np.max(np.abs(expected))
+
+
+def test_tied_weights_stay_one_parameter_held_once(on_path, capsys):
+    """GPT-2's lm_head.weight is its token embedding's table: the ported model shares one Parameter (a change to
+    one is the other's), the checkpoint holds it once, and the logits are PyTorch's. Mutations caught: the tie
+    line left out (two Parameters; the head's a copy), the alias kept in the state dict (the conversion refuses
+    a name the network lacks)."""
+    assert port(f"{MODELS}:gpt2_lm", {}, on_path / "lm", [16], input_ints=100) == 0, capsys.readouterr().out
+    assert "tied weights, one Parameter each as in PyTorch: lm_head.weight is transformer.wte.weight" \
+        in capsys.readouterr().out
+    assert "lm_head.weight" not in ms.load_checkpoint(str(on_path / "lm" / "weights.ckpt"))
+
+    network = importlib.import_module("lm.model").GPT2LMHeadModel()
+    ms.load_param_into_net(network, ms.load_checkpoint(str(on_path / "lm" / "weights.ckpt")), strict_load=True)
+    network.set_train(False)
+    assert network.lm_head.weight is network.transformer.wte.weight
+    assert [name for name, _ in network.parameters_and_names()].count("transformer.wte.weight") == 1
+    batch = _batch("gpt2", [16], 100)
+    model = torch_hf_models.gpt2_lm()
+    with torch.no_grad():
+        expected = model(torch.from_numpy(batch), attention_mask=torch.from_numpy(batch != 0).long()).logits.numpy()
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    actual = network(ms.Tensor(batch)).asnumpy()
+    assert actual.shape == expected.shape == (3, 16, 100)
+    assert np.max(np.abs(actual - expected)) <= DEFAULT_TOLERANCE * np.max(np.abs(expected))

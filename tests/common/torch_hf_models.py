@@ -51,3 +51,11 @@ def vit(**changes):
     config = transformers.ViTConfig(image_size=16, patch_size=8, num_channels=3, hidden_size=16, num_hidden_layers=2,
                                     num_attention_heads=2, intermediate_size=32, num_labels=3, **changes)
     return transformers.ViTForImageClassification(config).eval()
+
+
+def gpt2_lm(**changes):
+    """GPT-2 with its language-model head, whose weight is the token embedding's table (tie_word_embeddings)."""
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=100, n_embd=16, n_layer=1, n_head=2, n_positions=64, pad_token_id=0,
+                                     bos_token_id=1, eos_token_id=1, **changes)
+    return transformers.GPT2LMHeadModel(config).eval()

@@ -49,6 +49,7 @@ from trainkit.bridge.compare import (
 from trainkit.bridge.convert import convert_state_dict
 from trainkit.bridge.port_arguments import constructor_values
 from trainkit.bridge.port_source import PortFailure, generate, problem_lines
+from trainkit.bridge.port_ties import tied_parameters
 from trainkit.bridge.port_trace import masked
 from trainkit.bridge.state_dict import StateDict
 from trainkit.checks import package_name_problem
@@ -189,8 +190,9 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
                           "functions or options (listed above); nothing was written")
     init = port_code.docstring(f"{target} ported to MindSpore by python -m trainkit.port.") + "\n"
     check_generated({MODEL_FILE: ported.source, "__init__.py": init}, by="port")  # the last check: then files
+    aliases = dict(tied_parameters(model))  # a second name of one Parameter: the ported model holds it once
     state = {name: value.detach().cpu().float().numpy() if value.is_floating_point() else value.cpu().numpy()
-             for name, value in model.state_dict().items()}
+             for name, value in model.state_dict().items() if name not in aliases}
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "__init__.py").write_text(init, encoding="utf-8")
@@ -247,6 +249,9 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
               "(in the model config)")
     if project:
         print(f"train it in the project: cd {into} && {command}")
+    if aliases:
+        print(f"tied weights, one Parameter each as in PyTorch: "
+              f"{', '.join(f'{alias} is {name}' for alias, name in aliases.items())}")
     if ported.mask is not None:
         print(f"{ported.top} computes its {ported.mask.argument} from the ids: {ported.mask.describe()}, the "
               f"model's config.pad_token_id (compared with PyTorch's called with that mask)")

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from trainkit.bridge import port_arguments, port_buffers, port_code, port_layers, port_transformers
+from trainkit.bridge import port_arguments, port_buffers, port_code, port_layers, port_ties, port_transformers
 from trainkit.bridge.port_classes import CLASSES, IMPORTS, class_call
 from trainkit.bridge.port_layers import CONTAINERS, Call, Unsupported, render_call, target_name
 from trainkit.bridge.port_names import RESERVED, Namer
@@ -93,6 +93,7 @@ class Variant:
     parameters: List[Tuple[Tuple[Any, ...], str]] = field(default_factory=list)  # (slot path, argument name)
     arguments: Dict[str, Any] = field(default_factory=dict)  # the top class's: PyTorch's name -> default
     driven: Dict[Tuple[Any, ...], Any] = field(default_factory=dict)  # slot path -> code from the arguments, or Run
+    ties: List[str] = field(default_factory=list)  # the top's lines sharing a tied Parameter (port_ties)
 
 
 @dataclass
@@ -433,6 +434,7 @@ class _Generator:
             value = self.render_value(call, (attribute,), parameters, 8)
             lines.append(f"        self.{str.__str__(attribute)} = {value}" if port_code.safe_identifier(attribute)
                          else f"        setattr(self, {port_code.literal(attribute)}, {value})")  # PyTorch's name
+        lines += [f"        {line}" for line in variant.ties]
         lines.append("")
         lines += [f"    {line}" for line in variant.construct] or ["    def construct(self, x):", "        return x"]
         return "\n".join(lines)
@@ -497,6 +499,10 @@ def generate(model: Any, origin: str, rebuild: Optional[Callable[[Dict[str, Any]
                                               "port a module of your own that holds it", "(the model)"))
         return Port("", "", generator.problems)
     top_variant = top.kwargs["__instance__"][0]
+    try:
+        top_variant.ties = port_ties.tie_lines(model)
+    except Unsupported as error:
+        return Port("", "", [Problem(str(error), "(the model)")])
     if rebuild is not None and values:
         _take_arguments(generator, top_variant, values, rebuild, batch)
     imports = {name for helper in generator.helpers for name in HELPER_IMPORTS.get(helper, ())} | generator.imports
