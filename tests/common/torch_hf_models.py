@@ -54,8 +54,9 @@ def vit(**changes):
 
 
 def gpt2_lm(**changes):
-    """GPT-2 with its language-model head, whose weight is the token embedding's table (tie_word_embeddings)."""
+    """GPT-2 with its language-model head, whose weight is the token embedding's table (tie_word_embeddings), and
+    no pad id (GPT-2's default)."""
     torch.manual_seed(0)
-    config = transformers.GPT2Config(vocab_size=100, n_embd=16, n_layer=1, n_head=2, n_positions=64, pad_token_id=0,
-                                     bos_token_id=1, eos_token_id=1, **changes)
+    config = transformers.GPT2Config(vocab_size=100, n_embd=16, n_layer=1, n_head=2, n_positions=64, bos_token_id=1,
+                                     eos_token_id=1, **changes)
     return transformers.GPT2LMHeadModel(config).eval()
