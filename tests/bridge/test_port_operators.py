@@ -160,3 +160,33 @@ def test_attention_with_a_boolean_or_additive_mask_as_torch(mask):
         actual = namespace["scaled_dot_product_attention"](
             *(ms.Tensor(t.numpy()) for t in (q, k, v)), attn_mask=ms.Tensor(attn_mask.numpy()), scale=scale)
         close(actual.asnumpy(), expected)
+
+
+def test_embedding_with_padding_idx_gives_the_pad_row_no_gradient_as_torch():
+    """BERT's word embeddings have padding_idx=0: PyTorch leaves that row's gradient zero, so fine-tuning never
+    moves the pad vector; the ported Embedding computes the same vectors and the same gradient. Mutation caught:
+    padding_idx dropped (the pad row's gradient is the sum over the pads)."""
+    from trainkit.bridge.port_layers import layer_call
+
+    rng = random.Random(8)
+    for _ in range(4):
+        count, width = rng.randint(3, 9), rng.randint(1, 5)
+        padding = rng.choice([0, count - 1, -1])
+        module = torch.nn.Embedding(count, width, padding_idx=padding)
+        call = layer_call(module)
+        namespace = {"ops": ops, "ms": ms, "nn": ms.nn, "Parameter": ms.Parameter,
+                     "initializer": ms.common.initializer.initializer, "Normal": ms.common.initializer.Normal}
+        exec(HELPERS["Embedding"], namespace)  # noqa: S102 - the helper under test
+        layer = namespace["Embedding"](**call.kwargs)
+        layer.weight.set_data(ms.Tensor(module.weight.detach().numpy()))
+        ids = torch.randint(0, count, (2, 6))
+        ids[0, :2] = module.padding_idx  # pads for sure
+        upstream = torch.randn(2, 6, width)
+        vectors = module(ids)
+        (vectors * upstream).sum().backward()
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+        gradient = ms.grad(lambda t: (layer(t) * ms.Tensor(upstream.numpy())).sum(), grad_position=None,
+                           weights=layer.trainable_params())(ms.Tensor(ids.numpy()))[0]
+        close(layer(ms.Tensor(ids.numpy())).asnumpy(), vectors.detach())
+        close(gradient.asnumpy(), module.weight.grad)
+        assert not module.weight.grad[module.padding_idx].any()

@@ -52,14 +52,19 @@ class Conv1d(nn.Cell):
 ''',
     "Embedding": '''
 class Embedding(nn.Cell):
-    """PyTorch's Embedding: the table is called ``weight`` (MindSpore's Embedding calls it embedding_table)."""
+    """PyTorch's Embedding: the table is called ``weight`` (MindSpore's Embedding calls it embedding_table); with
+    ``padding_idx``, that row takes no gradient, as in PyTorch (a pad token's vector stays as it was)."""
 
-    def __init__(self, num_embeddings, embedding_dim):
+    def __init__(self, num_embeddings, embedding_dim, padding_idx=None):
         super().__init__()
         self.weight = Parameter(initializer(Normal(1.0), (num_embeddings, embedding_dim)), name="weight")
+        self.padding_idx = padding_idx
 
     def construct(self, ids):
-        return ops.gather(self.weight, ids, 0)
+        vectors = ops.gather(self.weight, ids, 0)
+        if self.padding_idx is None:
+            return vectors
+        return ops.where(ops.expand_dims(ids == self.padding_idx, -1), ops.stop_gradient(vectors), vectors)
 ''',
 }
 #: The imports each helper needs beyond ``from mindspore import nn, ops``.
@@ -139,7 +144,8 @@ def _group_norm(m) -> Call:
 def _embedding(m) -> Call:
     if m.max_norm is not None or m.sparse:
         raise Unsupported("max_norm or sparse")
-    return Call("Embedding", {"num_embeddings": m.num_embeddings, "embedding_dim": m.embedding_dim},
+    padding = {} if m.padding_idx is None else {"padding_idx": int(m.padding_idx)}  # PyTorch's: made non-negative
+    return Call("Embedding", {"num_embeddings": m.num_embeddings, "embedding_dim": m.embedding_dim, **padding},
                 helper="Embedding")
 
 
