@@ -185,7 +185,8 @@ def test_embedding_with_padding_idx_gives_the_pad_row_no_gradient_as_torch():
         vectors = module(ids)
         (vectors * upstream).sum().backward()
         ms.set_context(mode=ms.PYNATIVE_MODE)
-        gradient = ms.grad(lambda t: (layer(t) * ms.Tensor(upstream.numpy())).sum(), grad_position=None,
+        up = ms.Tensor(upstream.numpy())
+        gradient = ms.grad(lambda t, layer=layer, up=up: (layer(t) * up).sum(), grad_position=None,
                            weights=layer.trainable_params())(ms.Tensor(ids.numpy()))[0]
         close(layer(ms.Tensor(ids.numpy())).asnumpy(), vectors.detach())
         close(gradient.asnumpy(), module.weight.grad)
