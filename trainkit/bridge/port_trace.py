@@ -7,6 +7,11 @@ every traced operation on its inputs as it records it (a child's call stands for
 for those inputs is followed, and the trace remembers it (``decisions``; ``arguments`` for a flag argument): the
 generated ``construct`` then holds for inputs of that shape (for that argument), which the generated file and
 ``port`` say. A branch on a tensor's data still stops the trace, as it must.
+
+The same values carry Hugging Face ``transformers`` models through fx (transformers 5 has no fx tracer of its own):
+``len()`` of a shape and a ``ModelOutput``'s fields are answered from them (:func:`_proxy_classes`), a forward under
+decorators is traced as written, a ``**kwargs`` of flags and number arguments are taken as passed, a module built
+inside ``forward`` is inlined, and the top's ``attention_mask`` can be computed from its ids (:class:`PadMask`).
 """
 from __future__ import annotations
 
