@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import csv
 import importlib
 import json
@@ -36,6 +37,7 @@ from trainkit.app.tool_config import describe_network, set_device, tool_config
 from trainkit.bridge.convert import build_prepared, convert_state_dict
 from trainkit.bridge.name_mapping import Rule, load_rules, map_names, module_name
 from trainkit.bridge.state_dict import read_state_dict
+from trainkit.bridge.torch_import import import_torch
 from trainkit.data.input_file import open_input
 from trainkit.errors import CheckpointError, ConfigError, DataError
 from trainkit.rundir.output_file import write_text_whole, written_whole
@@ -120,7 +122,7 @@ def network_outputs(network: nn.Cell, batch: np.ndarray) -> Dict[str, np.ndarray
 
 def torch_outputs(model: Any, batch: np.ndarray) -> Dict[str, np.ndarray]:
     """Every module's output of a torch `model` (eval mode, no grad) on `batch`, keyed by module name."""
-    import torch
+    torch = import_torch()
 
     model.eval()
     with torch.no_grad():
@@ -170,6 +172,8 @@ def import_model(path: str, arguments: Dict[str, Any], option: str = "--torch-mo
     module_path, colon, attribute = path.partition(":")
     if not colon or not module_path or not attribute:
         raise ConfigError(f"{option} {path!r} is not valid: give MODULE:NAME, e.g. mypkg.models:resnet50")
+    with contextlib.suppress(ImportError):  # no PyTorch: the module's own import says what is missing
+        import_torch()  # torchvision's schemas where its operators do not load, before the module imports it
     try:
         module = importlib.import_module(module_path)
     except ImportError as error:
@@ -193,7 +197,7 @@ def import_model(path: str, arguments: Dict[str, Any], option: str = "--torch-mo
 
 def load_torch_weights(model: Any, weights: Path, key: Optional[str]) -> None:
     """Load `weights` strictly into the torch `model` (the prefix, if any, chosen as convert chooses it)."""
-    import torch
+    torch = import_torch()
 
     from trainkit.bridge.convert import choose_prefix
 

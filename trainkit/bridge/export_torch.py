@@ -21,6 +21,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from trainkit.bridge.name_mapping import BATCH_NORM_COUNTER, BATCH_NORM_NAMES, Rule, apply_rules, load_rules
+from trainkit.bridge.torch_import import import_torch
 from trainkit.errors import CheckpointError, ConfigError, DataError
 from trainkit.rundir.checkpoint_file import find_checkpoint
 from trainkit.rundir.output_file import written_whole
@@ -130,7 +131,7 @@ def write_torch(state: Dict[str, np.ndarray], output: Path) -> Path:
                 raise underlying from error
         else:
             try:
-                import torch
+                torch = import_torch()
             except ImportError as error:
                 raise ConfigError(f"{output}: writing a .pth needs PyTorch: pip install 'trainkit[torch]', or write "
                                   ".safetensors, which needs none") from error

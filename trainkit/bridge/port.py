@@ -52,6 +52,7 @@ from trainkit.bridge.port_source import PortFailure, generate, problem_lines
 from trainkit.bridge.port_ties import tied_parameters
 from trainkit.bridge.port_trace import masked
 from trainkit.bridge.state_dict import StateDict
+from trainkit.bridge.torch_import import import_torch
 from trainkit.checks import package_name_problem
 from trainkit.errors import CheckpointError, ConfigError, DataError
 from trainkit.generated_code import check_generated
@@ -136,7 +137,7 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
          tolerance: float = DEFAULT_TOLERANCE, force: bool = False, into: Optional[Path] = None) -> int:
     """Port `target` (``MODULE:CLASS`` with `arguments`) into `out`, or into the project `into` as its subpackage
     `out`; the exit status (see the module)."""
-    import torch
+    torch = import_torch()  # torchvision importable beside it: timm:create_model imports it
 
     check_batch(batch_size, input_shape)  # before the model is built, the batch drawn or a folder made
     project = find_project(into) if into is not None else None
@@ -342,7 +343,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--force", action="store_true", help="replace port's files in a folder that has them")
     args = parser.parse_args(argv)
     try:
-        import torch  # noqa: F401 - the check that the extra is installed
+        import_torch()  # the check that the extra is installed
     except ImportError:
         print("trainkit: error: port needs PyTorch: pip install 'trainkit[torch]'", file=sys.stderr)
         return 2

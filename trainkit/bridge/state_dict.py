@@ -17,6 +17,7 @@ from typing import Any, BinaryIO, Dict, List, Mapping, Optional, Union
 
 import numpy as np
 
+from trainkit.bridge.torch_import import import_torch
 from trainkit.data.input_file import open_input
 from trainkit.errors import CheckpointError
 
@@ -99,7 +100,7 @@ def _read_safetensors_raw(path: Path, data: bytes):
 
 def _read_torch(path: Path, stream: BinaryIO) -> Any:
     try:
-        import torch
+        torch = import_torch()
     except ImportError as error:
         raise CheckpointError(f"{path}: reading a PyTorch file needs PyTorch: pip install 'trainkit[torch]', or save "
                               "the state dict as .safetensors (safetensors.torch.save_file), which needs no PyTorch "
