@@ -53,18 +53,11 @@ MEMORY_PER_PARAMETER = 22.0
 
 
 def import_zoo():
-    """(torchvision, timm). torchvision 0.28.0 from the package index is built against a CUDA torch: defining the
-    two operator schemas its Python code registers fake kernels for lets it import beside the CPU torch (the same
-    trick as tests/common/torch_zoo.py, which bench/ does not import)."""
-    import torch
+    """(torchvision, timm), imported as port imports them (:mod:`trainkit.bridge.torch_import`: torchvision beside
+    a torch its C++ operators were not built for)."""
+    from trainkit.bridge.torch_import import import_torch
 
-    try:
-        torch.ops.torchvision.nms  # noqa: B018 - defined already where torchvision's C++ operators load
-    except (AttributeError, RuntimeError):
-        library = torch.library.Library("torchvision", "DEF")
-        library.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-        library.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-        import_zoo.library = library  # kept alive: the schemas go with the Library object
+    import_torch()
     import timm
     import torchvision
 

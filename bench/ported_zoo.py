@@ -28,20 +28,11 @@ CLASSES = 10
 
 
 def import_torchvision():
-    """torchvision 0.28.0 beside the CPU build of torch (DEVELOPERS.md, "torchvision and timm for the port tests").
+    """torchvision, imported as port imports it (:mod:`trainkit.bridge.torch_import`: beside a torch its C++
+    operators were not built for, such as the index's CPU torch)."""
+    from trainkit.bridge.torch_import import import_torch
 
-    Its wheel is built against a CUDA torch, so `import torchvision` stops on `torchvision::nms`; defining the two
-    operator schemas first is enough for the models, which use none of its C++ operators. (The tests' own copy of
-    this trick lives with the tests; bench/ does not import tests/.)"""
-    import torch
-
-    try:
-        torch.ops.torchvision.nms  # noqa: B018 -- defined already (a torchvision whose C++ ops load)
-    except (AttributeError, RuntimeError):
-        library = torch.library.Library("torchvision", "DEF")
-        library.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-        library.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-        import_torchvision.library = library  # kept alive: the schemas go with the Library object
+    import_torch()
     import torchvision
 
     return torchvision

@@ -1,15 +1,15 @@
 """Hugging Face ``transformers`` models as a user builds them in a test: a small config, random weights, nothing
-downloaded. ``import transformers`` imports torchvision where it is installed, so torchvision's two operator
-schemas are defined first (:func:`tests.common.torch_zoo.define_torchvision_schemas`). Each factory seeds torch, so
-a second call builds the same weights."""
+downloaded. ``import transformers`` imports torchvision where it is installed, so torch is imported as trainkit's
+bridge imports it (:func:`trainkit.bridge.torch_import.import_torch`: torchvision's two operator schemas defined
+where its C++ operators do not load). Each factory seeds torch, so a second call builds the same weights."""
 from __future__ import annotations
 
 import pytest
 
-from tests.common.torch_zoo import define_torchvision_schemas
-
 torch = pytest.importorskip("torch")
-define_torchvision_schemas()
+from trainkit.bridge.torch_import import import_torch  # noqa: E402 - after the skip where torch is missing
+
+import_torch()
 transformers = pytest.importorskip("transformers")
 
 TINY = {"vocab_size": 100, "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
