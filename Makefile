@@ -16,10 +16,7 @@ $(STAMP): pyproject.toml Makefile
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "Installing trainkit, MindSpore 2.10 and the test tools into $(VENV) (a minute or two on a new machine)..."
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,digits,torch,onnx]'  # torch: the PyTorch-import tests (CPU build)
-	@# torchvision and timm for the port tests: the index's torchvision names a CUDA torch, so no dependencies (see
-	@# DEVELOPERS.md, "torchvision and timm"); their own small dependencies come with the test extra
-	$(BIN)/python -m pip install --quiet --no-deps torchvision==0.28.0 timm==1.0.31
+	$(BIN)/python -m pip install --quiet -e '.[test,digits,torch,onnx]'  # torch: PyTorch (CPU build), torchvision, timm
 	@rm -f $(VENV)/.installed-* && touch $@
 
 train: $(STAMP)  ## train the quick-start recipe: a small CNN on the handwritten digits

@@ -14,16 +14,22 @@ input shape is the data's: that of the first batch of its evaluation set. ``mind
 
 Only then is the file renamed into place. Otherwise nothing is left behind, and one line says by how much.
 
+Where MindSpore's ONNX exporter has no operator for a layer (HSwish, HSigmoid, the exact GELU's Erf, padded or
+ceil_mode max and average pooling, adaptive pooling, GroupNorm), the ONNX file holds an equivalent composition of
+operators it has (:mod:`trainkit.tools.export_twins`), swapped in while the file is written and checked like
+any other; the network, its checkpoint and the MindIR form are unchanged.
+
 A MindIR takes any batch size (its first dimension is dynamic); MindSpore exports ONNX with static shapes only,
 so an ONNX file takes batches of ``--batch-size`` (default 1).
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Optional, Sequence, Tuple, Union
 
 import mindspore as ms
 import numpy as np
@@ -35,7 +41,8 @@ from trainkit.errors import ConfigError, DataError
 from trainkit.rundir.output_file import written_whole
 from trainkit.rundir.trust import add_trust_argument
 from trainkit.rundir.weights import WEIGHTS, refuse_existing
-from trainkit.tools.inference import InferenceCell, data_batch, load_trained, outputs
+from trainkit.tools.export_twins import onnx_twins
+from trainkit.tools.inference import data_batch, load_trained, outputs
 
 FORMATS = {".mindir": "MINDIR", ".onnx": "ONNX"}
 DEFAULT_TOLERANCE = 1e-4
@@ -57,6 +64,17 @@ class Exported:
     max_difference: float
     allowed: float
     conv_impl: Optional[str]
+    composed: Tuple[str, ...] = ()  # the layers an ONNX file holds as compositions (export_twins), by class
+
+
+@dataclass
+class Checked:
+    """A file :func:`write_checked` kept: its input shape, how far it is from the reference, what was composed."""
+
+    input_shape: tuple
+    max_difference: float
+    allowed: float
+    composed: Tuple[str, ...]
 
 
 def check_output(output: Path, force: bool) -> str:
@@ -95,10 +113,25 @@ def export_model(target: Union[str, Path], output: Union[str, Path], overrides: 
     batch = data_batch(trained.data, split, CHECK_SAMPLES)
     signals.phase("compile")
     reference = outputs(trained.network, batch)
+    checked = write_checked(network, batch, reference, output, file_format, batch_size, tolerance,
+                            f"{len(batch)} inputs of the {split} set")
+    return Exported(output, file_format, checked.input_shape, len(batch), checked.max_difference, checked.allowed,
+                    conv_impl, checked.composed)
+
+
+def write_checked(network: nn.Cell, batch: np.ndarray, reference: np.ndarray, output: Path, file_format: str,
+                  batch_size: int = 1, tolerance: float = DEFAULT_TOLERANCE, inputs: str = "the inputs") -> Checked:
+    """Write `network` (evaluation mode) to `output` as `file_format` (``MINDIR``/``ONNX``), run the file on `batch`
+    and keep it only if its outputs are within `tolerance` x max(1, largest |output|) of `reference`.
+
+    Raises:
+        ConfigError, DataError: MindSpore cannot export the network, or wrote no file (nothing is left).
+        ExportMismatch: the file's outputs differ by more; `output` is not written.
+    """
     shape = ((None,) if file_format == "MINDIR" else (batch_size,)) + tuple(batch.shape[1:])
     with written_whole(output, output.suffix.lower()) as temporary:  # MindSpore's export adds a missing suffix
         signals.phase("write")
-        _export(network, shape, batch.dtype, temporary, file_format, output)
+        composed = _export(network, shape, batch.dtype, temporary, file_format, output)
         signals.phase("check")
         got = _run_mindir(temporary, batch) if file_format == "MINDIR" else _run_onnx(temporary, batch, batch_size)
         difference = float(np.max(np.abs(got.astype(np.float64) - reference))) if got.shape == reference.shape \
@@ -107,18 +140,23 @@ def export_model(target: Union[str, Path], output: Union[str, Path], overrides: 
         if not difference <= allowed:
             raise ExportMismatch(
                 f"{output}: the exported model's outputs differ from trainkit's evaluation by {difference:.3g} "
-                f"(allowed: {allowed:.3g} = {tolerance:g} x max(1, largest |output|)) on {len(batch)} inputs of the "
-                f"{split} set{_shapes(got, reference)}: nothing was written")
-    return Exported(output, file_format, shape, len(batch), difference, allowed, conv_impl)
+                f"(allowed: {allowed:.3g} = {tolerance:g} x max(1, largest |output|)) on {inputs}"
+                f"{_shapes(got, reference)}{_composed(composed)}: nothing was written")
+    return Checked(shape, difference, allowed, composed)
+
+
+def _composed(composed: Tuple[str, ...]) -> str:
+    return f" (composed for ONNX: {', '.join(composed)})" if composed else ""
 
 
 def _shapes(got: np.ndarray, reference: np.ndarray) -> str:
     return "" if got.shape == reference.shape else f" (shapes {got.shape} and {reference.shape})"
 
 
-def _export(network: InferenceCell, shape: tuple, dtype: np.dtype, path: Path, file_format: str,
-            output: Path) -> None:
-    """Write `network` to `path` (a temporary name); errors name `output`, the file the user asked for."""
+def _export(network: nn.Cell, shape: tuple, dtype: np.dtype, path: Path, file_format: str,
+            output: Path) -> Tuple[str, ...]:
+    """Write `network` to `path` (a temporary name); errors name `output`, the file the user asked for. An ONNX
+    file gets the export twins of the layers its exporter lacks: their classes are returned, each with its count."""
     dtype_ms = ms.Tensor(np.zeros((), dtype)).dtype
     example = (ms.Tensor(shape=list(shape), dtype=dtype_ms) if None in shape
                else ms.Tensor(np.zeros(shape, dtype)))
@@ -126,8 +164,10 @@ def _export(network: InferenceCell, shape: tuple, dtype: np.dtype, path: Path, f
         if file_format == "ONNX":  # mindspore.export's ONNX path is deprecated in 2.10 (and says so on every export)
             from mindspore.onnx import export as export_onnx
 
-            export_onnx(network, example, file_name=str(path))
+            with onnx_twins(network) as swapped:
+                export_onnx(network, example, file_name=str(path))
         else:
+            swapped = []
             ms.export(network, example, file_name=str(path), file_format=file_format)
     except (RuntimeError, ValueError, TypeError) as error:  # an operator the format has no counterpart for
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
@@ -136,6 +176,8 @@ def _export(network: InferenceCell, shape: tuple, dtype: np.dtype, path: Path, f
     if not path.is_file():  # mindspore.onnx.export logs a failed write (a full disk) and returns
         raise DataError(f"{output}: MindSpore's export wrote no file (its reason is in its log line above); "
                         "nothing was written")
+    counts = collections.Counter(swapped)
+    return tuple(name if count == 1 else f"{count} {name}" for name, count in sorted(counts.items()))
 
 
 def _run_mindir(path: Path, batch: np.ndarray) -> np.ndarray:
@@ -196,6 +238,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
     shape = "x".join("N" if size is None else str(size) for size in done.input_shape)
     native = f", conv_impl native (trained with {done.conv_impl})" if done.conv_impl != "native" else ""
+    native += f", composed for ONNX: {', '.join(done.composed)}" if done.composed else ""
     print(f"wrote {done.path}: {done.file_format}, input {shape}{native}, {args.weights} weights; checked on "
           f"{done.samples} inputs of the {args.split} set: largest difference from trainkit's evaluation "
           f"{done.max_difference:.3g} (allowed {done.allowed:.3g})")

@@ -1,0 +1,317 @@
+"""Export-only twins: the layers MindSpore's ONNX exporter has no operator for, written with operators it has.
+
+MindSpore 2.10's ONNX exporter stops on a network that uses any of these (``Can not find key ... in convert map``),
+though each computes what an ONNX graph can. :func:`onnx_twins` swaps them for a composition while the file is
+written, and puts everything back after; checkpoints and the network the run trains are never changed, and the
+written file is checked by onnxruntime against trainkit's own evaluation before it is kept.
+
+=========================================  ==============================  ==========================================
+layer or function                          MindSpore's operator            exported as
+=========================================  ==============================  ==========================================
+``nn.HSwish``, ``ops.hardswish``           HSwish                          ``x * relu6(x + 3) / 6``
+``nn.HSigmoid``, ``ops.hardsigmoid``       HSigmoid                        ``relu6(x + 3) / 6``
+``nn.GELU(approximate=False)``,            Erf                             ``x / 2 * (1 + erf(x / sqrt 2))``, erf by
+``ops.gelu(approximate='none')``                                           Abramowitz-Stegun 7.1.26 (error <= 1.5e-7)
+``nn.MaxPool2d`` padded or ``ceil_mode``,  MaxPool3DWithArgmax,            the input padded with -inf (concatenated),
+``ops.max_pool2d``                         MaxPoolWithArgmaxV2             then an unpadded MaxPool
+``nn.AvgPool2d`` padded or ``ceil_mode``,  AvgPool3D                       zero padding and an unpadded AveragePool,
+``ops.avg_pool2d``                                                         divided by the window's count of counted
+                                                                           elements (PyTorch's divisor)
+``nn.AdaptiveAvgPool2d``,                  AdaptiveAvgPool2D               per output row then column, the mean (max)
+``nn.AdaptiveMaxPool2d``, and ``ops``'     AdaptiveMaxPool2D               of PyTorch's bin ``[floor(i L / o),
+``adaptive_avg/max_pool2d``                                                ceil((i + 1) L / o))``
+``nn.GroupNorm``                           GroupNorm                       mean and variance over each group
+=========================================  ==============================  ==========================================
+
+``nn.LayerNorm``, ``nn.SiLU``, ``nn.GELU(approximate=True)``, ``nn.ReLU6`` and unpadded pooling export as they
+are. Layers are swapped where their class is exactly MindSpore's; functions where a module that defines a Cell of
+the network (a ported ``model.py``) calls them through its global ``ops``, which points at :mod:`trainkit.tools.
+export_ops` meanwhile. A max pooling with dilation has no twin and still stops the export.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import sys
+from typing import Iterator, List, Optional, Sequence, Tuple
+
+from mindspore import nn, ops
+
+SQRT_HALF = 1.0 / math.sqrt(2.0)
+NEGATIVE_INFINITY = float("-inf")  # max pooling's padding
+# Abramowitz and Stegun 7.1.26: erf(x) = 1 - (a1 t + ... + a5 t^5) exp(-x^2), t = 1 / (1 + p x), x >= 0
+_ERF_P = 0.3275911
+_ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+
+
+# ------------------------------------------------------------------- compositions (each a graph-mode function)
+def hard_swish(x):
+    """PyTorch's Hardswish: ``x * relu6(x + 3) / 6``."""
+    return x * ops.relu6(x + 3.0) / 6.0
+
+
+def hard_sigmoid(x):
+    """PyTorch's Hardsigmoid: ``relu6(x + 3) / 6``."""
+    return ops.relu6(x + 3.0) / 6.0
+
+
+def erf(x):
+    """erf without the Erf operator (Abramowitz-Stegun 7.1.26, absolute error at most 1.5e-7); no Reciprocal and
+    no Sign either (the exporter lacks both): a division of tensors and a select."""
+    magnitude = ops.abs(x)
+    t = ops.ones_like(x) / (1.0 + _ERF_P * magnitude)
+    poly = t * (_ERF_A[0] + t * (_ERF_A[1] + t * (_ERF_A[2] + t * (_ERF_A[3] + t * _ERF_A[4]))))
+    positive = 1.0 - poly * ops.exp(-magnitude * magnitude)
+    return ops.where(x < 0, -positive, positive)
+
+
+def gelu_erf(x):
+    """PyTorch's exact GELU, ``x / 2 * (1 + erf(x / sqrt 2))``, with :func:`erf`."""
+    return 0.5 * x * (1.0 + erf(x * SQRT_HALF))
+
+
+def _pad_axis(x, axis, before, after, value):
+    """`x` with `before` and `after` elements of `value` added on `axis` (concatenated: no Pad operator)."""
+    parts = []
+    if before > 0:
+        shape = x.shape[:axis] + (before,) + x.shape[axis + 1:]
+        parts.append(ops.full(shape, value, dtype=x.dtype))
+    parts.append(x)
+    if after > 0:
+        shape = x.shape[:axis] + (after,) + x.shape[axis + 1:]
+        parts.append(ops.full(shape, value, dtype=x.dtype))
+    if len(parts) == 1:
+        return x
+    return ops.cat(parts, axis)
+
+
+def pool_windows(length, kernel, stride, padding, ceil_mode):
+    """(outputs, padding after the input) of PyTorch's pooling along one axis: the padded length an unpadded pooling
+    needs to give PyTorch's output count (its ceil_mode rule: the last window starts inside the input or the left
+    padding)."""
+    span = length + 2 * padding - kernel + ((stride - 1) if ceil_mode else 0)
+    outputs = span // stride + 1
+    if ceil_mode and (outputs - 1) * stride >= length + padding:
+        outputs = outputs - 1
+    needed = (outputs - 1) * stride + kernel
+    return outputs, max(needed - length - padding, 0)
+
+
+def max_pool_2d(x, kernel, stride, padding, ceil_mode):
+    """PyTorch's max_pool2d (dilation 1): -inf padding, then an unpadded MaxPool."""
+    _, after_h = pool_windows(x.shape[2], kernel[0], stride[0], padding[0], ceil_mode)
+    _, after_w = pool_windows(x.shape[3], kernel[1], stride[1], padding[1], ceil_mode)
+    x = _pad_axis(x, 2, padding[0], after_h, NEGATIVE_INFINITY)
+    x = _pad_axis(x, 3, padding[1], after_w, NEGATIVE_INFINITY)
+    return ops.MaxPool(kernel_size=kernel, strides=stride)(x)
+
+
+def _counted(length, padding, after, include_padding, dtype):
+    """One axis' mask of the elements PyTorch counts in an average's divisor: the input, and with count_include_pad
+    the padding on both sides too (a ceil_mode window's part beyond that is never counted)."""
+    ones = ops.ones((1, 1, length, 1), dtype)
+    if include_padding:
+        ones = _pad_axis(ones, 2, padding, min(after, padding), 1.0)
+        return _pad_axis(ones, 2, 0, after - min(after, padding), 0.0)
+    return _pad_axis(ones, 2, padding, after, 0.0)
+
+
+def avg_pool_2d(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    """PyTorch's avg_pool2d: zero padding, an unpadded AveragePool, and PyTorch's divisor (the counted elements of
+    each window, or `divisor_override` when above 0)."""
+    _, after_h = pool_windows(x.shape[2], kernel[0], stride[0], padding[0], ceil_mode)
+    _, after_w = pool_windows(x.shape[3], kernel[1], stride[1], padding[1], ceil_mode)
+    pool = ops.AvgPool(kernel_size=kernel, strides=stride)
+    padded = _pad_axis(_pad_axis(x, 2, padding[0], after_h, 0.0), 3, padding[1], after_w, 0.0)
+    mean = pool(padded)
+    if divisor_override > 0:
+        return mean * (kernel[0] * kernel[1] / divisor_override)
+    rows = _counted(x.shape[2], padding[0], after_h, count_include_pad, x.dtype)
+    columns = ops.swapaxes(_counted(x.shape[3], padding[1], after_w, count_include_pad, x.dtype), 2, 3)
+    return mean / pool(rows * columns)
+
+
+def _adaptive_axis(x, axis, size, use_max):
+    """`x` pooled to `size` along `axis` over PyTorch's adaptive bins (mean, or max)."""
+    length = x.shape[axis]
+    if size == length:
+        return x
+    parts = []
+    for index in range(size):
+        start = (index * length) // size
+        end = -((-(index + 1) * length) // size)
+        piece = ops.narrow(x, axis, start, end - start)
+        parts.append(piece.max(axis=axis, keepdims=True) if use_max else ops.mean(piece, axis, keep_dims=True))
+    if size == 1:
+        return parts[0]
+    return ops.cat(parts, axis)
+
+
+def adaptive_pool_2d(x, output_size, use_max):
+    """PyTorch's adaptive average (max) pooling to `output_size` (-1 or None keeps a side): separable, so the rows'
+    bins, then the columns'."""
+    height = x.shape[2] if output_size[0] is None or output_size[0] < 0 else output_size[0]
+    width = x.shape[3] if output_size[1] is None or output_size[1] < 0 else output_size[1]
+    return _adaptive_axis(_adaptive_axis(x, 2, height, use_max), 3, width, use_max)
+
+
+def group_norm(x, groups, gamma, beta, eps):
+    """GroupNorm of an NC... tensor: each group's mean and biased variance, then the per-channel affine."""
+    shape = x.shape
+    grouped = ops.reshape(x, (shape[0], groups, -1))
+    mean = ops.mean(grouped, 2, keep_dims=True)
+    centred = grouped - mean
+    variance = ops.mean(centred * centred, 2, keep_dims=True)
+    normalised = ops.reshape(centred / ops.sqrt(variance + eps), shape)
+    affine = (1, shape[1]) + (1,) * (len(shape) - 2)
+    return normalised * ops.reshape(gamma, affine) + ops.reshape(beta, affine)
+
+
+# ------------------------------------------------------------------- twin Cells
+class HSwishTwin(nn.Cell):
+    """nn.HSwish as :func:`hard_swish`."""
+
+    def construct(self, x):
+        return hard_swish(x)
+
+
+class HSigmoidTwin(nn.Cell):
+    """nn.HSigmoid as :func:`hard_sigmoid`."""
+
+    def construct(self, x):
+        return hard_sigmoid(x)
+
+
+class GELUTwin(nn.Cell):
+    """nn.GELU(approximate=False) as :func:`gelu_erf`."""
+
+    def construct(self, x):
+        return gelu_erf(x)
+
+
+class MaxPool2dTwin(nn.Cell):
+    """A padded or ceil_mode nn.MaxPool2d as :func:`max_pool_2d`."""
+
+    def __init__(self, kernel: Tuple[int, int], stride: Tuple[int, int], padding: Tuple[int, int], ceil_mode: bool):
+        super().__init__()
+        self.kernel, self.stride, self.padding, self.ceil_mode = kernel, stride, padding, ceil_mode
+
+    def construct(self, x):
+        return max_pool_2d(x, self.kernel, self.stride, self.padding, self.ceil_mode)
+
+
+class AvgPool2dTwin(nn.Cell):
+    """A padded or ceil_mode nn.AvgPool2d as :func:`avg_pool_2d`."""
+
+    def __init__(self, kernel: Tuple[int, int], stride: Tuple[int, int], padding: Tuple[int, int], ceil_mode: bool,
+                 count_include_pad: bool, divisor_override: int):
+        super().__init__()
+        self.kernel, self.stride, self.padding, self.ceil_mode = kernel, stride, padding, ceil_mode
+        self.count_include_pad, self.divisor_override = count_include_pad, divisor_override
+
+    def construct(self, x):
+        return avg_pool_2d(x, self.kernel, self.stride, self.padding, self.ceil_mode, self.count_include_pad,
+                           self.divisor_override)
+
+
+class AdaptivePool2dTwin(nn.Cell):
+    """nn.AdaptiveAvgPool2d or nn.AdaptiveMaxPool2d as :func:`adaptive_pool_2d`."""
+
+    def __init__(self, output_size: Tuple[int, int], use_max: bool):
+        super().__init__()
+        self.output_size, self.use_max = output_size, use_max
+
+    def construct(self, x):
+        return adaptive_pool_2d(x, self.output_size, self.use_max)
+
+
+class GroupNormTwin(nn.Cell):
+    """nn.GroupNorm as :func:`group_norm`, on the original layer's own ``gamma`` and ``beta`` (the same Parameters:
+    nothing is copied, and no name changes)."""
+
+    def __init__(self, original: nn.GroupNorm):
+        super().__init__(auto_prefix=False)
+        self.groups, self.eps = original.num_groups, float(original.eps)
+        self.gamma, self.beta = original.gamma, original.beta
+
+    def construct(self, x):
+        return group_norm(x, self.groups, self.gamma, self.beta, self.eps)
+
+
+def _pair(values: Sequence[int]) -> Tuple[int, int]:
+    return int(values[-2]), int(values[-1])
+
+
+def twin_of(cell: nn.Cell) -> Optional[nn.Cell]:
+    """The export twin of `cell`, or None where it exports as it is (or has no twin)."""
+    kind = type(cell)
+    if kind is nn.HSwish:
+        return HSwishTwin()
+    if kind is nn.HSigmoid:
+        return HSigmoidTwin()
+    if kind is nn.GELU and getattr(cell, "approximate", None) == "none":
+        return GELUTwin()
+    if kind is nn.MaxPool2d and getattr(cell, "use_pad", False):
+        attrs = cell.max_pool.attrs  # MaxPool3DWithArgmax on an added depth axis: (1, h, w) each
+        if tuple(attrs["dilation"][-2:]) != (1, 1) or cell.return_indices:
+            return None
+        return MaxPool2dTwin(_pair(attrs["ksize"]), _pair(attrs["strides"]), _pair(attrs["pads"]),
+                             bool(attrs["ceil_mode"]))
+    if kind is nn.AvgPool2d and type(getattr(cell, "avg_pool", None)).__name__ == "AvgPool3D":
+        attrs = cell.avg_pool.attrs  # (front, back, top, bottom, left, right) padding; top == bottom from PyTorch
+        pad = attrs["pad_list"]
+        if pad[2] != pad[3] or pad[4] != pad[5]:
+            return None
+        return AvgPool2dTwin(_pair(attrs["kernel_size"]), _pair(attrs["strides"]), (int(pad[2]), int(pad[4])),
+                             bool(attrs["ceil_mode"]), bool(attrs["count_include_pad"]),
+                             int(attrs["divisor_override"]))
+    if kind is nn.AdaptiveAvgPool2d:
+        return AdaptivePool2dTwin(_pair(cell.adaptive_avgpool2d.attrs["output_size"]), use_max=False)
+    if kind is nn.AdaptiveMaxPool2d and not cell.return_indices:
+        size = cell.output_size if isinstance(cell.output_size, tuple) else (cell.output_size, cell.output_size)
+        return AdaptivePool2dTwin(tuple(-1 if side is None else int(side) for side in size), use_max=True)
+    if kind is nn.GroupNorm and cell.affine:
+        return GroupNormTwin(cell)
+    return None
+
+
+# ------------------------------------------------------------------- the swap
+def _replace(parent: nn.Cell, key: str, child: nn.Cell) -> None:
+    """`parent`'s child `key` becomes `child`, with no parameter renamed (``setattr`` and a SequentialCell's
+    ``__setitem__`` prefix the new child's parameter names)."""
+    parent.insert_child_to_cell(key, child)
+    if isinstance(parent, nn.SequentialCell):
+        parent.cell_list = list(parent.name_cells().values())
+
+
+@contextlib.contextmanager
+def onnx_twins(network: nn.Cell) -> Iterator[List[str]]:
+    """While inside, `network`'s layers that ONNX export lacks an operator for are their twins, and the modules that
+    define its Cells call :mod:`trainkit.tools.export_ops` as ``ops``; yields the names of the swapped layers.
+    Everything is put back on leaving, also after an error."""
+    import mindspore
+
+    from trainkit.tools import export_ops
+
+    swapped: List[Tuple[nn.Cell, str, nn.Cell]] = []
+    patched = []
+    try:
+        for _, cell in list(network.cells_and_names()):
+            module = sys.modules.get(type(cell).__module__)
+            if (module is not None and getattr(module, "ops", None) is mindspore.ops
+                    and not module.__name__.startswith(("mindspore", "trainkit.tools"))
+                    and all(module is not done for done in patched)):
+                module.ops = export_ops
+                patched.append(module)
+            for key, child in list(cell.name_cells().items()):
+                twin = twin_of(child) if child is not None else None
+                if twin is not None:
+                    twin.set_train(child.training)
+                    _replace(cell, key, twin)
+                    swapped.append((cell, key, child))
+        yield [f"{type(child).__name__}" for _, _, child in swapped]
+    finally:
+        for parent, key, child in reversed(swapped):
+            _replace(parent, key, child)
+        for module in patched:
+            module.ops = mindspore.ops
