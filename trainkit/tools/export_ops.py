@@ -2,15 +2,14 @@
 onnx_twins` writes an ONNX file: every name is ``mindspore.ops``' own, except the functions whose operators the
 ONNX exporter lacks, which are compositions of operators it has (same signatures, same results).
 
-A real module, not an object: MindSpore's graph compiler resolves a global it meets by its module's name.
+A real module, not an object, holding every public name of ``mindspore.ops`` itself: MindSpore's graph compiler
+resolves a global it meets by its module's name, then the attribute in that module's namespace.
 """
 from mindspore import ops as _ops
 
 from trainkit.tools import export_twins as _twins
 
-
-def __getattr__(name: str):
-    return getattr(_ops, name)
+globals().update({name: getattr(_ops, name) for name in dir(_ops) if not name.startswith("_")})
 
 
 def _two(value):
