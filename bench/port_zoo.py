@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "coming-from-pytorch.md"
 BEGIN, END = "<!-- port-zoo table: begin -->", "<!-- port-zoo table: end -->"
-TIMM_MODELS = ["resnet18", "resnet50", "resnext26ts", "efficientnet_b0", "efficientnet_lite0", "mobilenetv3_small_050",
+TIMM_MODELS = ["resnet10t", "resnet18", "resnet50", "resnext26ts", "efficientnet_b0", "efficientnet_lite0", "mobilenetv3_small_050",
                "mobilenetv3_large_100", "mobilenetv4_conv_small", "convnext_atto", "regnetx_002", "regnety_002",
                "ghostnet_050", "lcnet_050", "mixnet_s", "densenet121", "dla34", "vgg11", "vit_tiny_patch16_224",
                "deit_tiny_patch16_224", "swin_tiny_patch4_window7_224"]
@@ -70,10 +70,11 @@ class Result:
     ported: str
     agrees: str
     seconds: Optional[float]
+    onnx: str = ""  # the ported network exported to ONNX (trainkit.tools.deploy.write_checked): kept, or why not
 
     def row(self) -> str:
         seconds = "" if self.seconds is None else f"{self.seconds:.1f}"
-        return f"| {self.model} | {self.ported} | {self.agrees} | {seconds} |"
+        return f"| {self.model} | {self.ported} | {self.agrees} | {self.onnx} | {seconds} |"
 
 
 def parameter_count(factory, arguments: Dict[str, Any]) -> int:
@@ -157,7 +158,37 @@ def port_one(label: str, target: str, arguments: Dict[str, Any], shape, folder: 
         lines = printed.getvalue().strip().splitlines()
         return Result(label, "yes", f"no: {_cell(lines[-1] if lines else 'no comparison', 110)}", seconds)
     agrees = ("yes" if status == 0 else "no") + (f" ({difference[0]:.1e}; {difference[1]:.1e})" if difference else "")
-    return Result(label, "yes", agrees, seconds)
+    return Result(label, "yes", agrees, seconds, onnx_cell(folder, shape))
+
+
+def onnx_cell(folder: Path, shape) -> str:
+    """Whether the ported network (``model.py`` with ``weights.ckpt``, built for inference as ``export`` builds it)
+    exports to ONNX and agrees with MindSpore's own outputs on port's batch (2 at `shape`, seed 0), as
+    ``python -m trainkit.export RUN model.onnx`` checks a file before keeping it: the row's cell."""
+    import hydra.utils
+    import mindspore as ms
+    from omegaconf import OmegaConf
+
+    from trainkit.bridge.compare import fixed_batch
+    from trainkit.errors import ConfigError, DataError
+    from trainkit.tools.deploy import ExportMismatch, write_checked
+    from trainkit.tools.inference import InferenceCell, outputs
+
+    try:
+        network = hydra.utils.instantiate(OmegaConf.load(folder / "conf" / "model" / f"{folder.name}.yaml"))
+        ms.load_param_into_net(network, ms.load_checkpoint(str(folder / "weights.ckpt")), strict_load=True)
+        network = InferenceCell(network)
+        batch = fixed_batch([2, *shape], 0)
+        # beside the port's folder, not in it (its files are the port's own): zoo<N>.onnx
+        checked = write_checked(network, batch, outputs(network, batch), folder.with_suffix(".onnx"), "ONNX", 2)
+    except (ConfigError, DataError, ExportMismatch) as error:
+        reason = str(error).split(": ", 1)[-1]
+        return f"no: {_cell(reason.replace('MindSpore cannot export this network as ONNX ', ''), 110)}"
+    except Exception as error:  # noqa: BLE001 - the row says what it was
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        return f"no: {type(error).__name__}: {_cell(first, 90)}"
+    composed = f"; composed: {', '.join(checked.composed)}" if checked.composed else ""
+    return f"yes ({checked.max_difference:.1e}{composed})"
 
 
 def _network_difference(table: Path) -> Optional[Tuple[float, float]]:
@@ -201,8 +232,8 @@ def earlier_rows(paths: Sequence[Path]) -> Dict[str, Result]:
     for path in paths:
         for line in path.read_text(encoding="utf-8").splitlines():
             cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-            if line.startswith("| ") and len(cells) == 4 and not cells[1].startswith("not run"):
-                found[cells[0]] = Result(cells[0], cells[1], cells[2], float(cells[3]) if cells[3] else None)
+            if line.startswith("| ") and len(cells) == 5 and not cells[1].startswith("not run"):
+                found[cells[0]] = Result(cells[0], cells[1], cells[2], float(cells[4]) if cells[4] else None, cells[3])
     return found
 
 
@@ -304,8 +335,12 @@ def _row(outcome, budget: float) -> Result:
 def table(results: Sequence[Result], settings: str) -> str:
     lines = [f"Made by `python -m bench.port_zoo` ({settings}); random weights (a tensor the model "
              "initialises to zeros, such as ViT's head, drawn at random too), `num_classes=10`, a batch of 2 "
-             "at 64x64 unless the model needs more.", "",
-             "| model | ported | agrees (max abs diff; relative) | seconds |", "|---|---|---|---|"]
+             "at 64x64 unless the model needs more. ONNX: the ported network (`model.py` and `weights.ckpt`) "
+             "written as `python -m trainkit.export RUN model.onnx` writes it and kept only if onnxruntime's outputs "
+             "are within 1e-4 x max(1, largest |output|) of MindSpore's on the same batch; \"composed\" names the "
+             "layers written as compositions of operators the exporter has (docs/predict-deploy.md).", "",
+             "| model | ported | agrees (max abs diff; relative) | ONNX exported and agrees (max abs diff) | seconds |",
+             "|---|---|---|---|---|"]
     return "\n".join(lines + [result.row() for result in results])
 
 

@@ -108,7 +108,7 @@ def test_bad_options_are_one_line_naming_them(capsys):
 def test_a_model_needing_more_memory_than_the_run_has_is_listed_with_the_reason():
     rows = port_zoo.run(["torchvision squeezenet1_1"], 1e9, 60, {}, memory=2 ** 20)
     assert [row.row() for row in rows] == [
-        "| torchvision squeezenet1_1 | not run: 1 M parameters need about 1 GiB, this run has 0 GiB |  |  |"]
+        "| torchvision squeezenet1_1 | not run: 1 M parameters need about 1 GiB, this run has 0 GiB |  |  |  |"]
 
 
 # -- a worker's port writes what the earlier flow wrote ------------------------------------------------------------

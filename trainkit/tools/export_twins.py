@@ -31,7 +31,9 @@ export_ops` meanwhile. A max pooling with dilation has no twin and still stops t
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
+import re
 import sys
 from typing import Iterator, List, Optional, Sequence, Tuple
 
@@ -276,6 +278,20 @@ def twin_of(cell: nn.Cell) -> Optional[nn.Cell]:
 
 
 # ------------------------------------------------------------------- the swap
+COMPOSED_FUNCTIONS = ("hardswish", "hardsigmoid", "gelu", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d",
+                      "adaptive_max_pool2d")  # trainkit.tools.export_ops' own
+
+
+def _composed_functions(module) -> List[str]:
+    """``ops.gelu`` and the like: the composed functions `module`'s source calls (for the report; a call of the
+    tanh GELU, which exports as it is, is named too)."""
+    try:
+        source = inspect.getsource(module)
+    except (OSError, TypeError):
+        return []
+    return [f"ops.{name}" for name in COMPOSED_FUNCTIONS if re.search(rf"\bops\.{name}\(", source)]
+
+
 def _replace(parent: nn.Cell, key: str, child: nn.Cell) -> None:
     """`parent`'s child `key` becomes `child`, with no parameter renamed (``setattr`` and a SequentialCell's
     ``__setitem__`` prefix the new child's parameter names)."""
@@ -294,7 +310,7 @@ def onnx_twins(network: nn.Cell) -> Iterator[List[str]]:
     from trainkit.tools import export_ops
 
     swapped: List[Tuple[nn.Cell, str, nn.Cell]] = []
-    patched = []
+    patched, functions = [], []
     try:
         for _, cell in list(network.cells_and_names()):
             module = sys.modules.get(type(cell).__module__)
@@ -303,13 +319,14 @@ def onnx_twins(network: nn.Cell) -> Iterator[List[str]]:
                     and all(module is not done for done in patched)):
                 module.ops = export_ops
                 patched.append(module)
+                functions.extend(_composed_functions(module))
             for key, child in list(cell.name_cells().items()):
                 twin = twin_of(child) if child is not None else None
                 if twin is not None:
                     twin.set_train(child.training)
                     _replace(cell, key, twin)
                     swapped.append((cell, key, child))
-        yield [f"{type(child).__name__}" for _, _, child in swapped]
+        yield [type(child).__name__ for _, _, child in swapped] + functions
     finally:
         for parent, key, child in reversed(swapped):
             _replace(parent, key, child)
