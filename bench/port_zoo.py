@@ -32,10 +32,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "coming-from-pytorch.md"
 BEGIN, END = "<!-- port-zoo table: begin -->", "<!-- port-zoo table: end -->"
-TIMM_MODELS = ["resnet10t", "resnet18", "resnet50", "resnext26ts", "efficientnet_b0", "efficientnet_lite0", "mobilenetv3_small_050",
-               "mobilenetv3_large_100", "mobilenetv4_conv_small", "convnext_atto", "regnetx_002", "regnety_002",
-               "ghostnet_050", "lcnet_050", "mixnet_s", "densenet121", "dla34", "vgg11", "vit_tiny_patch16_224",
-               "deit_tiny_patch16_224", "swin_tiny_patch4_window7_224"]
+TIMM_MODELS = ["resnet10t", "resnet18", "resnet50", "resnext26ts", "efficientnet_b0", "efficientnet_lite0",
+               "mobilenetv3_small_050", "mobilenetv3_large_100", "mobilenetv4_conv_small", "convnext_atto",
+               "regnetx_002", "regnety_002", "ghostnet_050", "lcnet_050", "mixnet_s", "densenet121", "dla34", "vgg11",
+               "vit_tiny_patch16_224", "deit_tiny_patch16_224", "swin_tiny_patch4_window7_224"]
 # sample shapes other than 3x64x64, and constructor arguments beyond num_classes=10
 SHAPES = {"inception_v3": (3, 96, 96), "vit_h_14": (3, 70, 70), "maxvit_t": (3, 224, 224),
           "swin_tiny_patch4_window7_224": (3, 224, 224)}

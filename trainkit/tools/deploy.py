@@ -26,10 +26,13 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
+import inspect
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence, Tuple, Union
+from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
 import mindspore as ms
 import numpy as np
@@ -41,7 +44,7 @@ from trainkit.errors import ConfigError, DataError
 from trainkit.rundir.output_file import written_whole
 from trainkit.rundir.trust import add_trust_argument
 from trainkit.rundir.weights import WEIGHTS, refuse_existing
-from trainkit.tools.export_twins import onnx_twins
+from trainkit.tools import export_ops, export_twins
 from trainkit.tools.inference import data_batch, load_trained, outputs
 
 FORMATS = {".mindir": "MINDIR", ".onnx": "ONNX"}
@@ -201,6 +204,59 @@ def _run_onnx(path: Path, batch: np.ndarray, batch_size: int) -> np.ndarray:
         padded = np.concatenate([chunk, np.repeat(chunk[-1:], batch_size - len(chunk), axis=0)])
         results.append(session.run(None, {name: padded})[0][:len(chunk)])
     return np.concatenate(results)
+
+
+COMPOSED_FUNCTIONS = ("hardswish", "hardsigmoid", "gelu", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d",
+                      "adaptive_max_pool2d")  # trainkit.tools.export_ops' own
+
+
+def _composed_functions(module) -> List[str]:
+    """``ops.gelu`` and the like: the composed functions `module`'s source calls (for the report; a call of the
+    tanh GELU, which exports as it is, is named too)."""
+    try:
+        source = inspect.getsource(module)
+    except (OSError, TypeError):
+        return []
+    return [f"ops.{name}" for name in COMPOSED_FUNCTIONS if re.search(rf"\bops\.{name}\(", source)]
+
+
+def _replace(parent: nn.Cell, key: str, child: nn.Cell) -> None:
+    """`parent`'s child `key` becomes `child`, with no parameter renamed (``setattr`` and a SequentialCell's
+    ``__setitem__`` prefix the new child's parameter names)."""
+    parent.insert_child_to_cell(key, child)
+    if isinstance(parent, nn.SequentialCell):
+        parent.cell_list = list(parent.name_cells().values())
+
+
+@contextlib.contextmanager
+def onnx_twins(network: nn.Cell) -> Iterator[List[str]]:
+    """While inside, `network`'s layers that ONNX export lacks an operator for are their twins, and the modules that
+    define its Cells call :mod:`trainkit.tools.export_ops` as ``ops``; yields what was composed: the swapped layers'
+    classes and the ``ops.<function>`` names those modules call.
+    Everything is put back on leaving, also after an error."""
+    swapped: List[Tuple[nn.Cell, str, nn.Cell]] = []
+    patched, functions = [], []
+    try:
+        for _, cell in list(network.cells_and_names()):
+            module = sys.modules.get(type(cell).__module__)
+            if (module is not None and getattr(module, "ops", None) is ms.ops
+                    and not module.__name__.startswith(("mindspore", "trainkit.tools"))
+                    and all(module is not done for done in patched)):
+                module.ops = export_ops
+                patched.append(module)
+                functions.extend(_composed_functions(module))
+            for key, child in list(cell.name_cells().items()):
+                twin = export_twins.twin_of(child) if child is not None else None
+                if twin is not None:
+                    twin.set_train(child.training)
+                    _replace(cell, key, twin)
+                    swapped.append((cell, key, child))
+        yield [type(child).__name__ for _, _, child in swapped] + functions
+    finally:
+        for parent, key, child in reversed(swapped):
+            _replace(parent, key, child)
+        for module in patched:
+            module.ops = ms.ops
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -1,4 +1,4 @@
-"""``mindspore.ops`` as a module that defines a network's Cells sees it while :func:`trainkit.tools.export_twins.
+"""``mindspore.ops`` as a module that defines a network's Cells sees it while :func:`trainkit.tools.deploy.
 onnx_twins` writes an ONNX file: every name is ``mindspore.ops``' own, except the functions whose operators the
 ONNX exporter lacks, which are compositions of operators it has (same signatures, same results).
 

@@ -1,8 +1,8 @@
 """Export-only twins: the layers MindSpore's ONNX exporter has no operator for, written with operators it has.
 
 MindSpore 2.10's ONNX exporter stops on a network that uses any of these (``Can not find key ... in convert map``),
-though each computes what an ONNX graph can. :func:`onnx_twins` swaps them for a composition while the file is
-written, and puts everything back after; checkpoints and the network the run trains are never changed, and the
+though each computes what an ONNX graph can. Each is swapped for a composition while the file is written, and
+everything is put back after; checkpoints and the network the run trains are never changed, and the
 written file is checked by onnxruntime against trainkit's own evaluation before it is kept.
 
 =========================================  ==============================  ==========================================
@@ -24,18 +24,15 @@ layer or function                          MindSpore's operator            expor
 =========================================  ==============================  ==========================================
 
 ``nn.LayerNorm``, ``nn.SiLU``, ``nn.GELU(approximate=True)``, ``nn.ReLU6`` and unpadded pooling export as they
-are. Layers are swapped where their class is exactly MindSpore's; functions where a module that defines a Cell of
-the network (a ported ``model.py``) calls them through its global ``ops``, which points at :mod:`trainkit.tools.
-export_ops` meanwhile. A max pooling with dilation has no twin and still stops the export.
+are. :func:`trainkit.tools.deploy.onnx_twins` swaps a layer where its class is exactly MindSpore's
+(:func:`twin_of`), and a function where a module that defines a Cell of the network (a ported ``model.py``) calls
+it through its global ``ops``, which points at :mod:`trainkit.tools.export_ops` meanwhile. A max pooling with
+dilation has no twin and still stops the export.
 """
 from __future__ import annotations
 
-import contextlib
-import inspect
 import math
-import re
-import sys
-from typing import Iterator, List, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 from mindspore import nn, ops
 
@@ -275,60 +272,3 @@ def twin_of(cell: nn.Cell) -> Optional[nn.Cell]:
     if kind is nn.GroupNorm and cell.affine:
         return GroupNormTwin(cell)
     return None
-
-
-# ------------------------------------------------------------------- the swap
-COMPOSED_FUNCTIONS = ("hardswish", "hardsigmoid", "gelu", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d",
-                      "adaptive_max_pool2d")  # trainkit.tools.export_ops' own
-
-
-def _composed_functions(module) -> List[str]:
-    """``ops.gelu`` and the like: the composed functions `module`'s source calls (for the report; a call of the
-    tanh GELU, which exports as it is, is named too)."""
-    try:
-        source = inspect.getsource(module)
-    except (OSError, TypeError):
-        return []
-    return [f"ops.{name}" for name in COMPOSED_FUNCTIONS if re.search(rf"\bops\.{name}\(", source)]
-
-
-def _replace(parent: nn.Cell, key: str, child: nn.Cell) -> None:
-    """`parent`'s child `key` becomes `child`, with no parameter renamed (``setattr`` and a SequentialCell's
-    ``__setitem__`` prefix the new child's parameter names)."""
-    parent.insert_child_to_cell(key, child)
-    if isinstance(parent, nn.SequentialCell):
-        parent.cell_list = list(parent.name_cells().values())
-
-
-@contextlib.contextmanager
-def onnx_twins(network: nn.Cell) -> Iterator[List[str]]:
-    """While inside, `network`'s layers that ONNX export lacks an operator for are their twins, and the modules that
-    define its Cells call :mod:`trainkit.tools.export_ops` as ``ops``; yields the names of the swapped layers.
-    Everything is put back on leaving, also after an error."""
-    import mindspore
-
-    from trainkit.tools import export_ops
-
-    swapped: List[Tuple[nn.Cell, str, nn.Cell]] = []
-    patched, functions = [], []
-    try:
-        for _, cell in list(network.cells_and_names()):
-            module = sys.modules.get(type(cell).__module__)
-            if (module is not None and getattr(module, "ops", None) is mindspore.ops
-                    and not module.__name__.startswith(("mindspore", "trainkit.tools"))
-                    and all(module is not done for done in patched)):
-                module.ops = export_ops
-                patched.append(module)
-                functions.extend(_composed_functions(module))
-            for key, child in list(cell.name_cells().items()):
-                twin = twin_of(child) if child is not None else None
-                if twin is not None:
-                    twin.set_train(child.training)
-                    _replace(cell, key, twin)
-                    swapped.append((cell, key, child))
-        yield [type(child).__name__ for _, _, child in swapped] + functions
-    finally:
-        for parent, key, child in reversed(swapped):
-            _replace(parent, key, child)
-        for module in patched:
-            module.ops = mindspore.ops
