@@ -126,6 +126,22 @@ def test_adaptive_pooling_is_pytorchs_on_random_shapes(pynative):
     np.testing.assert_allclose(run(twins.adaptive_pool_2d, x, (-1, 2), False), numpy_adaptive(x, (4, 2), False))
 
 
+def test_constant_pad_and_unbind_are_numpys(pynative):
+    """Mutations caught: the padding's pairs read from the first axis instead of the last (PyTorch's order); a
+    negative amount padded instead of cropped; unbind keeping the axis."""
+    x = np.random.default_rng(0).normal(size=(2, 3, 4, 5)).astype(np.float32)
+    np.testing.assert_array_equal(run(twins.constant_pad, x, (1, 2, 0, 3), 0.5),
+                                  np.pad(x, ((0, 0), (0, 0), (0, 3), (1, 2)), constant_values=0.5))
+    np.testing.assert_array_equal(run(twins.constant_pad, x, (0, 0, -1, 2, 1, 0), 0.0),
+                                  np.pad(x[:, :, 1:, :], ((0, 0), (1, 0), (0, 2), (0, 0))))
+    for axis in (1, -1):
+        got = twins.unbind(ms.Tensor(x), axis)
+        expected = [np.take(x, index, axis=axis) for index in range(x.shape[axis])]
+        assert len(got) == len(expected)
+        for part, want in zip(got, expected):
+            np.testing.assert_array_equal(part.asnumpy(), want)
+
+
 def test_group_norm_is_the_groups_mean_and_variance(pynative):
     """Mutation caught: the unbiased variance (N - 1), or the affine applied per group instead of per channel."""
     rng = np.random.default_rng(0)
@@ -148,7 +164,8 @@ class Functional(nn.Cell):
             ops.gelu(x, approximate='none').reshape(2, -1),
             ops.max_pool2d(x, 3, 2, 1, 1, ceil_mode=True).reshape(2, -1),
             ops.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False).reshape(2, -1),
-            ops.adaptive_avg_pool2d(x, (3, 2)).reshape(2, -1), ops.adaptive_max_pool2d(x, (3, 2)).reshape(2, -1)), 1)
+            ops.adaptive_avg_pool2d(x, (3, 2)).reshape(2, -1), ops.adaptive_max_pool2d(x, (3, 2)).reshape(2, -1),
+            ops.pad(x, (1, 2, 0, 1), value=0.5).reshape(2, -1), ops.unbind(x, 1)[2].reshape(2, -1)), 1)
 
 
 BRANCHES = {
@@ -207,7 +224,7 @@ def test_a_network_of_every_layer_exports_to_onnx_and_agrees(every_layer, tmp_pa
     assert checked.composed == (  # not ReLU6, SiLU, LayerNorm, the tanh GELU, unpadded pooling
         "2 AdaptiveAvgPool2d", "AdaptiveMaxPool2d", "3 AvgPool2d", "GELU", "GroupNorm", "HSigmoid", "HSwish",
         "MaxPool2d", *(f"ops.{name}" for name in ("adaptive_avg_pool2d", "adaptive_max_pool2d", "avg_pool2d", "gelu",
-                                                  "hardsigmoid", "hardswish", "max_pool2d")))
+                                                  "hardsigmoid", "hardswish", "max_pool2d", "pad", "unbind")))
     session = onnxruntime.InferenceSession(str(tmp_path / "every.onnx"), providers=["CPUExecutionProvider"])
     got = session.run(None, {session.get_inputs()[0].name: x})[0]
     np.testing.assert_allclose(got, expected, atol=1e-5 * np.abs(expected).max(), rtol=0)

@@ -207,7 +207,7 @@ def _run_onnx(path: Path, batch: np.ndarray, batch_size: int) -> np.ndarray:
 
 
 COMPOSED_FUNCTIONS = ("hardswish", "hardsigmoid", "gelu", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d",
-                      "adaptive_max_pool2d")  # trainkit.tools.export_ops' own
+                      "adaptive_max_pool2d", "pad", "unbind")  # trainkit.tools.export_ops' own
 
 
 def _composed_functions(module) -> List[str]:

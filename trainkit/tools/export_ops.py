@@ -33,6 +33,18 @@ def gelu(x, approximate="none"):
     return _twins.gelu_erf(x)
 
 
+def pad(input, pad, mode="constant", value=None):  # noqa: A002 - mindspore.ops.pad's own names
+    """``mindspore.ops.pad`` (PadV3): the constant mode as concatenations; other modes MindSpore's own."""
+    if mode != "constant":
+        return _ops.pad(input, pad, mode=mode, value=value)
+    return _twins.constant_pad(input, pad, 0.0 if value is None else value)
+
+
+def unbind(input, dim=0):  # noqa: A002
+    """``mindspore.ops.unbind`` (Unstack) as slices."""
+    return _twins.unbind(input, dim)
+
+
 def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, *, ceil_mode=False, return_indices=False):
     """``mindspore.ops.max_pool2d`` (MaxPoolWithArgmaxV2), dilation 1, without indices: -inf padding, MaxPool."""
     stride = kernel_size if stride is None else stride

@@ -84,6 +84,29 @@ def _pad_axis(x, axis, before, after, value):
     return ops.cat(parts, axis)
 
 
+def constant_pad(x, padding, value):
+    """``ops.pad``'s constant mode (PadV3): `padding` as PyTorch orders it, (before, after) of the last axis first;
+    negative amounts crop."""
+    for index in range(len(padding) // 2):
+        axis = len(x.shape) - 1 - index
+        before, after = padding[2 * index], padding[2 * index + 1]
+        if before < 0:
+            x = ops.narrow(x, axis, -before, x.shape[axis] + before)
+        if after < 0:
+            x = ops.narrow(x, axis, 0, x.shape[axis] + after)
+        x = _pad_axis(x, axis, max(before, 0), max(after, 0), value)
+    return x
+
+
+def unbind(x, axis):
+    """``ops.unbind`` (Unstack): the slices along `axis`, each without it."""
+    axis = axis + len(x.shape) if axis < 0 else axis
+    parts = []
+    for index in range(x.shape[axis]):
+        parts.append(ops.squeeze(ops.narrow(x, axis, index, 1), axis))
+    return tuple(parts)
+
+
 def pool_windows(length, kernel, stride, padding, ceil_mode):
     """(outputs, padding after the input) of PyTorch's pooling along one axis: the padded length an unpadded pooling
     needs to give PyTorch's output count (its ceil_mode rule: the last window starts inside the input or the left
