@@ -226,14 +226,23 @@ def cases(torchvision) -> List[tuple]:
     return found
 
 
+NO_ONNX_YET = "not run (a row from before this column)"
+
+
 def earlier_rows(paths: Sequence[Path]) -> Dict[str, Result]:
-    """label -> row of the models an earlier run (its printed rows, in `paths`) ported: not run again."""
+    """label -> row of the models an earlier run (its printed rows, in `paths`) ported: not run again. A row of
+    the table before its ONNX column (four cells) is taken with an ONNX cell saying no export was tried; a later
+    path's row of a model replaces an earlier path's."""
     found = {}
     for path in paths:
         for line in path.read_text(encoding="utf-8").splitlines():
             cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-            if line.startswith("| ") and len(cells) == 5 and not cells[1].startswith("not run"):
-                found[cells[0]] = Result(cells[0], cells[1], cells[2], float(cells[4]) if cells[4] else None, cells[3])
+            if (not line.startswith("| ") or len(cells) not in (4, 5) or cells[1].startswith("not run")
+                    or cells[0] == "model"):  # a table's header
+                continue
+            if len(cells) == 4:  # a row of a table from before the ONNX column: its port, no export tried
+                cells.insert(3, NO_ONNX_YET if cells[1] == "yes" else "")
+            found[cells[0]] = Result(cells[0], cells[1], cells[2], float(cells[4]) if cells[4] else None, cells[3])
     return found
 
 

@@ -105,6 +105,20 @@ def test_bad_options_are_one_line_naming_them(capsys):
         assert f"error: {named}: give" in capsys.readouterr().err
 
 
+def test_rows_of_earlier_runs_are_taken_with_or_without_the_onnx_column(tmp_path):
+    """A table from before the ONNX column still feeds --rows-from; a later log's row of a model replaces it."""
+    old, new = tmp_path / "old.md", tmp_path / "new.log"
+    old.write_text("| model | ported | agrees | seconds |\n|---|---|---|---|\n"
+                   "| tv a | yes | yes (1.0e-07; 2.0e-07) | 3.1 |\n| tv b | yes | yes (1) | 2.0 |\n"
+                   "| tv c | not run: 9 M parameters | | |\n| tv d | no: x | | 1.5 |\n")
+    new.write_text("| tv b | yes | yes (2) | yes (1.0e-07; composed: HSwish) | 4.0 |\n  (tv b: peak resident memory)\n")
+    rows = port_zoo.earlier_rows([old, new])
+    assert sorted(rows) == ["tv a", "tv b", "tv d"]
+    assert rows["tv a"].row() == f"| tv a | yes | yes (1.0e-07; 2.0e-07) | {port_zoo.NO_ONNX_YET} | 3.1 |"
+    assert rows["tv b"].row() == "| tv b | yes | yes (2) | yes (1.0e-07; composed: HSwish) | 4.0 |"
+    assert rows["tv d"].row() == "| tv d | no: x |  |  | 1.5 |"
+
+
 def test_a_model_needing_more_memory_than_the_run_has_is_listed_with_the_reason():
     rows = port_zoo.run(["torchvision squeezenet1_1"], 1e9, 60, {}, memory=2 ** 20)
     assert [row.row() for row in rows] == [
