@@ -21,6 +21,8 @@ layer or function                          MindSpore's operator            expor
 ``nn.AdaptiveMaxPool2d``, and ``ops``'     AdaptiveMaxPool2D               of PyTorch's bin ``[floor(i L / o),
 ``adaptive_avg/max_pool2d``                                                ceil((i + 1) L / o))``
 ``nn.GroupNorm``                           GroupNorm                       mean and variance over each group
+``ops.pad``, constant mode                 PadV3                           concatenations with constant blocks
+``ops.unbind``                             Unstack                         one slice per index
 =========================================  ==============================  ==========================================
 
 ``nn.LayerNorm``, ``nn.SiLU``, ``nn.GELU(approximate=True)``, ``nn.ReLU6`` and unpadded pooling export as they
