@@ -179,6 +179,9 @@ BRANCHES = {
     "AvgPool2d divisor": lambda: nn.AvgPool2d(3, 1, pad_mode="pad", padding=1, divisor_override=4),
     "AdaptiveAvgPool2d": lambda: nn.AdaptiveAvgPool2d((3, 5)), "AdaptiveAvgPool2d 1": lambda: nn.AdaptiveAvgPool2d(1),
     "AdaptiveMaxPool2d": lambda: nn.AdaptiveMaxPool2d((2, 4)), "GroupNorm": lambda: nn.GroupNorm(2, 4),
+    "Conv2d 1x3": lambda: nn.Conv2d(4, 4, (1, 3), pad_mode="pad", padding=(0, 0, 1, 1), has_bias=True),
+    "Conv2d 3x1": lambda: nn.Conv2d(4, 2, (3, 1), stride=(2, 1), pad_mode="pad", padding=(1, 1, 0, 0), group=2),
+    "Conv2d 3x3": lambda: nn.Conv2d(4, 4, 3, pad_mode="pad", padding=1, has_bias=True),
 }
 
 
@@ -221,10 +224,11 @@ def test_a_network_of_every_layer_exports_to_onnx_and_agrees(every_layer, tmp_pa
     expected = every_layer(ms.Tensor(x)).asnumpy()
     layers, names = [type(cell) for cell in every_layer.branches], [p.name for p in every_layer.get_parameters()]
     checked = deploy.write_checked(every_layer, x, expected, tmp_path / "every.onnx", "ONNX", batch_size=2)
-    assert checked.composed == (  # not ReLU6, SiLU, LayerNorm, the tanh GELU, unpadded pooling
-        "2 AdaptiveAvgPool2d", "AdaptiveMaxPool2d", "3 AvgPool2d", "GELU", "GroupNorm", "HSigmoid", "HSwish",
-        "MaxPool2d", *(f"ops.{name}" for name in ("adaptive_avg_pool2d", "adaptive_max_pool2d", "avg_pool2d", "gelu",
-                                                  "hardsigmoid", "hardswish", "max_pool2d", "pad", "unbind")))
+    assert checked.composed == (  # not ReLU6, SiLU, LayerNorm, the tanh GELU, unpadded pooling, a 3x3 convolution
+        "2 AdaptiveAvgPool2d", "AdaptiveMaxPool2d", "3 AvgPool2d", "2 Conv2d", "GELU", "GroupNorm", "HSigmoid",
+        "HSwish", "MaxPool2d", *(f"ops.{name}" for name in (
+            "adaptive_avg_pool2d", "adaptive_max_pool2d", "avg_pool2d", "gelu", "hardsigmoid", "hardswish",
+            "max_pool2d", "pad", "unbind")))
     session = onnxruntime.InferenceSession(str(tmp_path / "every.onnx"), providers=["CPUExecutionProvider"])
     got = session.run(None, {session.get_inputs()[0].name: x})[0]
     np.testing.assert_allclose(got, expected, atol=1e-5 * np.abs(expected).max(), rtol=0)

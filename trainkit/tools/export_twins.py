@@ -23,6 +23,8 @@ layer or function                          MindSpore's operator            expor
 ``nn.GroupNorm``                           GroupNorm                       mean and variance over each group
 ``ops.pad``, constant mode                 PadV3                           concatenations with constant blocks
 ``ops.unbind``                             Unstack                         one slice per index
+``nn.Conv2d`` padded differently on the    (Conv: ``pads`` written in      zero padding concatenated, then an
+two axes                                   MindSpore's order, not ONNX's)  unpadded Conv
 =========================================  ==============================  ==========================================
 
 ``nn.LayerNorm``, ``nn.SiLU``, ``nn.GELU(approximate=True)``, ``nn.ReLU6`` and unpadded pooling export as they
@@ -249,6 +251,30 @@ class AdaptivePool2dTwin(nn.Cell):
         return adaptive_pool_2d(x, self.output_size, self.use_max)
 
 
+class Conv2dTwin(nn.Cell):
+    """An nn.Conv2d padded differently on the two axes (a 1x3 kernel with padding (0, 1)): MindSpore's exporter
+    writes ONNX's ``pads`` in its own order (top, bottom, left, right) where ONNX reads (top, left, bottom, right),
+    and onnxruntime then refuses the file or computes other shapes. Here the zero padding is concatenated and the
+    convolution unpadded, on the original layer's own ``weight`` and ``bias`` (the same Parameters)."""
+
+    def __init__(self, original: nn.Conv2d):
+        super().__init__(auto_prefix=False)
+        self.pads = tuple(int(side) for side in original.padding)  # (top, bottom, left, right)
+        self.weight = original.weight
+        self.bias = original.bias if original.has_bias else None
+        self.conv2d = ops.Conv2D(out_channel=original.out_channels, kernel_size=original.kernel_size, mode=1,
+                                 pad_mode="valid", stride=original.stride, dilation=original.dilation,
+                                 group=original.group)
+
+    def construct(self, x):
+        x = _pad_axis(x, 2, self.pads[0], self.pads[1], 0.0)
+        x = _pad_axis(x, 3, self.pads[2], self.pads[3], 0.0)
+        output = self.conv2d(x, self.weight)
+        if self.bias is not None:
+            output = ops.bias_add(output, self.bias)
+        return output
+
+
 class GroupNormTwin(nn.Cell):
     """nn.GroupNorm as :func:`group_norm`, on the original layer's own ``gamma`` and ``beta`` (the same Parameters:
     nothing is copied, and no name changes)."""
@@ -296,4 +322,7 @@ def twin_of(cell: nn.Cell) -> Optional[nn.Cell]:
         return AdaptivePool2dTwin(tuple(-1 if side is None else int(side) for side in size), use_max=True)
     if kind is nn.GroupNorm and cell.affine:
         return GroupNormTwin(cell)
+    if (kind is nn.Conv2d and cell.pad_mode == "pad" and isinstance(cell.padding, tuple)
+            and cell.data_format == "NCHW" and cell.padding[0:2] != cell.padding[2:4]):
+        return Conv2dTwin(cell)
     return None
