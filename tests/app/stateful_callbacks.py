@@ -35,7 +35,8 @@ class Tally(Callback):
         if loss is not None and (self.lowest_loss is None or loss < self.lowest_loss):
             self.lowest_loss = loss
         self.log("custom/steps_seen", self.steps_seen)
-        self.log("custom/lowest_loss", self.lowest_loss)
+        if self.lowest_loss is not None:  # no evaluation yet (trainer.eval_interval=0 evaluates at the end only)
+            self.log("custom/lowest_loss", self.lowest_loss)
 
     def state_dict(self):
         return {"steps_seen": self.steps_seen, "lowest_loss": self.lowest_loss}

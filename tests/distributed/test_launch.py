@@ -199,7 +199,8 @@ def test_the_same_command_under_an_external_msrun_trains_as_one_job(cifar10, tmp
 
 
 RESUME_FEATURES = ["wrapper.accumulation_steps=2", "wrapper.ema_decay=0.9", "trainer.checkpoint_every_n_steps=1",
-                   "trainer.keep_checkpoints=20", "trainer.eval_interval=0"]
+                   "trainer.keep_checkpoints=20", "trainer.eval_interval=0",
+                   "callbacks=[{_target_:tests.app.stateful_callbacks.Tally}]"]  # a user callback with state of its own
 
 
 @pytest.fixture(scope="module")
@@ -236,6 +237,12 @@ def test_a_data_parallel_run_resumes_in_place_and_ends_bitwise_equal(cifar10, wh
     assert "resuming from" in (cut / "msrun_logs" / "worker_1.log").read_text()  # every rank resumed
     assert (cut / "msrun_logs-1" / "worker_0.log").exists()  # the first job's logs are kept
     assert_same_checkpoint(cut, whole)
+
+    def tally(run_dir):  # what the user's callback logged at each epoch end: its count of steps continues
+        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+        return [(r["step"], r["custom/steps_seen"]) for r in map(json.loads, lines) if "custom/steps_seen" in r]
+
+    assert tally(cut) == tally(whole) == [(e * STEPS_PER_EPOCH, e * STEPS_PER_EPOCH) for e in range(1, EPOCHS + 1)]
 
 
 def test_sigterm_to_the_launcher_stops_every_rank_after_the_same_step_with_one_checkpoint_there(cifar10, whole,
