@@ -116,3 +116,30 @@ def test_a_callback_whose_state_is_not_json_stops_the_run_before_it_compiles_in_
     assert done.stderr.strip().splitlines()[-1].startswith(
         "trainkit: error: KeepsAnObject.state_dict() (part callbacks/KeepsAnObject) is not JSON data")
     assert "Traceback" not in done.stderr and not (tmp_path / "run" / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("planted", [{"bad_evaluations": -1000}, {"best": "abc"}, {"bad_evaluations": True}])
+def test_a_planted_part_state_is_one_line_and_the_new_run_directory_stays_unwritten(early, tmp_path, planted):
+    """A checkpoint is data someone may have made: early stopping's state of another type or range is refused
+    before anything is written (it was taken with exit 0: -1000 evaluations without improvement)."""
+    from trainkit.errors import ConfigError
+
+    root, _, _, steps = early
+    source = root / "whole" / "checkpoints" / f"trainkit-2_{steps}.ckpt"
+    saved = ms.load_checkpoint(str(source))
+    texts = {key: value for key, value in saved.items() if isinstance(value, str)}
+    numbers = ("micro_steps", "steps_per_epoch", "skipped_steps", "group_size")
+    append = {**texts, **{key: int(saved[key].asnumpy().item()) for key in numbers}}
+    parts = json.loads(append["trainkit_parts"])
+    parts["early_stopping"].update(planted)
+    append["trainkit_parts"] = json.dumps(parts)
+    target = tmp_path / "planted.ckpt"
+    ms.save_checkpoint([{"name": k, "data": v} for k, v in saved.items() if k not in append], str(target),
+                       append_dict=append, crc_check=True)
+    common = [*DIGITS, "trainer.epochs=6", "trainer.early_stopping.metric=loss", "trainer.early_stopping.patience=2",
+              "trainer.early_stopping.min_delta=100"]
+    run_dir = tmp_path / "run"
+    with pytest.raises(ConfigError, match=f"the stored state of early_stopping does not fit this run's EarlyStopping "
+                                          f".*{next(iter(planted))}"):
+        train(compose_config([*common, f"run_dir={run_dir}", f"trainer.resume={target}"]))
+    assert not [p for p in run_dir.rglob("*") if p.name in ("metrics.jsonl", "config.yaml", "train.log")]

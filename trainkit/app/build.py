@@ -326,6 +326,43 @@ def build_callbacks(cfg: DictConfig, writer: bool, run_dir: Path, run_log: RunLo
     return RunCallbacks(sort_callbacks(callbacks + list(user_callbacks)), metrics_cb, evaluation, parts)
 
 
+#: trainkit's own stateful parts and the check of a state stored for each (before anything is written).
+OWN_PART_CHECKS = {"train_metrics": TrainMetrics.checked_state, "early_stopping": EarlyStopping.checked_state}
+
+
+def restore_before_writing(resumed: SavedCheckpoint, user_callbacks: Sequence[Any]) -> Tuple[str, ...]:
+    """Before the run directory is written: the user callbacks take their stored state (once), and trainkit's own
+    parts' stored state is checked, so a state that does not fit is one line and leaves the directory as it was.
+    Returns the user callbacks' part names (restored: :meth:`StatefulParts.load` skips them afterwards)."""
+    source = f"checkpoint {resumed.path}"
+    stored = dict(resumed.parts or {})
+    for name, check in OWN_PART_CHECKS.items():
+        if isinstance(stored.get(name), dict):
+            checker = StatefulParts()
+            checker.register(name, _Checked(check))
+            checker.load({name: stored[name]}, source)
+    users = StatefulParts()
+    for name, callback in user_callback_names(user_callbacks):
+        if is_stateful(callback):
+            users.register(name, callback)
+    users.load({name: stored[name] for name in users.names() if name in stored}, source)
+    return users.names()
+
+
+class _Checked:
+    """A stand-in part whose load only checks a stored state (trainkit's own parts are built after the check)."""
+
+    def __init__(self, check) -> None:
+        self.check = check
+        self.part_kind = check.__qualname__.split(".")[0]  # what an error names: EarlyStopping, TrainMetrics
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.check(state)
+
+
 def check_user_callback_states(callbacks: Sequence[Any]) -> None:
     """Each user callback with state gives JSON data from ``state_dict()`` before anything compiles (a bad one
     would otherwise stop the run at its first checkpoint); raises the one-line PartStateError naming it."""

@@ -165,6 +165,8 @@ def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResul
     initial_epoch = run.initial_epoch_of(done, steps_per_epoch, sink_size, resumed)
     check_ranks_agree(done, wrapper, cfg, group_size)  # same step, weights, optimizer state and config everywhere
 
+    restored_users = build.restore_before_writing(resumed, user_callbacks) if resumed else ()
+
     # 4. Every check passed: only now write into the run directory (bad input leaves no trace there).
     lock.commit()
     saved_config = None  # the config's text, once .hydra/config.yaml holds it: every checkpoint stores the same
@@ -202,7 +204,7 @@ def _train(cfg: DictConfig, run_dir: Path, lock: RunDirectoryLock) -> TrainResul
                                   {**build.checkpoint_metadata(data), DATA_ORDER: data_order}, saved_config)
     hooks.callbacks.extend(profiler)
     if resumed:  # every stateful part continues from the checkpoint: early stopping, the records, user callbacks
-        hooks.parts.load(resumed.parts, f"checkpoint {resumed.path}")
+        hooks.parts.load(resumed.parts, f"checkpoint {resumed.path}", skip=restored_users)
     bind_callbacks(user_callbacks, CallbackRun(
         run_log=run_log if writer else None, network=backbone, wrapper=wrapper, optimizer=optimizer,
         learning_rates=learning_rate_table(optimizer), run_dir=run_dir, rank=rank, writer=writer,

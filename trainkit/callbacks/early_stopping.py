@@ -11,6 +11,7 @@ from typing import Any, Dict, Optional
 from mindspore.train import Callback
 
 from trainkit.callbacks.evaluation import Evaluation, check_watched
+from trainkit.rundir.stateful_parts import stored_value
 
 log = logging.getLogger("trainkit")
 
@@ -71,14 +72,21 @@ class EarlyStopping(Callback):
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continue from :meth:`state_dict` of the same metric and mode; another metric or mode starts afresh."""
-        if state.get("metric") != self.metric or state.get("mode") != self.mode:
+        state = self.checked_state(state)
+        if state["metric"] != self.metric or state["mode"] != self.mode:
             log.info("early stopping follows %s (%s) now, %s (%s) in the checkpoint: its count starts afresh",
-                     self.metric, self.mode, state.get("metric"), state.get("mode"))
+                     self.metric, self.mode, state["metric"], state["mode"])
             return
-        best = state["best"]
-        self.best = None if best is None else float(best)
-        self.best_epoch = state.get("best_epoch")
-        self.bad_evaluations = int(state["bad_evaluations"])
+        self.best, self.best_epoch = state["best"], state["best_epoch"]
+        self.bad_evaluations = state["bad_evaluations"]
+
+    @staticmethod
+    def checked_state(state: Dict[str, Any]) -> Dict[str, Any]:
+        """:meth:`state_dict`'s values checked as a run writes them (ValueError/KeyError naming the key)."""
+        return {"metric": stored_value(state, "metric", "str"), "mode": stored_value(state, "mode", "str"),
+                "best": stored_value(state, "best", "float", optional=True),
+                "best_epoch": stored_value(state, "best_epoch", "int", minimum=0, optional=True),
+                "bad_evaluations": stored_value(state, "bad_evaluations", "int", minimum=0)}
 
     def on_train_epoch_end(self, run_context) -> None:
         while self._seen < len(self.evaluation.history) and self.stopped is None:

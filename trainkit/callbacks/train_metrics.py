@@ -10,6 +10,7 @@ from mindspore import dtype as mstype
 from mindspore.train import Callback
 
 from trainkit.callbacks.run_log import RunLog
+from trainkit.rundir.stateful_parts import stored_value
 from trainkit.rundir.weights import numpy_dtype
 from trainkit.step.in_place import assign_in_place
 
@@ -220,11 +221,15 @@ class TrainMetrics(Callback):
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Take :meth:`state_dict`; applied when training begins (after the hooks' own reset)."""
-        last = state.get("last_record_step")
-        self._restored = {"last_record_step": None if last is None else int(last),
-                          "losses": [float(v) for v in state.get("losses", [])],
-                          "grad_norms": [float(v) for v in state.get("grad_norms", [])],
-                          "scale": state.get("scale")}
+        self._restored = self.checked_state(state)
+
+    @staticmethod
+    def checked_state(state: Dict[str, Any]) -> Dict[str, Any]:
+        """:meth:`state_dict`'s values checked as a run writes them (ValueError/KeyError naming the key)."""
+        return {"last_record_step": stored_value(state, "last_record_step", "int", minimum=0, optional=True),
+                "losses": stored_value(state, "losses", "floats"),
+                "grad_norms": stored_value(state, "grad_norms", "floats"),
+                "scale": stored_value(state, "scale", "float", optional=True)}
 
     _restored: Optional[Dict[str, Any]] = None
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from typing import Any, Dict, Iterator, Mapping, Optional, Protocol, Tuple, runtime_checkable
+from typing import Any, Dict, Iterator, Mapping, Optional, Protocol, Sequence, Tuple, runtime_checkable
 
 from trainkit.errors import CheckpointError, ConfigError, TrainingError
 
@@ -107,18 +107,19 @@ class StatefulParts:
                                  "keep a history in a file of your own, not in state_dict()")
         return {CHECKPOINT_KEY: text}
 
-    def load(self, stored: Optional[Mapping[str, Any]], source: str) -> None:
+    def load(self, stored: Optional[Mapping[str, Any]], source: str, skip: Sequence[str] = ()) -> None:
         """Give each part its state from `stored` (:func:`parts_of` a checkpoint); a part the checkpoint holds no
         state for starts from its initial state, said in one line. State for a part this run does not have is
-        ignored with one line (a callback removed from the config)."""
+        ignored with one line (a callback removed from the config). Parts named in `skip` were given their state
+        already (the app restores user callbacks before it writes anything) and are left as they are."""
         stored = dict(stored or {})
-        missing = [name for name in self._parts if name not in stored]
+        missing = [name for name in self._parts if name not in stored and name not in skip]
         if missing:
             log.warning("%s holds no state for %s (written before trainkit saved it, or by a run without it): "
                         "%s from the initial state", source, ", ".join(missing),
                         "it starts" if len(missing) == 1 else "they start")
         for name, part in self._parts.items():
-            if name not in stored:
+            if name not in stored or name in skip:
                 continue
             state = stored[name]
             if not isinstance(state, dict):
@@ -126,11 +127,44 @@ class StatefulParts:
             try:
                 part.load_state_dict(state)
             except (KeyError, TypeError, ValueError) as error:
-                raise ConfigError(f"{source}: the stored state of {name} does not fit this run's "
-                                  f"{type(part).__name__} ({type(error).__name__}: {error})") from error
+                kind = getattr(part, "part_kind", None) or type(part).__name__
+                raise ConfigError(f"{source}: the stored state of {name} does not fit this run's {kind} "
+                                  f"({type(error).__name__}: {error})") from error
         unknown = sorted(set(stored) - set(self._parts))
         if unknown:
             log.warning("%s holds state for %s, which this run does not have: ignored", source, ", ".join(unknown))
+
+
+def stored_value(state: Mapping[str, Any], key: str, kind: str, *, minimum: Optional[float] = None,
+                 optional: bool = False) -> Any:
+    """``state[key]`` checked as a part's stored state must be: a checkpoint is data someone may have made, so a
+    value of another type (a bool for a number, text for a count) or below `minimum` raises ValueError naming the
+    key (the registry turns it into one line). `kind`: ``int``, ``float`` (an int is taken as one; NaN and the
+    infinities are floats), ``str``, ``floats`` (a list of floats). `optional`: None is taken as it is."""
+    value = state[key]
+    if value is None and optional:
+        return None
+
+    def number(item: Any, integer: bool) -> Any:
+        if isinstance(item, bool) or not isinstance(item, int if integer else (int, float)):
+            raise ValueError(f"{key} is {item!r}, not {'an integer' if integer else 'a number'}")
+        if minimum is not None and not item >= minimum:
+            raise ValueError(f"{key} is {item!r}, less than {minimum}")
+        return item if integer else float(item)
+
+    if kind == "int":
+        return number(value, True)
+    if kind == "float":
+        return number(value, False)
+    if kind == "floats":
+        if not isinstance(value, list):
+            raise ValueError(f"{key} is {type(value).__name__}, not a list of numbers")
+        return [number(item, False) for item in value]
+    if kind == "str":
+        if not isinstance(value, str):
+            raise ValueError(f"{key} is {value!r}, not text")
+        return value
+    raise ValueError(f"unknown kind {kind!r}")
 
 
 def parts_of(entries: Mapping[str, Any], source: str) -> Optional[Dict[str, Any]]:
