@@ -320,9 +320,8 @@ def build_callbacks(cfg: DictConfig, writer: bool, run_dir: Path, run_log: RunLo
     for callback in callbacks:
         if isinstance(callback, EarlyStopping):
             parts.register("early_stopping", callback)
-    for name, callback in user_callback_names(user_callbacks):
-        if is_stateful(callback):
-            parts.register(name, callback)
+    for name, callback in user_parts(user_callbacks):
+        parts.register(name, callback)
     return RunCallbacks(sort_callbacks(callbacks + list(user_callbacks)), metrics_cb, evaluation, parts)
 
 
@@ -341,10 +340,7 @@ def restore_before_writing(resumed: SavedCheckpoint, user_callbacks: Sequence[An
             checker = StatefulParts()
             checker.register(name, _Checked(check))
             checker.load({name: stored[name]}, source)
-    users = StatefulParts()
-    for name, callback in user_callback_names(user_callbacks):
-        if is_stateful(callback):
-            users.register(name, callback)
+    users = user_parts(user_callbacks)
     users.load({name: stored[name] for name in users.names() if name in stored}, source)
     return users.names()
 
@@ -366,11 +362,16 @@ class _Checked:
 def check_user_callback_states(callbacks: Sequence[Any]) -> None:
     """Each user callback with state gives JSON data from ``state_dict()`` before anything compiles (a bad one
     would otherwise stop the run at its first checkpoint); raises the one-line PartStateError naming it."""
+    user_parts(callbacks).checkpoint_entries()
+
+
+def user_parts(callbacks: Sequence[Any]) -> StatefulParts:
+    """The user callbacks that save and restore themselves, each under its stable name."""
     parts = StatefulParts()
     for name, callback in user_callback_names(callbacks):
         if is_stateful(callback):
             parts.register(name, callback)
-    parts.checkpoint_entries()
+    return parts
 
 
 def user_callback_names(callbacks: Sequence[Any]) -> List[Tuple[str, Any]]:
