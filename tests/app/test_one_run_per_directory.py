@@ -53,10 +53,28 @@ def wait_for_checkpoint(run_dir, process):
     raise AssertionError(f"no checkpoint in {run_dir / 'checkpoints'}: {process.poll()}")
 
 
+def wait_until_stopped(pid):
+    """Until every thread of `pid` is stopped (state T in /proc), so it writes nothing more."""
+    from pathlib import Path
+
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        states = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+            except OSError:  # a thread that ended meanwhile
+                continue
+        if states and all(state in ("T", "t", "Z", "X") for state in states):
+            return
+    raise AssertionError(f"process {pid} did not stop within 60 s")
+
+
 def refused_while_frozen(first, root, run_dir, cwd, *extra):
     """Freeze `first`, run a second command on `run_dir`: it must exit 2 naming `first`, changing nothing."""
     first.send_signal(signal.SIGSTOP)
     try:
+        wait_until_stopped(first.pid)  # SIGSTOP is asynchronous: a write in flight would change the digest after it
         before = digest(run_dir)
         second = subprocess.run(command(root, run_dir, *extra), cwd=cwd, env=environment(), capture_output=True,
                                 text=True, timeout=300)
