@@ -159,6 +159,27 @@ def im2col_kernel(geometry: Sequence[int], channel_major: bool = False):
     return None if path is None else _im2col(path, tuple(int(value) for value in geometry), bool(channel_major))
 
 
+def gelu_kernel():
+    """``ops.Custom`` computing the exact GELU (``0.5 x (1 + erf(x / sqrt 2))``) of a float32 tensor, its gradient
+    a second kernel, or None (see :func:`~trainkit.kernels.build.library`)."""
+    path, _ = library()
+    return None if path is None else _gelu(path)
+
+
+@functools.lru_cache(maxsize=None)
+def _gelu(path: str):
+    from mindspore import ops
+
+    gradient = ops.Custom(f"{path}:TrainkitGeluGrad", out_shape=lambda dy, _x: dy, out_dtype=lambda dy, _x: dy,
+                          func_type="aot")
+
+    def bprop(x, _out, dy):
+        return (gradient(dy, x),)
+
+    return ops.Custom(f"{path}:TrainkitGelu", out_shape=lambda x: x, out_dtype=lambda x: x, func_type="aot",
+                      bprop=bprop)
+
+
 def conv_output_size(size: int, kernel: int, stride: int, padding: int, dilation: int) -> int:
     """A convolution's output length along one axis (symmetric `padding`), as torch and the kernels compute it."""
     return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
