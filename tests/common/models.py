@@ -73,3 +73,19 @@ class LinearLoss(nn.Cell):
     def construct(self, x):
         return self.dense(x).sum()
 
+
+
+class GeluDigits(nn.Cell):
+    """Flatten -> Dense(in_channels * 64, width) -> exact GELU -> Dense(width, num_classes): a network of the
+    layers `model.gelu_impl` swaps, for the 8x8 digits (takes the small CNN config's keys)."""
+
+    def __init__(self, num_classes: int, in_channels: int, width: int = 16, num_downsamples: int = 2,
+                 stem_stride: int = 1):
+        super().__init__()
+        self.flatten = nn.Flatten()
+        self.fc1 = nn.Dense(in_channels * 64, width)
+        self.act = nn.GELU(approximate=False)
+        self.fc2 = nn.Dense(width, num_classes)
+
+    def construct(self, x):
+        return self.fc2(self.act(self.fc1(self.flatten(x))))
