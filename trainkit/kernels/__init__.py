@@ -12,6 +12,7 @@ from trainkit.kernels.primitives import (
     add_into_kernel,
     concat_all_kernel,
     conv_output_size,
+    depthwise_kernel,
     ema_update_all_if_kernel,
     ema_update_all_kernel,
     ema_update_kernel,
@@ -25,6 +26,6 @@ from trainkit.kernels.primitives import (
 )
 
 __all__ = ["accumulate_all_kernel", "add_into_all_kernel", "add_into_kernel", "cache_dir", "concat_all_kernel",
-           "conv_output_size", "describe", "ema_update_all_if_kernel", "ema_update_all_kernel", "ema_update_kernel",
-           "gelu_kernel", "geometry_values", "im2col_kernel", "library", "norm_all_kernel", "optimizer_update_kernel",
-           "restore_all_unless_kernel", "restore_flat_unless_kernel"]
+           "conv_output_size", "depthwise_kernel", "describe", "ema_update_all_if_kernel", "ema_update_all_kernel",
+           "ema_update_kernel", "gelu_kernel", "geometry_values", "im2col_kernel", "library", "norm_all_kernel",
+           "optimizer_update_kernel", "restore_all_unless_kernel", "restore_flat_unless_kernel"]

@@ -32,7 +32,8 @@ log = logging.getLogger("trainkit")
 ENTRY_POINTS = ("TrainkitEmaUpdate", "TrainkitAddInto", "TrainkitIm2Col", "TrainkitCol2Im", "TrainkitEmaUpdateAll",
                 "TrainkitAddIntoAll", "TrainkitMomentumAll", "TrainkitAdamAll",
                 "TrainkitAdamWeightDecayAll", "TrainkitEmaUpdateAllIf", "TrainkitRestoreAllUnless",
-                "TrainkitAccumulateAll", "TrainkitNormAll", "TrainkitGelu", "TrainkitGeluGrad", "TrainkitDigest")
+                "TrainkitAccumulateAll", "TrainkitNormAll", "TrainkitGelu", "TrainkitGeluGrad",
+                "TrainkitDepthwise", "TrainkitDepthwiseGradInput", "TrainkitDepthwiseGradWeight", "TrainkitDigest")
 SOURCE = (Path(__file__).with_name("fused.cc")).read_text()
 
 FLAGS = ["-O3", "-ffp-contract=off", "-shared", "-fPIC", "-pthread", "-std=c++14"]

@@ -525,6 +525,157 @@ extern "C" int TrainkitRestoreFlatUnless(int nparam, void **params, int *ndims, 
   return 0;
 }
 
+namespace {
+// The outputs [begin, end) of an output row whose input column o * sw + offset lies inside [0, w).
+inline void inside_range(int64_t offset, int64_t sw, int64_t w, int64_t ow, int64_t *begin, int64_t *end) {
+  int64_t b = offset >= 0 ? 0 : (-offset + sw - 1) / sw;
+  int64_t e = w - 1 - offset < 0 ? 0 : (w - 1 - offset) / sw + 1;
+  *begin = std::min(b, ow);
+  *end = std::max(*begin, std::min(e, ow));
+}
+
+// Where image n's channel c starts in an output of `g` (the input's layout, oh x ow planes).
+inline int64_t out_plane(const Geometry &g, int64_t image, int64_t channel) {
+  return (g.channel_major ? channel * g.n + image : image * g.c + channel) * g.oh * g.ow;
+}
+}  // namespace
+
+// x (float32 N, C, H, W or C, N, H, W), weight (float32 C, 1, kh, kw), geometry (int64 [9]) -> y (x's layout,
+// oh x ow planes): the depthwise convolution (groups = channels, one filter each) without im2col, which writes
+// kh * kw copies of the input for a product with one row each. y[n, c] = sum over (i, j), in that order, of
+// weight[c, i, j] * x[n, c] shifted, padding read as 0. One thread per range of planes.
+extern "C" int TrainkitDepthwise(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
+                                 void *stream, void *extra) {
+  if (nparam != 4 || ndims[0] != 4 || ndims[1] != 4) return 1;
+  const float *x = static_cast<const float *>(params[0]);
+  const float *weight = static_cast<const float *>(params[1]);
+  const Geometry g(shapes[0], static_cast<const int64_t *>(params[2]));
+  float *y = static_cast<float *>(params[3]);
+  const Geometry *geometry = &g;
+  parallel_rows(g.n * g.c, g.oh * g.ow * g.kh * g.kw, [=](int64_t begin, int64_t end) {
+    const Geometry &g = *geometry;
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t n = r / g.c, c = r % g.c;
+      const float *plane = x + g.plane(n, c);
+      const float *filter = weight + c * g.kh * g.kw;
+      float *out = y + out_plane(g, n, c);
+      std::fill(out, out + g.oh * g.ow, 0.0f);
+      for (int64_t i = 0; i < g.kh; ++i)
+        for (int64_t oh = 0; oh < g.oh; ++oh) {
+          const int64_t ih = oh * g.sh - g.ph + i * g.dh;
+          if (ih < 0 || ih >= g.h) continue;
+          const float *row = plane + ih * g.w;
+          float *out_row = out + oh * g.ow;
+          for (int64_t j = 0; j < g.kw; ++j) {
+            const float tap = filter[i * g.kw + j];
+            const int64_t offset = j * g.dw - g.pw;
+            int64_t first, last;
+            inside_range(offset, g.sw, g.w, g.ow, &first, &last);
+            if (g.sw == 1) {
+              for (int64_t o = first; o < last; ++o) out_row[o] += tap * row[o + offset];
+            } else {
+              for (int64_t o = first; o < last; ++o) out_row[o] += tap * row[o * g.sw + offset];
+            }
+          }
+        }
+    }
+  });
+  return 0;
+}
+
+// dy (float32, y's shape and layout), weight (float32 C, 1, kh, kw), x (its shape only), geometry (int64 [9])
+// -> dx (x's shape and layout): the depthwise convolution's gradient by its input, each input plane the sum of
+// the output plane's values scattered back through the same taps, (i, j) in order. One thread per range of planes,
+// so no two threads write one value.
+extern "C" int TrainkitDepthwiseGradInput(int nparam, void **params, int *ndims, int64_t **shapes,
+                                          const char **dtypes, void *stream, void *extra) {
+  if (nparam != 5 || ndims[2] != 4) return 1;
+  const float *dy = static_cast<const float *>(params[0]);
+  const float *weight = static_cast<const float *>(params[1]);
+  const Geometry g(shapes[2], static_cast<const int64_t *>(params[3]));
+  float *dx = static_cast<float *>(params[4]);
+  const Geometry *geometry = &g;
+  parallel_rows(g.n * g.c, g.oh * g.ow * g.kh * g.kw, [=](int64_t begin, int64_t end) {
+    const Geometry &g = *geometry;
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t n = r / g.c, c = r % g.c;
+      float *plane = dx + g.plane(n, c);
+      const float *filter = weight + c * g.kh * g.kw;
+      const float *grad = dy + out_plane(g, n, c);
+      std::fill(plane, plane + g.h * g.w, 0.0f);
+      for (int64_t i = 0; i < g.kh; ++i)
+        for (int64_t oh = 0; oh < g.oh; ++oh) {
+          const int64_t ih = oh * g.sh - g.ph + i * g.dh;
+          if (ih < 0 || ih >= g.h) continue;
+          float *row = plane + ih * g.w;
+          const float *grad_row = grad + oh * g.ow;
+          for (int64_t j = 0; j < g.kw; ++j) {
+            const float tap = filter[i * g.kw + j];
+            const int64_t offset = j * g.dw - g.pw;
+            int64_t first, last;
+            inside_range(offset, g.sw, g.w, g.ow, &first, &last);
+            if (g.sw == 1) {
+              for (int64_t o = first; o < last; ++o) row[o + offset] += tap * grad_row[o];
+            } else {
+              for (int64_t o = first; o < last; ++o) row[o * g.sw + offset] += tap * grad_row[o];
+            }
+          }
+        }
+    }
+  });
+  return 0;
+}
+
+// dy (float32, y's shape and layout), x (float32), weight (its shape only), geometry (int64 [9]) -> dweight
+// (float32 C, 1, kh, kw): the depthwise convolution's gradient by its weight, each tap's sum over images, rows and
+// columns of dy times the input it read. Each row's products go into 8 float lanes (o mod 8, so the loop
+// vectorises), the lanes and rows into a double, all in a fixed order: the same bits whatever the thread count.
+// One thread per range of channels.
+extern "C" int TrainkitDepthwiseGradWeight(int nparam, void **params, int *ndims, int64_t **shapes,
+                                           const char **dtypes, void *stream, void *extra) {
+  if (nparam != 5 || ndims[1] != 4) return 1;
+  const float *dy = static_cast<const float *>(params[0]);
+  const float *x = static_cast<const float *>(params[1]);
+  const Geometry g(shapes[1], static_cast<const int64_t *>(params[3]));
+  float *dweight = static_cast<float *>(params[4]);
+  const Geometry *geometry = &g;
+  parallel_rows(g.c, g.n * g.oh * g.ow * g.kh * g.kw, [=](int64_t begin, int64_t end) {
+    const Geometry &g = *geometry;
+    std::vector<double> sums(g.kh * g.kw);
+    for (int64_t c = begin; c < end; ++c) {
+      std::fill(sums.begin(), sums.end(), 0.0);
+      for (int64_t n = 0; n < g.n; ++n) {
+        const float *plane = x + g.plane(n, c);
+        const float *grad = dy + out_plane(g, n, c);
+        for (int64_t i = 0; i < g.kh; ++i)
+          for (int64_t oh = 0; oh < g.oh; ++oh) {
+            const int64_t ih = oh * g.sh - g.ph + i * g.dh;
+            if (ih < 0 || ih >= g.h) continue;
+            const float *row = plane + ih * g.w;
+            const float *grad_row = grad + oh * g.ow;
+            for (int64_t j = 0; j < g.kw; ++j) {
+              const int64_t offset = j * g.dw - g.pw;
+              int64_t first, last;
+              inside_range(offset, g.sw, g.w, g.ow, &first, &last);
+              float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+              int64_t o = first;
+              if (g.sw == 1) {
+                for (; o + 8 <= last; o += 8)
+                  for (int k = 0; k < 8; ++k) lanes[k] += grad_row[o + k] * row[o + k + offset];
+              }
+              double sum = 0.0;
+              for (int k = 0; k < 8; ++k) sum += lanes[k];
+              for (; o < last; ++o) sum += double(grad_row[o] * row[o * g.sw + offset]);
+              sums[i * g.kw + j] += sum;
+            }
+          }
+      }
+      for (int64_t t = 0; t < g.kh * g.kw; ++t) dweight[c * g.kh * g.kw + t] = float(sums[t]);
+    }
+  });
+  return 0;
+}
+
 // The GELU kernels are compiled without trapping math, which lets GCC vectorise their loops (branch-free
 // polynomials, no libm call); no value changes: it only allows speculating operations that cannot trap here.
 #if defined(__GNUC__) && !defined(__clang__)

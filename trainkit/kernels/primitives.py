@@ -180,6 +180,45 @@ def _gelu(path: str):
                       bprop=bprop)
 
 
+def depthwise_kernel(geometry: Sequence[int], channel_major: bool = False):
+    """``ops.Custom`` computing a depthwise convolution (groups = in = out channels) directly, or None.
+
+    Inputs: x (float32 (N, C, H, W), or (C, N, H, W) with `channel_major`), the weight (float32 (C, 1, kh, kw))
+    and the int64 tensor :func:`geometry_values` gives; output: (N, C, OH, OW) in x's layout, no bias. Its
+    gradients are two more kernels (by the input, by the weight), so a step writes no columns at all.
+    """
+    path, _ = library()
+    return None if path is None else _depthwise(path, tuple(int(value) for value in geometry), bool(channel_major))
+
+
+@functools.lru_cache(maxsize=None)
+def _depthwise(path: str, geometry: tuple, channel_major: bool):
+    from mindspore import ops
+
+    kh, kw, sh, sw, ph, pw, dh, dw = geometry
+    attribute = geometry_values(geometry, channel_major)
+
+    def output_shape(x_shape, _weight_shape, _geometry_shape):
+        out_h, out_w = conv_output_size(x_shape[2], kh, sh, ph, dh), conv_output_size(x_shape[3], kw, sw, pw, dw)
+        return [x_shape[0], x_shape[1], out_h, out_w]
+
+    by_input = ops.Custom(f"{path}:TrainkitDepthwiseGradInput", out_shape=lambda _dy, _w, x_shape, _g: x_shape,
+                          out_dtype=lambda dy, _w, _x, _g: dy, func_type="aot")
+    by_weight = ops.Custom(f"{path}:TrainkitDepthwiseGradWeight", out_shape=lambda _dy, _x, w_shape, _g: w_shape,
+                           out_dtype=lambda dy, _x, _w, _g: dy, func_type="aot")
+    for kernel in (by_input, by_weight):
+        kernel.add_prim_attr("geometry", attribute)
+
+    def bprop(x, weight, geometry_tensor, _out, dy):
+        return (by_input(dy, weight, x, geometry_tensor), by_weight(dy, x, weight, geometry_tensor),
+                ops.zeros_like(geometry_tensor))
+
+    forward = ops.Custom(f"{path}:TrainkitDepthwise", out_shape=output_shape, out_dtype=lambda x, _w, _g: x,
+                         func_type="aot", bprop=bprop)
+    forward.add_prim_attr("geometry", attribute)  # pynative caches inferred shapes by attributes (see _im2col)
+    return forward
+
+
 def conv_output_size(size: int, kernel: int, stride: int, padding: int, dilation: int) -> int:
     """A convolution's output length along one axis (symmetric `padding`), as torch and the kernels compute it."""
     return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1

@@ -16,7 +16,7 @@ import numpy as np
 from mindspore import Tensor, nn, ops
 
 from trainkit import kernels
-from trainkit.kernels import conv_output_size, geometry_values, im2col_kernel
+from trainkit.kernels import conv_output_size, depthwise_kernel, geometry_values, im2col_kernel
 
 __all__ = ["CONV_IMPLS", "ChannelMajorBatchNorm2d", "ChannelMajorMaxPool2d", "UnfoldConv2d", "batch_norm2d",
            "conv2d", "max_pool2d", "resolve_conv_impl"]
@@ -171,13 +171,21 @@ class UnfoldConv2d(nn.Conv2d):
         # A 1x1 convolution at stride 1 without padding takes its input as its columns; every other one takes them
         # from trainkit's im2col kernel where it builds (a strided 1x1 included: one pass instead of a StridedSlice).
         self.identity_columns = self.pointwise and self.sh == 1 and self.sw == 1
-        self.im2col = None if self.identity_columns else im2col_kernel(geometry, self.channel_major)
+        # A depthwise convolution (one filter per channel: MobileNets, EfficientNet, ConvNeXt's 7x7) runs as one
+        # direct kernel where it builds: its columns would be kh * kw copies of the input for a product of one row
+        # each (ConvNeXt-T's 7x7 took a third of its step that way).
+        depthwise = self.group > 1 and self.group == self.in_channels == self.out_channels and not self.pointwise
+        self.depthwise = depthwise_kernel(geometry, self.channel_major) if depthwise else None
+        self.im2col = None if self.identity_columns or self.depthwise is not None else \
+            im2col_kernel(geometry, self.channel_major)
         self.geometry = Tensor(np.array(geometry_values(geometry, self.channel_major), np.int64))
-        if self.channel_major and self.im2col is None and not self.identity_columns:
+        if self.channel_major and self.im2col is None and self.depthwise is None and not self.identity_columns:
             raise ValueError(f"channel_major needs trainkit's C++ kernels, which cannot run here "
                              f"({kernels.library()[1]}); use conv_impl=unfold")
 
     def construct(self, x):
+        if self.depthwise is not None:
+            return self._direct_depthwise(x)
         if self.channel_major:  # (C, N, H, W) in and out
             _, n, height, width = x.shape
             return self._product(self._kernel_columns(x), n, height, width)
@@ -194,6 +202,17 @@ class UnfoldConv2d(nn.Conv2d):
             cols = ops.unfold(x, (self.kh, self.kw), (self.dh, self.dw), (self.ph, self.pw), (self.sh, self.sw))
             cols = cols.transpose(1, 0, 2)
         return self._product(cols, n, height, width).transpose(1, 0, 2, 3)
+
+    def _direct_depthwise(self, x):
+        """The depthwise kernel's output in x's layout, plus the bias (float32 kernels, as the columns')."""
+        if x.dtype == ms.float32 and self.weight.dtype == ms.float32:
+            y = self.depthwise(x, self.weight, self.geometry)
+        else:  # the kernels are float32 only
+            y = self.depthwise(x.astype(ms.float32), self.weight.astype(ms.float32), self.geometry).astype(x.dtype)
+        if self.has_bias:
+            shape = (-1, 1, 1, 1) if self.channel_major else (1, -1, 1, 1)
+            y = y + self.bias.reshape(shape).astype(y.dtype)
+        return y
 
     def _kernel_columns(self, x):
         """(in * kh * kw, batch * out_h * out_w) from the kernel (x itself for a 1x1 at stride 1)."""
@@ -228,5 +247,5 @@ def kernel_convolutions(network: nn.Cell) -> List[str]:
     for 2.3). In a graph only the Cell's own inputs are cast, and the convolution casts its columns itself.
     """
     return [cell.weight.name.rsplit(".", 1)[0] for _, cell in network.cells_and_names()
-            if isinstance(cell, UnfoldConv2d) and cell.im2col is not None]
+            if isinstance(cell, UnfoldConv2d) and (cell.im2col is not None or cell.depthwise is not None)]
 
