@@ -540,6 +540,26 @@ inline int64_t out_plane(const Geometry &g, int64_t image, int64_t channel) {
 }
 }  // namespace
 
+// Stride 1 (the common depthwise case: MobileNets' 3x3, ConvNeXt's 7x7): each plane goes through a zero-padded copy
+// of pitch w + 2 pw, and each tap (i, j) is then one long contiguous loop over the oh rows at that pitch (columns
+// past ow are computed and dropped), instead of oh short rows clipped at the borders; taps that read only padding
+// are skipped. Every output adds the same taps, in the same order, as the general loops (a padding tap adds +-0).
+struct StrideOne {
+  int64_t pitch, rows, span;  // padded row length, padded rows, values one tap's loop covers: (oh - 1) pitch + ow
+  explicit StrideOne(const Geometry &g)
+      : pitch(g.w + 2 * g.pw), rows(g.h + 2 * g.ph), span((g.oh - 1) * (g.w + 2 * g.pw) + g.ow) {}
+  int64_t offset(const Geometry &g, int64_t i, int64_t j) const { return i * g.dh * pitch + j * g.dw; }
+  // Whether tap (i, j) reads any value inside the plane (not only padding).
+  bool reads(const Geometry &g, int64_t i, int64_t j) const {
+    const int64_t top = i * g.dh, left = j * g.dw;
+    return top < g.ph + g.h && top + g.oh > g.ph && left < g.pw + g.w && left + g.ow > g.pw;
+  }
+  void pad(const Geometry &g, const float *plane, float *padded) const {
+    std::fill(padded, padded + rows * pitch, 0.0f);
+    for (int64_t r = 0; r < g.h; ++r) std::copy(plane + r * g.w, plane + (r + 1) * g.w, padded + (r + g.ph) * pitch + g.pw);
+  }
+};
+
 // x (float32 N, C, H, W or C, N, H, W), weight (float32 C, 1, kh, kw), geometry (int64 [9]) -> y (x's layout,
 // oh x ow planes): the depthwise convolution (groups = channels, one filter each) without im2col, which writes
 // kh * kw copies of the input for a product with one row each. y[n, c] = sum over (i, j), in that order, of
@@ -552,6 +572,33 @@ extern "C" int TrainkitDepthwise(int nparam, void **params, int *ndims, int64_t 
   const Geometry g(shapes[0], static_cast<const int64_t *>(params[2]));
   float *y = static_cast<float *>(params[3]);
   const Geometry *geometry = &g;
+  if (g.sh == 1 && g.sw == 1) {
+    const StrideOne one(g);
+    const StrideOne *layout = &one;
+    parallel_rows(g.n * g.c, g.oh * g.ow * g.kh * g.kw, [=](int64_t begin, int64_t end) {
+      const Geometry &g = *geometry;
+      const StrideOne &one = *layout;
+      std::vector<float> padded(one.rows * one.pitch), sums(g.oh * one.pitch);
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t n = r / g.c, c = r % g.c;
+        const float *filter = weight + c * g.kh * g.kw;
+        one.pad(g, x + g.plane(n, c), padded.data());
+        std::fill(sums.begin(), sums.end(), 0.0f);
+        for (int64_t i = 0; i < g.kh; ++i)
+          for (int64_t j = 0; j < g.kw; ++j) {
+            if (!one.reads(g, i, j)) continue;
+            const float tap = filter[i * g.kw + j];
+            const float *in = padded.data() + one.offset(g, i, j);
+            float *acc = sums.data();
+            for (int64_t t = 0; t < one.span; ++t) acc[t] += tap * in[t];
+          }
+        float *out = y + out_plane(g, n, c);
+        for (int64_t oh = 0; oh < g.oh; ++oh)
+          std::copy(sums.data() + oh * one.pitch, sums.data() + oh * one.pitch + g.ow, out + oh * g.ow);
+      }
+    });
+    return 0;
+  }
   parallel_rows(g.n * g.c, g.oh * g.ow * g.kh * g.kw, [=](int64_t begin, int64_t end) {
     const Geometry &g = *geometry;
     for (int64_t r = begin; r < end; ++r) {
@@ -595,6 +642,37 @@ extern "C" int TrainkitDepthwiseGradInput(int nparam, void **params, int *ndims,
   const Geometry g(shapes[2], static_cast<const int64_t *>(params[3]));
   float *dx = static_cast<float *>(params[4]);
   const Geometry *geometry = &g;
+  if (g.sh == 1 && g.sw == 1) {
+    const StrideOne one(g);
+    const StrideOne *layout = &one;
+    parallel_rows(g.n * g.c, g.oh * g.ow * g.kh * g.kw, [=](int64_t begin, int64_t end) {
+      const Geometry &g = *geometry;
+      const StrideOne &one = *layout;
+      std::vector<float> padded(one.rows * one.pitch), spread(g.oh * one.pitch, 0.0f);
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t n = r / g.c, c = r % g.c;
+        const float *filter = weight + c * g.kh * g.kw;
+        const float *grad = dy + out_plane(g, n, c);
+        for (int64_t oh = 0; oh < g.oh; ++oh)  // the columns past ow stay 0: they add nothing below
+          std::copy(grad + oh * g.ow, grad + (oh + 1) * g.ow, spread.data() + oh * one.pitch);
+        std::fill(padded.begin(), padded.end(), 0.0f);
+        for (int64_t i = 0; i < g.kh; ++i)
+          for (int64_t j = 0; j < g.kw; ++j) {
+            if (!one.reads(g, i, j)) continue;
+            const float tap = filter[i * g.kw + j];
+            float *in = padded.data() + one.offset(g, i, j);
+            const float *from = spread.data();
+            for (int64_t t = 0; t < one.span; ++t) in[t] += tap * from[t];
+          }
+        float *plane = dx + g.plane(n, c);
+        for (int64_t row = 0; row < g.h; ++row) {
+          const float *source = padded.data() + (row + g.ph) * one.pitch + g.pw;
+          std::copy(source, source + g.w, plane + row * g.w);
+        }
+      }
+    });
+    return 0;
+  }
   parallel_rows(g.n * g.c, g.oh * g.ow * g.kh * g.kw, [=](int64_t begin, int64_t end) {
     const Geometry &g = *geometry;
     for (int64_t r = begin; r < end; ++r) {
@@ -639,6 +717,41 @@ extern "C" int TrainkitDepthwiseGradWeight(int nparam, void **params, int *ndims
   const Geometry g(shapes[1], static_cast<const int64_t *>(params[3]));
   float *dweight = static_cast<float *>(params[4]);
   const Geometry *geometry = &g;
+  if (g.sh == 1 && g.sw == 1) {
+    const StrideOne one(g);
+    const StrideOne *layout = &one;
+    parallel_rows(g.c, g.n * g.oh * g.ow * g.kh * g.kw, [=](int64_t begin, int64_t end) {
+      const Geometry &g = *geometry;
+      const StrideOne &one = *layout;
+      std::vector<float> padded(one.rows * one.pitch), spread(g.oh * one.pitch, 0.0f);
+      std::vector<double> sums(g.kh * g.kw);
+      for (int64_t c = begin; c < end; ++c) {
+        std::fill(sums.begin(), sums.end(), 0.0);
+        for (int64_t n = 0; n < g.n; ++n) {
+          one.pad(g, x + g.plane(n, c), padded.data());
+          const float *grad = dy + out_plane(g, n, c);
+          for (int64_t oh = 0; oh < g.oh; ++oh)  // the columns past ow stay 0: they add nothing below
+            std::copy(grad + oh * g.ow, grad + (oh + 1) * g.ow, spread.data() + oh * one.pitch);
+          for (int64_t i = 0; i < g.kh; ++i)
+            for (int64_t j = 0; j < g.kw; ++j) {
+              if (!one.reads(g, i, j)) continue;
+              const float *in = padded.data() + one.offset(g, i, j);
+              const float *from = spread.data();
+              float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+              int64_t t = 0;
+              for (; t + 8 <= one.span; t += 8)
+                for (int k = 0; k < 8; ++k) lanes[k] += from[t + k] * in[t + k];
+              double sum = 0.0;
+              for (int k = 0; k < 8; ++k) sum += lanes[k];
+              for (; t < one.span; ++t) sum += double(from[t] * in[t]);
+              sums[i * g.kw + j] += sum;
+            }
+        }
+        for (int64_t t = 0; t < g.kh * g.kw; ++t) dweight[c * g.kh * g.kw + t] = float(sums[t]);
+      }
+    });
+    return 0;
+  }
   parallel_rows(g.c, g.n * g.oh * g.ow * g.kh * g.kw, [=](int64_t begin, int64_t end) {
     const Geometry &g = *geometry;
     std::vector<double> sums(g.kh * g.kw);
