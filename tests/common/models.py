@@ -76,16 +76,18 @@ class LinearLoss(nn.Cell):
 
 
 class GeluDigits(nn.Cell):
-    """Flatten -> Dense(in_channels * 64, width) -> exact GELU -> Dense(width, num_classes): a network of the
-    layers `model.gelu_impl` swaps, for the 8x8 digits (takes the small CNN config's keys)."""
+    """MaxPool2d(3, 2, padding 1) -> Flatten -> Dense(in_channels * 16, width) -> exact GELU -> Dense(width,
+    num_classes): a network of the layers `model.layer_impl` swaps, for the 8x8 digits (takes the small CNN
+    config's keys)."""
 
     def __init__(self, num_classes: int, in_channels: int, width: int = 16, num_downsamples: int = 2,
                  stem_stride: int = 1):
         super().__init__()
+        self.pool = nn.MaxPool2d(3, 2, pad_mode="pad", padding=1)
         self.flatten = nn.Flatten()
-        self.fc1 = nn.Dense(in_channels * 64, width)
+        self.fc1 = nn.Dense(in_channels * 16, width)
         self.act = nn.GELU(approximate=False)
         self.fc2 = nn.Dense(width, num_classes)
 
     def construct(self, x):
-        return self.fc2(self.act(self.fc1(self.flatten(x))))
+        return self.fc2(self.act(self.fc1(self.flatten(self.pool(x)))))

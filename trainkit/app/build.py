@@ -36,13 +36,13 @@ from trainkit.errors import ConfigError
 from trainkit.metrics import SampleMeanLoss
 from trainkit.models.conv import CONV_IMPLS, kernel_convolutions
 
-DEFAULT_GELU_IMPL = "auto"  # where the model config has no gelu_impl: exact nn.GELU fused on CPU (models/gelu.py)
+DEFAULT_LAYER_IMPL = "auto"  # where the model config has no layer_impl: GELU and max pooling fused on CPU
 #: Model keys that choose how layers run, not what they compute: taken out before a model that has no such argument.
-IMPLEMENTATION_KEYS = ("conv_impl", "gelu_impl")
+IMPLEMENTATION_KEYS = ("conv_impl", "layer_impl")
 DEFAULT_CONV_IMPL = "auto"  # where the model config has no conv_impl: a ported or user network's nn.Conv2d swapped
 from trainkit.models.conv_swap import swap_convolutions
 from trainkit.models.dropout import streams_from_zero
-from trainkit.models.gelu import GELU_IMPLS, swap_gelus
+from trainkit.models.fused_layers import LAYER_IMPLS, swap_layers
 from trainkit.rundir import checkpoint_file as checkpoint
 from trainkit.rundir import class_names, data_state
 from trainkit.rundir.checkpoint_file import CONFIG_ENTRY, SavedCheckpoint
@@ -83,15 +83,15 @@ def build_model(cfg: DictConfig, data: Any) -> nn.Cell:
     trainkit's Dropout layers get their random streams numbered from 0 in build order, so a resumed run's are the
     same. ``model.conv_impl`` (default ``auto``) goes to a model that takes it (trainkit's own); then every plain
     ``nn.Conv2d`` left in the network is swapped for that implementation (``trainkit.models.conv_swap``), and
-    every exact ``nn.GELU`` for trainkit's fused kernel where ``model.gelu_impl`` (default ``auto``) says so
-    (``trainkit.models.gelu``). Neither swap changes a Parameter."""
+    every exact ``nn.GELU`` and ``nn.MaxPool2d`` for trainkit's fused kernels where ``model.layer_impl`` (default
+    ``auto``) says so (``trainkit.models.fused_layers``). Neither swap changes a Parameter."""
     node = model_arguments(cfg.model)
     conv_impl = str(node.get("conv_impl", DEFAULT_CONV_IMPL))
     if conv_impl not in CONV_IMPLS:
         raise ConfigError(f"model.conv_impl={conv_impl} is not valid: use one of {', '.join(CONV_IMPLS)}")
-    gelu_impl = str(node.get("gelu_impl", DEFAULT_GELU_IMPL))
-    if gelu_impl not in GELU_IMPLS:
-        raise ConfigError(f"model.gelu_impl={gelu_impl} is not valid: use one of {', '.join(GELU_IMPLS)}")
+    layer_impl = str(node.get("layer_impl", DEFAULT_LAYER_IMPL))
+    if layer_impl not in LAYER_IMPLS:
+        raise ConfigError(f"model.layer_impl={layer_impl} is not valid: use one of {', '.join(LAYER_IMPLS)}")
     accepted = accepted_arguments(get_object(node._target_))[0]
     dropped = [key for key in IMPLEMENTATION_KEYS if key in node and key not in accepted]
     if dropped:
@@ -100,13 +100,14 @@ def build_model(cfg: DictConfig, data: Any) -> nn.Cell:
         network = instantiate_group("model", node, **model_args_from_data(node, data))
     try:
         swapped = swap_convolutions(network, conv_impl)
-        gelus = swap_gelus(network, gelu_impl)
+        layers = swap_layers(network, layer_impl)
     except ValueError as error:  # channel_major or fused where the kernels do not build
         raise ConfigError(f"model.{error}") from error
     if swapped:
         log.info("model.conv_impl=%s: %d nn.Conv2d run as trainkit's im2col convolution (NCHW)", conv_impl, swapped)
-    if gelus:
-        log.info("model.gelu_impl=%s: %d nn.GELU run by trainkit's fused kernel", gelu_impl, gelus)
+    if any(layers.values()):
+        log.info("model.layer_impl=%s: %s run by trainkit's fused kernels", layer_impl,
+                 ", ".join(f"{count} nn.{kind}" for kind, count in layers.items() if count))
     return network
 
 

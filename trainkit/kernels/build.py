@@ -33,7 +33,8 @@ ENTRY_POINTS = ("TrainkitEmaUpdate", "TrainkitAddInto", "TrainkitIm2Col", "Train
                 "TrainkitAddIntoAll", "TrainkitMomentumAll", "TrainkitAdamAll",
                 "TrainkitAdamWeightDecayAll", "TrainkitEmaUpdateAllIf", "TrainkitRestoreAllUnless",
                 "TrainkitAccumulateAll", "TrainkitNormAll", "TrainkitGelu", "TrainkitGeluGrad",
-                "TrainkitDepthwise", "TrainkitDepthwiseGradInput", "TrainkitDepthwiseGradWeight", "TrainkitDigest")
+                "TrainkitDepthwise", "TrainkitDepthwiseGradInput", "TrainkitDepthwiseGradWeight",
+                "TrainkitMaxPool", "TrainkitMaxPoolGrad", "TrainkitDigest")
 SOURCE = (Path(__file__).with_name("fused.cc")).read_text()
 
 FLAGS = ["-O3", "-ffp-contract=off", "-shared", "-fPIC", "-pthread", "-std=c++14"]

@@ -789,6 +789,75 @@ extern "C" int TrainkitDepthwiseGradWeight(int nparam, void **params, int *ndims
   return 0;
 }
 
+// x (float32 N, C, H, W), geometry (int64 [9]: kh, kw, sh, sw, ph, pw, dh, dw, ceil_mode) -> y (float32 N, C, OH,
+// OW), where (int32, y's shape): max pooling, padding read as -inf, as PyTorch's max_pool2d. `where` is the
+// index in its input plane (ih * w + iw) of the value each output took: the first largest in the window's row-major
+// order, or the first NaN (a NaN wins, as in PyTorch). OH and OW are y's (the caller's shape function decides them).
+// One thread per range of planes.
+extern "C" int TrainkitMaxPool(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
+                               void *stream, void *extra) {
+  if (nparam != 4 || ndims[0] != 4) return 1;
+  const float *x = static_cast<const float *>(params[0]);
+  const int64_t *g = static_cast<const int64_t *>(params[1]);
+  float *y = static_cast<float *>(params[2]);
+  int32_t *where = static_cast<int32_t *>(params[3]);
+  const int64_t planes = shapes[0][0] * shapes[0][1], h = shapes[0][2], w = shapes[0][3];
+  const int64_t kh = g[0], kw = g[1], sh = g[2], sw = g[3], ph = g[4], pw = g[5], dh = g[6], dw = g[7];
+  const int64_t oh = shapes[2][2], ow = shapes[2][3];
+  parallel_rows(planes, oh * ow * kh * kw, [=](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const float *plane = x + p * h * w;
+      float *out = y + p * oh * ow;
+      int32_t *index = where + p * oh * ow;
+      for (int64_t r = 0; r < oh; ++r)
+        for (int64_t q = 0; q < ow; ++q) {
+          float best = -INFINITY;
+          int64_t at = -1;
+          for (int64_t i = 0; i < kh; ++i) {
+            const int64_t ih = r * sh - ph + i * dh;
+            if (ih < 0 || ih >= h) continue;
+            for (int64_t j = 0; j < kw; ++j) {
+              const int64_t iw = q * sw - pw + j * dw;
+              if (iw < 0 || iw >= w) continue;
+              const float v = plane[ih * w + iw];
+              if (at < 0 || v > best || (std::isnan(v) && !std::isnan(best))) {
+                best = v;
+                at = ih * w + iw;
+              }
+            }
+          }
+          out[r * ow + q] = best;
+          index[r * ow + q] = int32_t(at);
+        }
+    }
+  });
+  return 0;
+}
+
+// dy (float32 N, C, oh, ow), where (int32, dy's shape), x (its shape only) -> dx (x's shape): max pooling's
+// gradient, each output's gradient added to the input value it took, outputs in row-major order (overlapping
+// windows add up). One thread per range of planes.
+extern "C" int TrainkitMaxPoolGrad(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
+                                   void *stream, void *extra) {
+  if (nparam != 4 || ndims[0] != 4 || ndims[2] != 4) return 1;
+  const float *dy = static_cast<const float *>(params[0]);
+  const int32_t *where = static_cast<const int32_t *>(params[1]);
+  float *dx = static_cast<float *>(params[3]);
+  const int64_t planes = shapes[2][0] * shapes[2][1], area = shapes[2][2] * shapes[2][3];
+  const int64_t outputs = shapes[0][2] * shapes[0][3];
+  parallel_rows(planes, outputs + area, [=](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      float *plane = dx + p * area;
+      std::fill(plane, plane + area, 0.0f);
+      const float *grad = dy + p * outputs;
+      const int32_t *index = where + p * outputs;
+      for (int64_t o = 0; o < outputs; ++o)
+        if (index[o] >= 0) plane[index[o]] += grad[o];
+    }
+  });
+  return 0;
+}
+
 // The GELU kernels are compiled without trapping math, which lets GCC vectorise their loops (branch-free
 // polynomials, no libm call); no value changes: it only allows speculating operations that cannot trap here.
 #if defined(__GNUC__) && !defined(__clang__)

@@ -219,6 +219,52 @@ def _depthwise(path: str, geometry: tuple, channel_major: bool):
     return forward
 
 
+def max_pool_kernel(geometry: Sequence[int]):
+    """``ops.Custom`` computing max pooling and where each output came from, or None.
+
+    `geometry`: kh, kw, sh, sw, ph, pw, dh, dw and 1 for ``ceil_mode`` (else 0). Inputs: x (float32 (N, C, H, W))
+    and the int64 tensor of `geometry`; outputs: y (float32 (N, C, OH, OW), OH and OW as PyTorch's max_pool2d
+    computes them) and the int32 index in its input plane of the value each output took. Its gradient is a second
+    kernel adding each output's gradient at that index.
+    """
+    path, _ = library()
+    return None if path is None else _max_pool(path, tuple(int(value) for value in geometry))
+
+
+@functools.lru_cache(maxsize=None)
+def _max_pool(path: str, geometry: tuple):
+    from mindspore import dtype as mstype
+    from mindspore import ops
+
+    kh, kw, sh, sw, ph, pw, dh, dw, ceil_mode = geometry
+    gradient = ops.Custom(f"{path}:TrainkitMaxPoolGrad", out_shape=lambda _dy, _where, x_shape: x_shape,
+                          out_dtype=lambda dy, _where, _x: dy, func_type="aot")
+    gradient.add_prim_attr("geometry", list(geometry))
+
+    def bprop(x, geometry_tensor, out, dout):
+        return gradient(dout[0], out[1], x), ops.zeros_like(geometry_tensor)
+
+    def shapes(x_shape, _geometry_shape):
+        shape = [x_shape[0], x_shape[1], pool_output_size(x_shape[2], kh, sh, ph, dh, ceil_mode),
+                 pool_output_size(x_shape[3], kw, sw, pw, dw, ceil_mode)]
+        return [shape, shape]
+
+    pool = ops.Custom(f"{path}:TrainkitMaxPool", out_shape=shapes, out_dtype=lambda x, _g: [x, mstype.int32],
+                      func_type="aot", bprop=bprop)
+    pool.add_prim_attr("geometry", list(geometry))  # pynative caches inferred shapes by attributes (see _im2col)
+    return pool
+
+
+def pool_output_size(size: int, kernel: int, stride: int, padding: int, dilation: int, ceil_mode: bool) -> int:
+    """A pooling's output length along one axis, as PyTorch computes it (with ``ceil_mode``, a last window must
+    start inside the input or its left padding)."""
+    span = size + 2 * padding - dilation * (kernel - 1) - 1
+    out = (-(-span // stride) if ceil_mode else span // stride) + 1
+    if ceil_mode and (out - 1) * stride >= size + padding:
+        out -= 1
+    return out
+
+
 def conv_output_size(size: int, kernel: int, stride: int, padding: int, dilation: int) -> int:
     """A convolution's output length along one axis (symmetric `padding`), as torch and the kernels compute it."""
     return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1

@@ -39,7 +39,7 @@ import numpy as np
 from mindspore import nn
 
 from trainkit import signals
-from trainkit.app.build import DEFAULT_CONV_IMPL, DEFAULT_GELU_IMPL
+from trainkit.app.build import DEFAULT_CONV_IMPL, DEFAULT_LAYER_IMPL
 from trainkit.errors import ConfigError, DataError
 from trainkit.rundir.output_file import written_whole
 from trainkit.rundir.trust import add_trust_argument
@@ -109,12 +109,13 @@ def export_model(target: Union[str, Path], output: Union[str, Path], overrides: 
         raise ConfigError(f"--batch-size must be at least 1; got {batch_size}")
     signals.phase("build")
     trained = load_trained(Path(target).expanduser(), overrides, weights, which, trust, work_dir=output.parent)
-    # The app swaps a network's nn.Conv2d and exact nn.GELU where the config has no conv_impl or gelu_impl too (a
-    # ported or user model): rebuilt with MindSpore's own layers, which export, unless it trained with them.
+    # The app swaps a network's nn.Conv2d, exact nn.GELU and nn.MaxPool2d where the config has no conv_impl or
+    # layer_impl too (a ported or user model): rebuilt with MindSpore's own layers, which export, unless it trained
+    # with them.
     conv_impl = str(trained.cfg.model.get("conv_impl", DEFAULT_CONV_IMPL))
-    gelu_impl = str(trained.cfg.model.get("gelu_impl", DEFAULT_GELU_IMPL))
-    network = trained.rebuilt(conv_impl="native", gelu_impl="native") if conv_impl != "native" or \
-        gelu_impl != "native" else trained.network
+    layer_impl = str(trained.cfg.model.get("layer_impl", DEFAULT_LAYER_IMPL))
+    network = trained.rebuilt(conv_impl="native", layer_impl="native") if conv_impl != "native" or \
+        layer_impl != "native" else trained.network
     batch = data_batch(trained.data, split, CHECK_SAMPLES)
     signals.phase("compile")
     reference = outputs(trained.network, batch)

@@ -1,0 +1,106 @@
+"""`model.layer_impl` for any network: its exact `nn.GELU` and its `nn.MaxPool2d` run by trainkit's C++ kernels.
+
+MindSpore 2.10's CPU GeLU and its gradient ran at about a tenth of PyTorch's speed on ConvNeXt's activations, and
+its `nn.MaxPool2d` with padding (a 3-D max pool that also computes its argmax) took 7 % of a ported ResNet-18's
+step (bench/family_speed.py). The app swaps both after the network is built, as `model.conv_impl`'s swap does:
+neither layer has Parameters, so checkpoints, fine-tuning and the optimizer see no difference, and exports rebuild
+the network with `layer_impl=native`. The kernels compute PyTorch's functions: GELU within 4e-7 x max(1, |y|) of
+``0.5 x (1 + erf(x / sqrt 2))``, max pooling exactly (padding as -inf, the first largest value, NaN wins).
+"""
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+import mindspore as ms
+import numpy as np
+from mindspore import Tensor, nn
+
+from trainkit.kernels import gelu_kernel, library, max_pool_kernel
+from trainkit.models.conv_swap import _replace_child
+
+__all__ = ["LAYER_IMPLS", "FusedGELU", "FusedMaxPool2d", "resolve_layer_impl", "swap_layers"]
+
+#: `model.layer_impl`'s values: `auto` is `fused` where trainkit's kernels build (on CPU), else `native`.
+LAYER_IMPLS = ("auto", "native", "fused")
+
+
+class FusedGELU(nn.Cell):
+    """The exact GELU (``approximate=False``) as one kernel forward and one backward, float32."""
+
+    def __init__(self):
+        super().__init__()
+        self.gelu = gelu_kernel()
+        if self.gelu is None:
+            raise ValueError(f"layer_impl=fused needs trainkit's C++ kernels, which cannot run here ({library()[1]}); "
+                             "use layer_impl=auto")
+
+    def construct(self, x):
+        if x.dtype == ms.float32:
+            return self.gelu(x)
+        return self.gelu(x.astype(ms.float32)).astype(x.dtype)  # the kernel is float32 only
+
+
+class FusedMaxPool2d(nn.Cell):
+    """PyTorch's max_pool2d (NCHW, symmetric padding read as -inf, dilation, ceil_mode) as one kernel forward that
+    keeps where each output came from, and one backward."""
+
+    def __init__(self, kernel_size, stride, padding=(0, 0), dilation=(1, 1), ceil_mode: bool = False):
+        super().__init__()
+        geometry = [*_pair(kernel_size), *_pair(stride), *_pair(padding), *_pair(dilation), int(bool(ceil_mode))]
+        self.pool = max_pool_kernel(geometry)
+        if self.pool is None:
+            raise ValueError(f"layer_impl=fused needs trainkit's C++ kernels, which cannot run here ({library()[1]}); "
+                             "use layer_impl=auto")
+        self.geometry = Tensor(np.array(geometry, np.int64))
+
+    def construct(self, x):
+        if x.dtype == ms.float32:
+            return self.pool(x, self.geometry)[0]
+        return self.pool(x.astype(ms.float32), self.geometry)[0].astype(x.dtype)
+
+
+def _pair(value):
+    return (int(value), int(value)) if isinstance(value, int) else tuple(int(v) for v in value)
+
+
+def fused_max_pool(pool: nn.MaxPool2d) -> Optional[FusedMaxPool2d]:
+    """The `FusedMaxPool2d` computing `pool`, or None where it cannot (NHWC, ``same`` padding, indices returned)."""
+    if pool.format != "NCHW" or getattr(pool, "return_indices", False):
+        return None
+    attributes = pool.max_pool.attrs
+    if getattr(pool, "use_pad", False):  # MindSpore's 3-D max pool with argmax: (1, kh, kw) etc.
+        return FusedMaxPool2d(attributes["ksize"][1:], attributes["strides"][1:], attributes["pads"][1:],
+                              attributes["dilation"][1:], attributes["ceil_mode"])
+    if str(attributes.get("pad_mode", "")).upper() != "VALID":
+        return None
+    return FusedMaxPool2d(attributes["kernel_size"][2:], attributes["strides"][2:])
+
+
+def resolve_layer_impl(layer_impl: str) -> str:
+    """`native` or `fused`: what `layer_impl` stands for here (`auto`: `fused` on CPU where the kernels build)."""
+    if layer_impl not in LAYER_IMPLS:
+        raise ValueError(f"layer_impl must be one of {', '.join(LAYER_IMPLS)}; got {layer_impl!r}")
+    if layer_impl != "auto":
+        return layer_impl
+    return "fused" if ms.get_context("device_target") == "CPU" and library()[0] is not None else "native"
+
+
+def swap_layers(network: nn.Cell, layer_impl: str = "auto") -> Dict[str, int]:
+    """Replace each exact `nn.GELU` and each `nn.MaxPool2d` of `network` by trainkit's fused layer where
+    `layer_impl` resolves to `fused`, in place; how many of each were swapped. The tanh GELU, subclasses and
+    pools the kernel does not compute are left as they are."""
+    swapped = {"GELU": 0, "MaxPool2d": 0}
+    if resolve_layer_impl(layer_impl) == "native":
+        return swapped
+    for _, parent in list(network.cells_and_names()):
+        for key, child in list(parent._cells.items()):  # noqa: SLF001 - MindSpore keeps the children there
+            replacement, kind = None, type(child).__name__
+            if type(child) is nn.GELU and child.approximate == "none":  # pylint: disable=unidiomatic-typecheck
+                replacement = FusedGELU()
+            elif type(child) is nn.MaxPool2d:  # pylint: disable=unidiomatic-typecheck
+                replacement = fused_max_pool(child)
+            if replacement is not None:
+                replacement.set_train(child.training)
+                _replace_child(parent, key, replacement)
+                swapped[kind] += 1
+    return swapped
