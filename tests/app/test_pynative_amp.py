@@ -72,3 +72,17 @@ def test_a_model_cell_cast_to_float16_without_amp_is_named_as_the_cause(tmp_path
     monkeypatch.setattr(build, "build_loss_network", half_first_conv)
     with pytest.raises(ConfigError, match=r"^a model Cell cast by to_float to half precision with trainer.mode=pyn"):
         train(compose_config([f"run_dir={tmp_path}", "trainer.mode=pynative", "logger.progress=off"]))
+
+
+def test_amp_in_pynative_mode_over_fused_layers_stops_with_one_line(tmp_path):
+    """A network whose only kernels are the fused GELU and max pooling (no convolution) is refused the same way."""
+    from trainkit.kernels import gelu_kernel
+
+    if gelu_kernel() is None:
+        pytest.skip("trainkit's C++ kernels do not build here")
+    with pytest.raises(ConfigError) as raised:
+        train(compose_config([f"run_dir={tmp_path / 'run'}", "trainer.mode=pynative", "amp=O2", "trainer.epochs=1",
+                              "model._target_=tests.common.models.GeluDigits", "logger.progress=off"]))
+    message = str(raised.value)
+    assert "\n" not in message and "2 GELU or max-pooling layers (pool, ...)" in message
+    assert "model.layer_impl=native" in message

@@ -35,14 +35,9 @@ from trainkit.checks import choice
 from trainkit.errors import ConfigError
 from trainkit.metrics import SampleMeanLoss
 from trainkit.models.conv import CONV_IMPLS, kernel_convolutions
-
-DEFAULT_LAYER_IMPL = "auto"  # where the model config has no layer_impl: GELU and max pooling fused on CPU
-#: Model keys that choose how layers run, not what they compute: taken out before a model that has no such argument.
-IMPLEMENTATION_KEYS = ("conv_impl", "layer_impl")
-DEFAULT_CONV_IMPL = "auto"  # where the model config has no conv_impl: a ported or user network's nn.Conv2d swapped
 from trainkit.models.conv_swap import swap_convolutions
 from trainkit.models.dropout import streams_from_zero
-from trainkit.models.fused_layers import LAYER_IMPLS, swap_layers
+from trainkit.models.fused_layers import LAYER_IMPLS, kernel_layers, swap_layers
 from trainkit.rundir import checkpoint_file as checkpoint
 from trainkit.rundir import class_names, data_state
 from trainkit.rundir.checkpoint_file import CONFIG_ENTRY, SavedCheckpoint
@@ -50,6 +45,11 @@ from trainkit.rundir.kernel_path import fused_passes
 from trainkit.rundir.stateful_parts import StatefulParts, is_stateful
 from trainkit.step.mixed_precision import Float32EvalCell, build_loss_network, casts_to_half
 from trainkit.step.wrapper import TrainingWrapper
+
+DEFAULT_LAYER_IMPL = "auto"  # where the model config has no layer_impl: GELU and max pooling fused on CPU
+#: Model keys that choose how layers run, not what they compute: taken out before a model that has no such argument.
+IMPLEMENTATION_KEYS = ("conv_impl", "layer_impl")
+DEFAULT_CONV_IMPL = "auto"  # where the model config has no conv_impl: a ported or user network's nn.Conv2d swapped
 
 log = logging.getLogger("trainkit")
 
@@ -185,20 +185,28 @@ def build_loss_network_for(cfg: DictConfig, backbone: nn.Cell, loss_fn: nn.Cell)
     """The backbone under ``amp.level`` with a float32 loss after it.
 
     Raises:
-        ConfigError: half precision op by op (``trainer.mode=pynative``) over convolutions that run trainkit's
-            float32 im2col kernel, which MindSpore would hand half-precision memory (``kernel_convolutions``).
+        ConfigError: half precision op by op (``trainer.mode=pynative``) over convolutions or layers that run
+            trainkit's float32 kernels, which MindSpore would hand half-precision memory (``kernel_convolutions``,
+            ``kernel_layers``).
     """
     level = choice(cfg.amp.level)
     loss_network = build_loss_network(backbone, loss_fn, level)
     if choice(cfg.trainer.mode) == "pynative" and casts_to_half(loss_network.backbone):
         convolutions = kernel_convolutions(loss_network.backbone)
+        layers = [name.replace("_backbone.", "", 1) for name in kernel_layers(loss_network.backbone)]
+        cause = f"amp={level}" if level != "O0" else "a model Cell cast by to_float to half precision"
         if convolutions:
-            cause = f"amp={level}" if level != "O0" else "a model Cell cast by to_float to half precision"
             raise ConfigError(
                 f"{cause} with trainer.mode=pynative: op by op, MindSpore casts the inputs of every operator to "
                 f"float16, also of the float32 im2col kernel behind {len(convolutions)} convolutions "
                 f"({convolutions[0]}, ...), which would compute garbage: use trainer.mode=graph, amp=O0, or "
                 "model.conv_impl=native (MindSpore's own convolution)")
+        if layers:
+            raise ConfigError(
+                f"{cause} with trainer.mode=pynative: op by op, MindSpore casts the inputs of every operator to "
+                f"float16, also of the float32 kernels behind {len(layers)} GELU or max-pooling layers "
+                f"({layers[0]}, ...), which would compute garbage: use trainer.mode=graph, amp=O0, or "
+                "model.layer_impl=native (MindSpore's own layers)")
     return loss_network
 
 

@@ -9,7 +9,7 @@ the network with `layer_impl=native`. The kernels compute PyTorch's functions: G
 """
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import mindspore as ms
 import numpy as np
@@ -18,7 +18,7 @@ from mindspore import Tensor, nn
 from trainkit.kernels import gelu_kernel, library, max_pool_kernel
 from trainkit.models.conv_swap import _replace_child
 
-__all__ = ["LAYER_IMPLS", "FusedGELU", "FusedMaxPool2d", "resolve_layer_impl", "swap_layers"]
+__all__ = ["LAYER_IMPLS", "FusedGELU", "FusedMaxPool2d", "kernel_layers", "resolve_layer_impl", "swap_layers"]
 
 #: `model.layer_impl`'s values: `auto` is `fused` where trainkit's kernels build (on CPU), else `native`.
 LAYER_IMPLS = ("auto", "native", "fused")
@@ -104,3 +104,9 @@ def swap_layers(network: nn.Cell, layer_impl: str = "auto") -> Dict[str, int]:
                 _replace_child(parent, key, replacement)
                 swapped[kind] += 1
     return swapped
+
+
+def kernel_layers(network: nn.Cell) -> List[str]:
+    """The names of `network`'s fused layers (float32 kernels: MindSpore must not hand them half-precision memory op
+    by op, as :func:`trainkit.models.conv.kernel_convolutions` explains for the convolutions)."""
+    return [name for name, cell in network.cells_and_names() if isinstance(cell, (FusedGELU, FusedMaxPool2d))]
