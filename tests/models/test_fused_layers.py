@@ -12,7 +12,7 @@ from mindspore import nn, ops
 from trainkit.app.build import build_model
 from trainkit.errors import ConfigError
 from trainkit.kernels import gelu_kernel, pool_output_size
-from trainkit.models.fused_layers import FusedGELU, FusedMaxPool2d, swap_layers
+from trainkit.models.fused_layers import FusedGELU, FusedLayerNorm, FusedMaxPool2d, swap_layers
 
 pytestmark = pytest.mark.skipif(gelu_kernel() is None, reason="trainkit's C++ kernels do not build here")
 
@@ -135,6 +135,49 @@ def test_a_nan_in_a_window_is_its_maximum():
     assert np.isnan(y[0, 0, 0, 0]) and y[0, 0, 1, 1] == 15.0
 
 
+def numpy_layer_norm(x, gamma, beta, epsilon, upstream):
+    """The layer norm over the last axis in float64 NumPy and the gradients of sum(y * upstream) by x, gamma, beta."""
+    x, gamma, beta, upstream = (a.astype(np.float64) for a in (x, gamma, beta, upstream))
+    mean = x.mean(axis=-1, keepdims=True)
+    rstd = 1.0 / np.sqrt(((x - mean) ** 2).mean(axis=-1, keepdims=True) + epsilon)
+    xhat = (x - mean) * rstd
+    g = upstream * gamma
+    dx = rstd * (g - g.mean(axis=-1, keepdims=True) - xhat * (g * xhat).mean(axis=-1, keepdims=True))
+    axes = tuple(range(x.ndim - 1))
+    return xhat * gamma + beta, dx, (upstream * xhat).sum(axis=axes), upstream.sum(axis=axes)
+
+
+class SumOfNorm(nn.Cell):
+    def __init__(self, norm):
+        super().__init__()
+        self.norm = norm
+
+    def construct(self, x, upstream):
+        return (self.norm(x) * upstream).sum()
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_fused_layer_norm_and_its_gradients_are_numpys(seed):
+    rng = random.Random(seed)
+    d = rng.choice([1, 3, 8, 96, 384])
+    shape = rng.choice([(5,), (2, 3), (4, 8, 8), (130,)]) + (d,)  # 130 rows: three blocks of the gradient's sums
+    values = np.random.default_rng(seed)
+    x = (values.standard_normal(shape) * rng.choice([1e-3, 1.0, 50.0]) + rng.choice([0.0, 3.0])).astype(np.float32)
+    layer = nn.LayerNorm((d,), begin_norm_axis=-1, begin_params_axis=-1, epsilon=rng.choice([1e-5, 1e-6]))
+    layer.gamma.set_data(ms.Tensor(values.standard_normal(d).astype(np.float32)))
+    layer.beta.set_data(ms.Tensor(values.standard_normal(d).astype(np.float32)))
+    fused = FusedLayerNorm(layer)
+    upstream = values.standard_normal(shape).astype(np.float32)
+    y, dx, dgamma, dbeta = numpy_layer_norm(x, layer.gamma.asnumpy(), layer.beta.asnumpy(), layer.epsilon, upstream)
+    np.testing.assert_allclose(fused(ms.Tensor(x)).asnumpy(), y, rtol=1e-5, atol=1e-5)
+    grad = ms.grad(SumOfNorm(fused), grad_position=0, weights=fused.trainable_params())
+    got_dx, (got_dgamma, got_dbeta) = grad(ms.Tensor(x), ms.Tensor(upstream))
+    scale = max(1.0, float(np.abs(dx).max()))
+    np.testing.assert_allclose(got_dx.asnumpy(), dx, rtol=1e-4, atol=1e-5 * scale)
+    np.testing.assert_allclose(got_dgamma.asnumpy(), dgamma, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(got_dbeta.asnumpy(), dbeta, rtol=1e-5, atol=1e-4)
+
+
 class Block(nn.Cell):
     def __init__(self):
         super().__init__()
@@ -145,9 +188,11 @@ class Block(nn.Cell):
         self.padded = nn.MaxPool2d(3, 2, pad_mode="pad", padding=1)
         self.valid = nn.MaxPool2d(2, 1)
         self.same = nn.MaxPool2d(2, 1, pad_mode="same")
+        self.norm = nn.LayerNorm((4,), begin_norm_axis=-1, begin_params_axis=-1)
+        self.norm_of_two_axes = nn.LayerNorm((4, 4), begin_norm_axis=2, begin_params_axis=2)
 
     def construct(self, x):
-        x = self.body(self.tanh(self.exact(self.dense(x)))).reshape((-1, 1, 4, 4))
+        x = self.norm_of_two_axes(self.body(self.tanh(self.exact(self.norm(self.dense(x))))).reshape((-1, 1, 4, 4)))
         return self.same(self.valid(self.padded(x)))
 
 
@@ -156,13 +201,15 @@ def test_the_swap_takes_only_the_layers_the_kernels_compute_and_keeps_every_para
     before = {p.name: p for p in block.get_parameters()}
     x = ms.Tensor(np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32))
     reference = block(x).asnumpy()
-    assert swap_layers(block, "fused") == {"GELU": 2, "MaxPool2d": 2}
+    assert swap_layers(block, "fused") == {"GELU": 2, "MaxPool2d": 2, "LayerNorm": 1}
+    assert isinstance(block.norm, FusedLayerNorm) and type(block.norm_of_two_axes) is nn.LayerNorm
     assert isinstance(block.exact, FusedGELU) and isinstance(block.body[1], FusedGELU)
     assert isinstance(block.padded, FusedMaxPool2d) and isinstance(block.valid, FusedMaxPool2d)
     assert type(block.tanh) is nn.GELU and type(block.same) is nn.MaxPool2d
-    assert {p.name: p for p in block.get_parameters()} == before
+    after = {p.name: p for p in block.get_parameters()}
+    assert after.keys() == before.keys() and all(after[name] is before[name] for name in before)
     np.testing.assert_allclose(block(x).asnumpy(), reference, rtol=0, atol=1e-6)
-    assert swap_layers(Block(), "native") == {"GELU": 0, "MaxPool2d": 0}
+    assert swap_layers(Block(), "native") == {"GELU": 0, "MaxPool2d": 0, "LayerNorm": 0}
 
 
 def test_a_bad_layer_impl_is_one_line_naming_the_key():

@@ -34,7 +34,8 @@ ENTRY_POINTS = ("TrainkitEmaUpdate", "TrainkitAddInto", "TrainkitIm2Col", "Train
                 "TrainkitAdamWeightDecayAll", "TrainkitEmaUpdateAllIf", "TrainkitRestoreAllUnless",
                 "TrainkitAccumulateAll", "TrainkitNormAll", "TrainkitGelu", "TrainkitGeluGrad",
                 "TrainkitDepthwise", "TrainkitDepthwiseGradInput", "TrainkitDepthwiseGradWeight",
-                "TrainkitMaxPool", "TrainkitMaxPoolGrad", "TrainkitDigest")
+                "TrainkitMaxPool", "TrainkitMaxPoolGrad", "TrainkitLayerNorm",
+                "TrainkitLayerNormGrad", "TrainkitDigest")
 SOURCE = (Path(__file__).with_name("fused.cc")).read_text()
 
 FLAGS = ["-O3", "-ffp-contract=off", "-shared", "-fPIC", "-pthread", "-std=c++14"]

@@ -858,6 +858,102 @@ extern "C" int TrainkitMaxPoolGrad(int nparam, void **params, int *ndims, int64_
   return 0;
 }
 
+// Rows summed in blocks of this many, each block's sums then added in block order: the gradients of gamma and beta
+// come out the same whatever the thread count.
+constexpr int64_t kLayerNormBlock = 64;
+
+// x (float32 [rows, d] in any shape whose last axis is d), gamma, beta (float32 [d]), epsilon (float32 [1]) -> y
+// (x's shape), mean, rstd (float32 [rows]): the layer norm over the last axis, y = (x - mean) * rstd * gamma + beta
+// with rstd = 1 / sqrt(var + epsilon) and var the biased variance, as MindSpore's and PyTorch's LayerNorm. Each
+// row's mean and variance are summed in double, in two passes. One thread per range of rows.
+extern "C" int TrainkitLayerNorm(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
+                                 void *stream, void *extra) {
+  if (nparam != 7) return 1;
+  const float *x = static_cast<const float *>(params[0]);
+  const float *gamma = static_cast<const float *>(params[1]);
+  const float *beta = static_cast<const float *>(params[2]);
+  const float epsilon = *static_cast<const float *>(params[3]);
+  float *y = static_cast<float *>(params[4]);
+  float *mean = static_cast<float *>(params[5]);
+  float *rstd = static_cast<float *>(params[6]);
+  const int64_t d = count(ndims[1], shapes[1]), rows = count(ndims[0], shapes[0]) / std::max<int64_t>(d, 1);
+  parallel_rows(rows, d, [=](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float *row = x + r * d;
+      double sum = 0.0;
+      for (int64_t k = 0; k < d; ++k) sum += row[k];
+      const double mu = sum / double(d);
+      double squares = 0.0;
+      for (int64_t k = 0; k < d; ++k) squares += (row[k] - mu) * (row[k] - mu);
+      const double s = 1.0 / std::sqrt(squares / double(d) + double(epsilon));
+      mean[r] = float(mu);
+      rstd[r] = float(s);
+      float *out = y + r * d;
+      // x - mean in double: a row far from 0 with a small spread (mean 3, std 1e-3) would lose a quarter of its
+      // digits to the mean's float32 rounding
+      for (int64_t k = 0; k < d; ++k) out[k] = float((row[k] - mu) * s) * gamma[k] + beta[k];
+    }
+  });
+  return 0;
+}
+
+// dy (float32, x's shape), x, gamma (float32 [d]), mean, rstd (float32 [rows]) -> dx (x's shape), dgamma, dbeta
+// (float32 [d]): the layer norm's gradients (the mean summed again in double, not read). With xhat = (x - mean) * rstd and g = dy * gamma, dx = rstd * (g -
+// mean(g) - xhat * mean(g * xhat)) row by row; dgamma and dbeta sum dy * xhat and dy over the rows in blocks of
+// kLayerNormBlock rows (in double), the blocks added in order.
+extern "C" int TrainkitLayerNormGrad(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
+                                     void *stream, void *extra) {
+  if (nparam != 8) return 1;
+  const float *dy = static_cast<const float *>(params[0]);
+  const float *x = static_cast<const float *>(params[1]);
+  const float *gamma = static_cast<const float *>(params[2]);
+  const float *mean = static_cast<const float *>(params[3]);
+  const float *rstd = static_cast<const float *>(params[4]);
+  float *dx = static_cast<float *>(params[5]);
+  float *dgamma = static_cast<float *>(params[6]);
+  float *dbeta = static_cast<float *>(params[7]);
+  const int64_t d = count(ndims[2], shapes[2]), rows = count(ndims[1], shapes[1]) / std::max<int64_t>(d, 1);
+  const int64_t blocks = (rows + kLayerNormBlock - 1) / kLayerNormBlock;
+  std::vector<double> partial(blocks * 2 * d, 0.0);
+  double *sums = partial.data();
+  parallel_rows(blocks, kLayerNormBlock * d, [=](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      double *block_gamma = sums + b * 2 * d, *block_beta = block_gamma + d;
+      for (int64_t r = b * kLayerNormBlock; r < std::min(rows, (b + 1) * kLayerNormBlock); ++r) {
+        const float *row = x + r * d, *grad = dy + r * d;
+        const float s = rstd[r];
+        double sum = 0.0;  // the row's mean again, in double (the forward's float32 mean loses digits: see there)
+        for (int64_t k = 0; k < d; ++k) sum += row[k];
+        const double m = sum / double(d);
+        double g_sum = 0.0, gx_sum = 0.0;
+        for (int64_t k = 0; k < d; ++k) {
+          const float xhat = float((row[k] - m) * s), g = grad[k] * gamma[k];
+          g_sum += g;
+          gx_sum += double(g) * xhat;
+          block_gamma[k] += double(grad[k]) * xhat;
+          block_beta[k] += grad[k];
+        }
+        const float g_mean = float(g_sum / double(d)), gx_mean = float(gx_sum / double(d));
+        float *out = dx + r * d;
+        for (int64_t k = 0; k < d; ++k) {
+          const float xhat = float((row[k] - m) * s);
+          out[k] = s * (grad[k] * gamma[k] - g_mean - xhat * gx_mean);
+        }
+      }
+    }
+  });
+  for (int64_t k = 0; k < d; ++k) {
+    double total_gamma = 0.0, total_beta = 0.0;
+    for (int64_t b = 0; b < blocks; ++b) {
+      total_gamma += sums[b * 2 * d + k];
+      total_beta += sums[b * 2 * d + d + k];
+    }
+    dgamma[k] = float(total_gamma);
+    dbeta[k] = float(total_beta);
+  }
+  return 0;
+}
+
 // The GELU kernels are compiled without trapping math, which lets GCC vectorise their loops (branch-free
 // polynomials, no libm call); no value changes: it only allows speculating operations that cannot trap here.
 #if defined(__GNUC__) && !defined(__clang__)

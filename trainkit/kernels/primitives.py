@@ -255,6 +255,40 @@ def _max_pool(path: str, geometry: tuple):
     return pool
 
 
+def layer_norm_kernel():
+    """``ops.Custom`` computing the layer norm over the last axis, or None.
+
+    Inputs: x (float32, last axis d), gamma and beta (float32 [d]), epsilon (float32 [1]); outputs: y (x's shape),
+    and each row's mean and 1 / sqrt(var + epsilon) (float32 [rows]) for the gradient, a second kernel giving the
+    gradients of x, gamma and beta.
+    """
+    path, _ = library()
+    return None if path is None else _layer_norm(path)
+
+
+@functools.lru_cache(maxsize=None)
+def _layer_norm(path: str):
+    from mindspore import ops
+
+    def rows(x_shape, gamma_shape):
+        count = 1
+        for extent in x_shape:
+            count *= int(extent)
+        return [count // max(1, int(gamma_shape[0]))]
+
+    gradient = ops.Custom(f"{path}:TrainkitLayerNormGrad",
+                          out_shape=lambda _dy, x, gamma, _mean, _rstd: [x, gamma, gamma],
+                          out_dtype=lambda dy, _x, _g, _m, _r: [dy, dy, dy], func_type="aot")
+
+    def bprop(x, gamma, beta, epsilon, out, dout):
+        dx, dgamma, dbeta = gradient(dout[0], x, gamma, out[1], out[2])
+        return dx, dgamma, dbeta, ops.zeros_like(epsilon)
+
+    return ops.Custom(f"{path}:TrainkitLayerNorm",
+                      out_shape=lambda x, gamma, _beta, _eps: [x, rows(x, gamma), rows(x, gamma)],
+                      out_dtype=lambda x, _g, _b, _e: [x, x, x], func_type="aot", bprop=bprop)
+
+
 def pool_output_size(size: int, kernel: int, stride: int, padding: int, dilation: int, ceil_mode: bool) -> int:
     """A pooling's output length along one axis, as PyTorch computes it (with ``ceil_mode``, a last window must
     start inside the input or its left padding)."""

@@ -1,11 +1,14 @@
-"""`model.layer_impl` for any network: its exact `nn.GELU` and its `nn.MaxPool2d` run by trainkit's C++ kernels.
+"""`model.layer_impl` for any network: its exact `nn.GELU`, `nn.MaxPool2d` and last-axis `nn.LayerNorm` run by
+trainkit's C++ kernels.
 
-MindSpore 2.10's CPU GeLU and its gradient ran at about a tenth of PyTorch's speed on ConvNeXt's activations, and
-its `nn.MaxPool2d` with padding (a 3-D max pool that also computes its argmax) took 7 % of a ported ResNet-18's
-step (bench/family_speed.py). The app swaps both after the network is built, as `model.conv_impl`'s swap does:
-neither layer has Parameters, so checkpoints, fine-tuning and the optimizer see no difference, and exports rebuild
-the network with `layer_impl=native`. The kernels compute PyTorch's functions: GELU within 4e-7 x max(1, |y|) of
-``0.5 x (1 + erf(x / sqrt 2))``, max pooling exactly (padding as -inf, the first largest value, NaN wins).
+MindSpore 2.10's CPU GeLU and its gradient ran at about a tenth of PyTorch's speed on ConvNeXt's activations, its
+`nn.MaxPool2d` with padding (a 3-D max pool that also computes its argmax) took 7 % of a ported ResNet-18's step,
+and its LayerNormGrad a tenth of ConvNeXt's (bench/family_speed.py). The app swaps them after the network is
+built, as `model.conv_impl`'s swap does: a swapped layer norm holds the very same `gamma` and `beta` Parameters, so
+checkpoints, fine-tuning and the optimizer see no difference, and exports rebuild the network with
+`layer_impl=native`. The kernels compute PyTorch's functions: GELU within 4e-7 x max(1, |y|) of
+``0.5 x (1 + erf(x / sqrt 2))``, max pooling exactly (padding as -inf, the first largest value, NaN wins), the
+layer norm with each row's statistics summed in double.
 """
 from __future__ import annotations
 
@@ -15,10 +18,11 @@ import mindspore as ms
 import numpy as np
 from mindspore import Tensor, nn
 
-from trainkit.kernels import gelu_kernel, library, max_pool_kernel
+from trainkit.kernels import gelu_kernel, layer_norm_kernel, library, max_pool_kernel
 from trainkit.models.conv_swap import _replace_child
 
-__all__ = ["LAYER_IMPLS", "FusedGELU", "FusedMaxPool2d", "kernel_layers", "resolve_layer_impl", "swap_layers"]
+__all__ = ["LAYER_IMPLS", "FusedGELU", "FusedLayerNorm", "FusedMaxPool2d", "kernel_layers", "resolve_layer_impl",
+           "swap_layers"]
 
 #: `model.layer_impl`'s values: `auto` is `fused` where trainkit's kernels build (on CPU), else `native`.
 LAYER_IMPLS = ("auto", "native", "fused")
@@ -59,6 +63,35 @@ class FusedMaxPool2d(nn.Cell):
         return self.pool(x.astype(ms.float32), self.geometry)[0].astype(x.dtype)
 
 
+class FusedLayerNorm(nn.Cell):
+    """A layer norm over the last axis as one kernel forward and one backward (float32), holding `layer`'s own
+    `gamma` and `beta` Parameters (same names, same memory)."""
+
+    def __init__(self, layer: nn.LayerNorm):
+        super().__init__()
+        self.norm = layer_norm_kernel()
+        if self.norm is None:
+            raise ValueError(f"layer_impl=fused needs trainkit's C++ kernels, which cannot run here ({library()[1]}); "
+                             "use layer_impl=auto")
+        # The Parameter objects themselves, as conv_swap keeps a convolution's: names, the optimizer's and the
+        # checkpoints' view of them stay the same.
+        self._params["gamma"] = layer.gamma  # noqa: SLF001
+        self._params["beta"] = layer.beta  # noqa: SLF001
+        self.epsilon = Tensor(np.array([layer.epsilon], np.float32))
+
+    def construct(self, x):
+        if x.dtype == ms.float32 and self.gamma.dtype == ms.float32:
+            return self.norm(x, self.gamma, self.beta, self.epsilon)[0]
+        return self.norm(x.astype(ms.float32), self.gamma.astype(ms.float32), self.beta.astype(ms.float32),
+                         self.epsilon)[0].astype(x.dtype)
+
+
+def last_axis_norm(layer: nn.LayerNorm) -> bool:
+    """Whether `layer` normalises over the last axis only, with gamma and beta of that axis (the kernel's case)."""
+    return (len(layer.normalized_shape) == 1 and layer.begin_norm_axis == -1 and layer.begin_params_axis == -1
+            and tuple(layer.gamma.shape) == tuple(layer.normalized_shape))
+
+
 def _pair(value):
     return (int(value), int(value)) if isinstance(value, int) else tuple(int(v) for v in value)
 
@@ -86,10 +119,10 @@ def resolve_layer_impl(layer_impl: str) -> str:
 
 
 def swap_layers(network: nn.Cell, layer_impl: str = "auto") -> Dict[str, int]:
-    """Replace each exact `nn.GELU` and each `nn.MaxPool2d` of `network` by trainkit's fused layer where
-    `layer_impl` resolves to `fused`, in place; how many of each were swapped. The tanh GELU, subclasses and
-    pools the kernel does not compute are left as they are."""
-    swapped = {"GELU": 0, "MaxPool2d": 0}
+    """Replace each exact `nn.GELU`, `nn.MaxPool2d` and last-axis `nn.LayerNorm` of `network` by trainkit's fused
+    layer where `layer_impl` resolves to `fused`, in place; how many of each were swapped. The tanh GELU,
+    subclasses, and pools and norms the kernels do not compute are left as they are."""
+    swapped = {"GELU": 0, "MaxPool2d": 0, "LayerNorm": 0}
     if resolve_layer_impl(layer_impl) == "native":
         return swapped
     for _, parent in list(network.cells_and_names()):
@@ -99,6 +132,8 @@ def swap_layers(network: nn.Cell, layer_impl: str = "auto") -> Dict[str, int]:
                 replacement = FusedGELU()
             elif type(child) is nn.MaxPool2d:  # pylint: disable=unidiomatic-typecheck
                 replacement = fused_max_pool(child)
+            elif type(child) is nn.LayerNorm and last_axis_norm(child):  # pylint: disable=unidiomatic-typecheck
+                replacement = FusedLayerNorm(child)
             if replacement is not None:
                 replacement.set_train(child.training)
                 _replace_child(parent, key, replacement)
@@ -109,4 +144,5 @@ def swap_layers(network: nn.Cell, layer_impl: str = "auto") -> Dict[str, int]:
 def kernel_layers(network: nn.Cell) -> List[str]:
     """The names of `network`'s fused layers (float32 kernels: MindSpore must not hand them half-precision memory op
     by op, as :func:`trainkit.models.conv.kernel_convolutions` explains for the convolutions)."""
-    return [name for name, cell in network.cells_and_names() if isinstance(cell, (FusedGELU, FusedMaxPool2d))]
+    return [name for name, cell in network.cells_and_names()
+            if isinstance(cell, (FusedGELU, FusedMaxPool2d, FusedLayerNorm))]
