@@ -12,7 +12,7 @@ from mindspore import nn, ops
 from trainkit.app.build import build_model
 from trainkit.errors import ConfigError
 from trainkit.kernels import gelu_kernel, pool_output_size
-from trainkit.models.fused_layers import FusedGELU, FusedLayerNorm, FusedMaxPool2d, swap_layers
+from trainkit.models.fused_layers import FusedBatchNorm2d, FusedGELU, FusedLayerNorm, FusedMaxPool2d, swap_layers
 
 pytestmark = pytest.mark.skipif(gelu_kernel() is None, reason="trainkit's C++ kernels do not build here")
 
@@ -178,6 +178,69 @@ def test_the_fused_layer_norm_and_its_gradients_are_numpys(seed):
     np.testing.assert_allclose(got_dbeta.asnumpy(), dbeta, rtol=1e-5, atol=1e-4)
 
 
+class ConvThenNorm(nn.Cell):
+    """sum(norm(conv(x)) * upstream): the norm's input has a gradient, as in a network."""
+
+    def __init__(self, norm, channels):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, 1, has_bias=False, weight_init="ones")
+        self.norm = norm
+
+    def construct(self, x, upstream):
+        return (self.norm(self.conv(x)) * upstream).sum()
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_fused_batch_norm_trains_as_numpys_and_evaluates_as_mindspores(mode, seed):
+    """Forward, the three gradients and the moving statistics (PyTorch's update: the variance unbiased) against
+    NumPy over two steps; evaluation reads the moving statistics."""
+    rng = random.Random(seed)
+    values = np.random.default_rng(seed)
+    c = rng.choice([1, 3, 16])
+    shape = (rng.choice([1, 2, 5]), c, rng.choice([1, 3, 8]), rng.choice([1, 4, 9]))
+    if shape[0] * shape[2] * shape[3] == 1:
+        shape = (2,) + shape[1:]
+    momentum, eps = rng.choice([0.9, 0.5]), rng.choice([1e-5, 1e-3])
+    layer = nn.BatchNorm2d(c, momentum=momentum, eps=eps)
+    layer.gamma.set_data(ms.Tensor(values.standard_normal(c).astype(np.float32)))
+    layer.beta.set_data(ms.Tensor(values.standard_normal(c).astype(np.float32)))
+    net = ConvThenNorm(FusedBatchNorm2d(layer), c)
+    net.set_train(True)
+    grad = ms.value_and_grad(net, grad_position=0, weights=[layer.gamma, layer.beta])
+    moving_mean, moving_var = np.zeros(c), np.ones(c)
+    gamma, beta = layer.gamma.asnumpy().astype(np.float64), layer.beta.asnumpy().astype(np.float64)
+    for _ in range(2):
+        x = (values.standard_normal(shape) * 2 + 1).astype(np.float32)
+        upstream = values.standard_normal(shape).astype(np.float32)
+        loss, (dx, (dgamma, dbeta)) = grad(ms.Tensor(x), ms.Tensor(upstream))
+        x64, up = x.astype(np.float64), upstream.astype(np.float64)  # the conv of ones sums the channels
+        h = np.repeat(x64.sum(axis=1, keepdims=True), c, axis=1)
+        m = shape[0] * shape[2] * shape[3]
+        mean, var = h.mean(axis=(0, 2, 3)), h.var(axis=(0, 2, 3))
+        rstd = 1.0 / np.sqrt(var + eps)
+        xhat = (h - mean[None, :, None, None]) * rstd[None, :, None, None]
+        y = xhat * gamma[None, :, None, None] + beta[None, :, None, None]
+        expected_dgamma, expected_dbeta = (up * xhat).sum(axis=(0, 2, 3)), up.sum(axis=(0, 2, 3))
+        dh = (gamma * rstd)[None, :, None, None] * (up - expected_dbeta[None, :, None, None] / m
+                                                    - xhat * expected_dgamma[None, :, None, None] / m)
+        expected_dx = np.repeat(dh.sum(axis=1, keepdims=True), c, axis=1)
+        np.testing.assert_allclose(loss.asnumpy(), (y * up).sum(), rtol=1e-4, atol=1e-3)
+        np.testing.assert_allclose(dgamma.asnumpy(), expected_dgamma, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(dbeta.asnumpy(), expected_dbeta, rtol=1e-5, atol=1e-4)
+        np.testing.assert_allclose(dx.asnumpy(), expected_dx, rtol=1e-4, atol=1e-4)
+        weight = 1.0 - momentum
+        moving_mean = (1 - weight) * moving_mean + weight * mean
+        moving_var = (1 - weight) * moving_var + weight * (var * m / (m - 1))
+        np.testing.assert_allclose(layer.moving_mean.asnumpy(), moving_mean, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(layer.moving_variance.asnumpy(), moving_var, rtol=1e-5, atol=1e-6)
+    net.set_train(False)
+    x = values.standard_normal(shape).astype(np.float32)
+    h = np.repeat(x.astype(np.float64).sum(axis=1, keepdims=True), c, axis=1)
+    expected = ((h - moving_mean[None, :, None, None]) / np.sqrt(moving_var[None, :, None, None] + eps)
+                * gamma[None, :, None, None] + beta[None, :, None, None])
+    np.testing.assert_allclose(net.norm(net.conv(ms.Tensor(x))).asnumpy(), expected, rtol=1e-4, atol=1e-4)
+
+
 class Block(nn.Cell):
     def __init__(self):
         super().__init__()
@@ -190,26 +253,29 @@ class Block(nn.Cell):
         self.same = nn.MaxPool2d(2, 1, pad_mode="same")
         self.norm = nn.LayerNorm((4,), begin_norm_axis=-1, begin_params_axis=-1)
         self.norm_of_two_axes = nn.LayerNorm((4, 4), begin_norm_axis=2, begin_params_axis=2)
+        self.batch_norm = nn.BatchNorm2d(1)
 
     def construct(self, x):
         x = self.norm_of_two_axes(self.body(self.tanh(self.exact(self.norm(self.dense(x))))).reshape((-1, 1, 4, 4)))
-        return self.same(self.valid(self.padded(x)))
+        return self.batch_norm(self.same(self.valid(self.padded(x))))
 
 
 def test_the_swap_takes_only_the_layers_the_kernels_compute_and_keeps_every_parameter():
     block = Block()
     before = {p.name: p for p in block.get_parameters()}
     x = ms.Tensor(np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32))
+    block.set_train(False)  # evaluation: the batch norm reads its moving statistics, as the swapped one does
     reference = block(x).asnumpy()
-    assert swap_layers(block, "fused") == {"GELU": 2, "MaxPool2d": 2, "LayerNorm": 1}
+    assert swap_layers(block, "fused") == {"GELU": 2, "MaxPool2d": 2, "LayerNorm": 1, "BatchNorm2d": 1}
     assert isinstance(block.norm, FusedLayerNorm) and type(block.norm_of_two_axes) is nn.LayerNorm
     assert isinstance(block.exact, FusedGELU) and isinstance(block.body[1], FusedGELU)
     assert isinstance(block.padded, FusedMaxPool2d) and isinstance(block.valid, FusedMaxPool2d)
     assert type(block.tanh) is nn.GELU and type(block.same) is nn.MaxPool2d
+    assert isinstance(block.batch_norm, FusedBatchNorm2d)
     after = {p.name: p for p in block.get_parameters()}
     assert after.keys() == before.keys() and all(after[name] is before[name] for name in before)
     np.testing.assert_allclose(block(x).asnumpy(), reference, rtol=0, atol=1e-6)
-    assert swap_layers(Block(), "native") == {"GELU": 0, "MaxPool2d": 0, "LayerNorm": 0}
+    assert swap_layers(Block(), "native") == {"GELU": 0, "MaxPool2d": 0, "LayerNorm": 0, "BatchNorm2d": 0}
 
 
 def test_a_bad_layer_impl_is_one_line_naming_the_key():

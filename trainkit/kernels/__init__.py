@@ -10,6 +10,7 @@ from trainkit.kernels.primitives import (
     accumulate_all_kernel,
     add_into_all_kernel,
     add_into_kernel,
+    batch_norm_kernel,
     concat_all_kernel,
     conv_output_size,
     depthwise_kernel,
@@ -28,8 +29,8 @@ from trainkit.kernels.primitives import (
     restore_flat_unless_kernel,
 )
 
-__all__ = ["accumulate_all_kernel", "add_into_all_kernel", "add_into_kernel", "cache_dir", "concat_all_kernel",
-           "conv_output_size", "depthwise_kernel", "describe", "ema_update_all_if_kernel", "ema_update_all_kernel",
-           "ema_update_kernel", "gelu_kernel", "geometry_values", "im2col_kernel", "layer_norm_kernel", "library",
-           "max_pool_kernel", "norm_all_kernel", "optimizer_update_kernel", "pool_output_size",
-           "restore_all_unless_kernel", "restore_flat_unless_kernel"]
+__all__ = ["accumulate_all_kernel", "add_into_all_kernel", "add_into_kernel", "batch_norm_kernel", "cache_dir",
+           "concat_all_kernel", "conv_output_size", "depthwise_kernel", "describe", "ema_update_all_if_kernel",
+           "ema_update_all_kernel", "ema_update_kernel", "gelu_kernel", "geometry_values", "im2col_kernel",
+           "layer_norm_kernel", "library", "max_pool_kernel", "norm_all_kernel", "optimizer_update_kernel",
+           "pool_output_size", "restore_all_unless_kernel", "restore_flat_unless_kernel"]

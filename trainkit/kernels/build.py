@@ -35,7 +35,7 @@ ENTRY_POINTS = ("TrainkitEmaUpdate", "TrainkitAddInto", "TrainkitIm2Col", "Train
                 "TrainkitAccumulateAll", "TrainkitNormAll", "TrainkitGelu", "TrainkitGeluGrad",
                 "TrainkitDepthwise", "TrainkitDepthwiseGradInput", "TrainkitDepthwiseGradWeight",
                 "TrainkitMaxPool", "TrainkitMaxPoolGrad", "TrainkitLayerNorm",
-                "TrainkitLayerNormGrad", "TrainkitDigest")
+                "TrainkitLayerNormGrad", "TrainkitBatchNorm", "TrainkitBatchNormGrad", "TrainkitDigest")
 SOURCE = (Path(__file__).with_name("fused.cc")).read_text()
 
 FLAGS = ["-O3", "-ffp-contract=off", "-shared", "-fPIC", "-pthread", "-std=c++14"]

@@ -954,6 +954,127 @@ extern "C" int TrainkitLayerNormGrad(int nparam, void **params, int *ndims, int6
   return 0;
 }
 
+namespace {
+// Sums of a row in 8 float lanes (lane k takes the values at k mod 8, so the loop vectorises), the lanes and the
+// tail then added in a fixed order in double: the same bits whatever the thread count, and the rounding of a sum
+// of a few thousand values, not of one running float.
+inline double lane_sum(const float *a, int64_t n) {
+  float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t t = 0;
+  for (; t + 8 <= n; t += 8)
+    for (int k = 0; k < 8; ++k) lanes[k] += a[t + k];
+  double sum = 0.0;
+  for (int k = 0; k < 8; ++k) sum += lanes[k];
+  for (; t < n; ++t) sum += a[t];
+  return sum;
+}
+
+// The sum of (a - centre)^2, lanes as lane_sum.
+inline double lane_centered_squares(const float *a, int64_t n, float centre) {
+  float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t t = 0;
+  for (; t + 8 <= n; t += 8)
+    for (int k = 0; k < 8; ++k) lanes[k] += (a[t + k] - centre) * (a[t + k] - centre);
+  double sum = 0.0;
+  for (int k = 0; k < 8; ++k) sum += lanes[k];
+  for (; t < n; ++t) sum += double(a[t] - centre) * (a[t] - centre);
+  return sum;
+}
+
+// The sum of b * (a - centre) * scale, lanes as lane_sum.
+inline double lane_centered_dot(const float *a, const float *b, int64_t n, float centre, float scale) {
+  float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t t = 0;
+  for (; t + 8 <= n; t += 8)
+    for (int k = 0; k < 8; ++k) lanes[k] += b[t + k] * ((a[t + k] - centre) * scale);
+  double sum = 0.0;
+  for (int k = 0; k < 8; ++k) sum += lanes[k];
+  for (; t < n; ++t) sum += double(b[t]) * ((a[t] - centre) * scale);
+  return sum;
+}
+}  // namespace
+
+// x (float32 N, C, H, W), gamma, beta (float32 [C]), moving_mean, moving_variance (float32 [C], written in place),
+// settings (float32 [2]: epsilon, momentum) -> y (x's shape), mean, rstd (float32 [C]): batch norm in training, as
+// MindSpore's BatchNorm(is_training=True) and PyTorch's: each channel's mean and biased variance over N, H, W
+// (two passes), y = (x - mean) * rstd * gamma + beta with rstd = 1 / sqrt(var + epsilon); the
+// moving statistics become (1 - momentum) * moving + momentum * batch's, the variance unbiased (times M / (M - 1),
+// M = N * H * W). Sums per plane in float lanes, across planes in double (lane_sum). One thread per range of
+// channels.
+extern "C" int TrainkitBatchNorm(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
+                                 void *stream, void *extra) {
+  if (nparam != 9 || ndims[0] != 4) return 1;
+  const float *x = static_cast<const float *>(params[0]);
+  const float *gamma = static_cast<const float *>(params[1]);
+  const float *beta = static_cast<const float *>(params[2]);
+  float *moving_mean = static_cast<float *>(params[3]);
+  float *moving_variance = static_cast<float *>(params[4]);
+  const float epsilon = static_cast<const float *>(params[5])[0], momentum = static_cast<const float *>(params[5])[1];
+  float *y = static_cast<float *>(params[6]);
+  float *mean = static_cast<float *>(params[7]);
+  float *rstd = static_cast<float *>(params[8]);
+  const int64_t n = shapes[0][0], c = shapes[0][1], area = shapes[0][2] * shapes[0][3], m = n * area;
+  parallel_rows(c, m, [=](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) {
+      double sum = 0.0;
+      for (int64_t i = 0; i < n; ++i) sum += lane_sum(x + (i * c + k) * area, area);
+      const double mu = sum / double(m);
+      double squares = 0.0;
+      for (int64_t i = 0; i < n; ++i) squares += lane_centered_squares(x + (i * c + k) * area, area, float(mu));
+      const double variance = squares / double(m), s = 1.0 / std::sqrt(variance + double(epsilon));
+      const float scale = float(s) * gamma[k], shift = beta[k] - float(mu) * scale;
+      for (int64_t i = 0; i < n; ++i) {
+        const float *plane = x + (i * c + k) * area;
+        float *out = y + (i * c + k) * area;
+        for (int64_t t = 0; t < area; ++t) out[t] = plane[t] * scale + shift;
+      }
+      mean[k] = float(mu);
+      rstd[k] = float(s);
+      const float unbiased = float(m > 1 ? variance * double(m) / double(m - 1) : variance);
+      moving_mean[k] = (1.0f - momentum) * moving_mean[k] + momentum * float(mu);
+      moving_variance[k] = (1.0f - momentum) * moving_variance[k] + momentum * unbiased;
+    }
+  });
+  return 0;
+}
+
+// dy (float32, x's shape), x, gamma (float32 [C]), mean, rstd (float32 [C]) -> dx (x's shape), dgamma, dbeta
+// (float32 [C]): batch norm's gradients in training. With xhat = (x - mean) * rstd, dgamma = sum(dy * xhat), dbeta
+// = sum(dy) over N, H, W (as the forward sums) and dx = gamma * rstd * (dy - dbeta / M - xhat * dgamma / M). One thread per
+// range of channels.
+extern "C" int TrainkitBatchNormGrad(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
+                                     void *stream, void *extra) {
+  if (nparam != 8 || ndims[1] != 4) return 1;
+  const float *dy = static_cast<const float *>(params[0]);
+  const float *x = static_cast<const float *>(params[1]);
+  const float *gamma = static_cast<const float *>(params[2]);
+  const float *mean = static_cast<const float *>(params[3]);
+  const float *rstd = static_cast<const float *>(params[4]);
+  float *dx = static_cast<float *>(params[5]);
+  float *dgamma = static_cast<float *>(params[6]);
+  float *dbeta = static_cast<float *>(params[7]);
+  const int64_t n = shapes[1][0], c = shapes[1][1], area = shapes[1][2] * shapes[1][3], m = n * area;
+  parallel_rows(c, m, [=](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) {
+      const float mu = mean[k], s = rstd[k];
+      double sum_dy = 0.0, sum_dy_xhat = 0.0;
+      for (int64_t i = 0; i < n; ++i) {
+        sum_dy += lane_sum(dy + (i * c + k) * area, area);
+        sum_dy_xhat += lane_centered_dot(x + (i * c + k) * area, dy + (i * c + k) * area, area, mu, s);
+      }
+      dgamma[k] = float(sum_dy_xhat);
+      dbeta[k] = float(sum_dy);
+      const float a = gamma[k] * s, mean_dy = float(sum_dy / double(m)), mean_dy_xhat = float(sum_dy_xhat / double(m));
+      for (int64_t i = 0; i < n; ++i) {
+        const float *plane = x + (i * c + k) * area, *grad = dy + (i * c + k) * area;
+        float *out = dx + (i * c + k) * area;
+        for (int64_t t = 0; t < area; ++t) out[t] = a * (grad[t] - mean_dy - (plane[t] - mu) * s * mean_dy_xhat);
+      }
+    }
+  });
+  return 0;
+}
+
 // The GELU kernels are compiled without trapping math, which lets GCC vectorise their loops (branch-free
 // polynomials, no libm call); no value changes: it only allows speculating operations that cannot trap here.
 #if defined(__GNUC__) && !defined(__clang__)

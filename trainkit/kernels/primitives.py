@@ -289,6 +289,38 @@ def _layer_norm(path: str):
                       out_dtype=lambda x, _g, _b, _e: [x, x, x], func_type="aot", bprop=bprop)
 
 
+def batch_norm_kernel():
+    """``ops.Custom`` computing batch norm in training over (N, C, H, W) and updating the moving statistics in
+    place, or None.
+
+    Inputs: x (float32), gamma, beta, moving_mean, moving_variance (float32 [C]; the last two written) and
+    [epsilon, momentum] (float32 [2]); outputs: y (x's shape), and each channel's mean and 1 / sqrt(var + epsilon)
+    for the gradient, a second kernel giving the gradients of x, gamma and beta.
+    """
+    path, _ = library()
+    return None if path is None else _batch_norm(path)
+
+
+@functools.lru_cache(maxsize=None)
+def _batch_norm(path: str):
+    from mindspore import ops
+
+    gradient = ops.Custom(f"{path}:TrainkitBatchNormGrad",
+                          out_shape=lambda _dy, x, gamma, _mean, _rstd: [x, gamma, gamma],
+                          out_dtype=lambda dy, _x, _g, _m, _r: [dy, dy, dy], func_type="aot")
+
+    def bprop(x, gamma, beta, moving_mean, moving_variance, settings, out, dout):
+        dx, dgamma, dbeta = gradient(dout[0], x, gamma, out[1], out[2])
+        return (dx, dgamma, dbeta, ops.zeros_like(moving_mean), ops.zeros_like(moving_variance),
+                ops.zeros_like(settings))
+
+    kernel = ops.Custom(f"{path}:TrainkitBatchNorm",
+                        out_shape=lambda x, gamma, _b, _mm, _mv, _s: [x, gamma, gamma],
+                        out_dtype=lambda x, _g, _b, _mm, _mv, _s: [x, x, x], func_type="aot", bprop=bprop)
+    kernel.add_prim_attr("side_effect_mem", True)  # it writes the moving statistics (see _in_place_kernel)
+    return kernel
+
+
 def pool_output_size(size: int, kernel: int, stride: int, padding: int, dilation: int, ceil_mode: bool) -> int:
     """A pooling's output length along one axis, as PyTorch computes it (with ``ceil_mode``, a last window must
     start inside the input or its left padding)."""

@@ -1,14 +1,16 @@
-"""`model.layer_impl` for any network: its exact `nn.GELU`, `nn.MaxPool2d` and last-axis `nn.LayerNorm` run by
-trainkit's C++ kernels.
+"""`model.layer_impl` for any network: its exact `nn.GELU`, `nn.MaxPool2d`, last-axis `nn.LayerNorm` and
+`nn.BatchNorm2d` run by trainkit's C++ kernels.
 
 MindSpore 2.10's CPU GeLU and its gradient ran at about a tenth of PyTorch's speed on ConvNeXt's activations, its
 `nn.MaxPool2d` with padding (a 3-D max pool that also computes its argmax) took 7 % of a ported ResNet-18's step,
-and its LayerNormGrad a tenth of ConvNeXt's (bench/family_speed.py). The app swaps them after the network is
-built, as `model.conv_impl`'s swap does: a swapped layer norm holds the very same `gamma` and `beta` Parameters, so
-checkpoints, fine-tuning and the optimizer see no difference, and exports rebuild the network with
+its LayerNormGrad a tenth of ConvNeXt's, and its BatchNorm and BatchNormGrad 16 % of a ported ResNet-50's at
+224x224 (bench/family_speed.py). The app swaps them after the network is
+built, as `model.conv_impl`'s swap does: a swapped norm holds the very same Parameters (`gamma`, `beta`, the
+moving statistics), so checkpoints, fine-tuning and the optimizer see no difference, and exports rebuild the network with
 `layer_impl=native`. The kernels compute PyTorch's functions: GELU within 4e-7 x max(1, |y|) of
 ``0.5 x (1 + erf(x / sqrt 2))``, max pooling exactly (padding as -inf, the first largest value, NaN wins), the
-layer norm with each row's statistics summed in double.
+norms with their statistics summed in double across rows or planes; batch norm updates its moving statistics as
+MindSpore's does (the variance unbiased), and evaluates with MindSpore's own kernel.
 """
 from __future__ import annotations
 
@@ -18,10 +20,10 @@ import mindspore as ms
 import numpy as np
 from mindspore import Tensor, nn
 
-from trainkit.kernels import gelu_kernel, layer_norm_kernel, library, max_pool_kernel
+from trainkit.kernels import batch_norm_kernel, gelu_kernel, layer_norm_kernel, library, max_pool_kernel
 from trainkit.models.conv_swap import _replace_child
 
-__all__ = ["LAYER_IMPLS", "FusedGELU", "FusedLayerNorm", "FusedMaxPool2d", "kernel_layers", "resolve_layer_impl",
+__all__ = ["LAYER_IMPLS", "FusedBatchNorm2d", "FusedGELU", "FusedLayerNorm", "FusedMaxPool2d", "kernel_layers", "resolve_layer_impl",
            "swap_layers"]
 
 #: `model.layer_impl`'s values: `auto` is `fused` where trainkit's kernels build (on CPU), else `native`.
@@ -86,6 +88,38 @@ class FusedLayerNorm(nn.Cell):
                          self.epsilon)[0].astype(x.dtype)
 
 
+class FusedBatchNorm2d(nn.Cell):
+    """Batch norm of (N, C, H, W) in training as one kernel forward (the moving statistics updated in place by it)
+    and one backward, float32, holding `layer`'s own four Parameters; in evaluation, MindSpore's own kernel."""
+
+    def __init__(self, layer: nn.BatchNorm2d):
+        super().__init__()
+        self.norm = batch_norm_kernel()
+        if self.norm is None:
+            raise ValueError(f"layer_impl=fused needs trainkit's C++ kernels, which cannot run here ({library()[1]}); "
+                             "use layer_impl=auto")
+        for name in ("moving_mean", "moving_variance", "gamma", "beta"):  # MindSpore's order: checkpoints alike
+            self._params[name] = getattr(layer, name)  # noqa: SLF001 - the Parameter objects themselves
+        # MindSpore keeps 1 - the constructor's momentum: the weight of the batch's statistics
+        self.settings = Tensor(np.array([layer.eps, layer.momentum], np.float32))
+        self.bn_infer = layer.bn_infer
+
+    def construct(self, x):
+        if not self.training:
+            return self.bn_infer(x, self.gamma, self.beta, self.moving_mean, self.moving_variance)[0]
+        if x.dtype == ms.float32:
+            return self.norm(x, self.gamma, self.beta, self.moving_mean, self.moving_variance, self.settings)[0]
+        return self.norm(x.astype(ms.float32), self.gamma, self.beta, self.moving_mean, self.moving_variance,
+                         self.settings)[0].astype(x.dtype)  # the kernel is float32 only
+
+
+def fused_batch_norm(layer: nn.BatchNorm2d) -> Optional[FusedBatchNorm2d]:
+    """The `FusedBatchNorm2d` computing `layer`, or None where it cannot (NHWC, fixed batch statistics, float16)."""
+    if layer.format != "NCHW" or layer.use_batch_statistics is not None or layer.gamma.dtype != ms.float32:
+        return None
+    return FusedBatchNorm2d(layer)
+
+
 def last_axis_norm(layer: nn.LayerNorm) -> bool:
     """Whether `layer` normalises over the last axis only, with gamma and beta of that axis (the kernel's case)."""
     return (len(layer.normalized_shape) == 1 and layer.begin_norm_axis == -1 and layer.begin_params_axis == -1
@@ -119,10 +153,10 @@ def resolve_layer_impl(layer_impl: str) -> str:
 
 
 def swap_layers(network: nn.Cell, layer_impl: str = "auto") -> Dict[str, int]:
-    """Replace each exact `nn.GELU`, `nn.MaxPool2d` and last-axis `nn.LayerNorm` of `network` by trainkit's fused
-    layer where `layer_impl` resolves to `fused`, in place; how many of each were swapped. The tanh GELU,
-    subclasses, and pools and norms the kernels do not compute are left as they are."""
-    swapped = {"GELU": 0, "MaxPool2d": 0, "LayerNorm": 0}
+    """Replace each exact `nn.GELU`, `nn.MaxPool2d`, last-axis `nn.LayerNorm` and `nn.BatchNorm2d` of `network` by
+    trainkit's fused layer where `layer_impl` resolves to `fused`, in place; how many of each were swapped. The
+    tanh GELU, subclasses, and pools and norms the kernels do not compute are left as they are."""
+    swapped = {"GELU": 0, "MaxPool2d": 0, "LayerNorm": 0, "BatchNorm2d": 0}
     if resolve_layer_impl(layer_impl) == "native":
         return swapped
     for _, parent in list(network.cells_and_names()):
@@ -134,6 +168,8 @@ def swap_layers(network: nn.Cell, layer_impl: str = "auto") -> Dict[str, int]:
                 replacement = fused_max_pool(child)
             elif type(child) is nn.LayerNorm and last_axis_norm(child):  # pylint: disable=unidiomatic-typecheck
                 replacement = FusedLayerNorm(child)
+            elif type(child) is nn.BatchNorm2d:  # pylint: disable=unidiomatic-typecheck
+                replacement = fused_batch_norm(child)
             if replacement is not None:
                 replacement.set_train(child.training)
                 _replace_child(parent, key, replacement)
@@ -145,4 +181,4 @@ def kernel_layers(network: nn.Cell) -> List[str]:
     """The names of `network`'s fused layers (float32 kernels: MindSpore must not hand them half-precision memory op
     by op, as :func:`trainkit.models.conv.kernel_convolutions` explains for the convolutions)."""
     return [name for name, cell in network.cells_and_names()
-            if isinstance(cell, (FusedGELU, FusedMaxPool2d, FusedLayerNorm))]
+            if isinstance(cell, (FusedGELU, FusedMaxPool2d, FusedLayerNorm, FusedBatchNorm2d))]
