@@ -4,13 +4,13 @@
 MindSpore 2.10's CPU GeLU and its gradient ran at about a tenth of PyTorch's speed on ConvNeXt's activations, its
 `nn.MaxPool2d` with padding (a 3-D max pool that also computes its argmax) took 7 % of a ported ResNet-18's step,
 its LayerNormGrad a tenth of ConvNeXt's, and its BatchNorm and BatchNormGrad 16 % of a ported ResNet-50's at
-224x224 (bench/family_speed.py). The app swaps them after the network is
-built, as `model.conv_impl`'s swap does: a swapped norm holds the very same Parameters (`gamma`, `beta`, the
-moving statistics), so checkpoints, fine-tuning and the optimizer see no difference, and exports rebuild the network with
-`layer_impl=native`. The kernels compute PyTorch's functions: GELU within 4e-7 x max(1, |y|) of
-``0.5 x (1 + erf(x / sqrt 2))``, max pooling exactly (padding as -inf, the first largest value, NaN wins), the
-norms with their statistics summed in double across rows or planes; batch norm updates its moving statistics as
-MindSpore's does (the variance unbiased), and evaluates with MindSpore's own kernel.
+224x224 (bench/family_speed.py). The app swaps them after the network is built, as `model.conv_impl`'s swap does:
+a swapped norm holds the very same Parameters (`gamma`, `beta`, the moving statistics), so checkpoints,
+fine-tuning and the optimizer see no difference, and exports rebuild the network with `layer_impl=native`. The
+kernels compute PyTorch's functions: GELU within 4e-7 x max(1, |y|) of ``0.5 x (1 + erf(x / sqrt 2))``, max
+pooling exactly (padding as -inf, the first largest value, NaN wins), the norms with their statistics summed in a
+fixed order; batch norm updates its moving statistics as MindSpore's does (the variance unbiased), and evaluates
+with MindSpore's own kernel.
 """
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from mindspore import Tensor, nn
 from trainkit.kernels import batch_norm_kernel, gelu_kernel, layer_norm_kernel, library, max_pool_kernel
 from trainkit.models.conv_swap import _replace_child
 
-__all__ = ["LAYER_IMPLS", "FusedBatchNorm2d", "FusedGELU", "FusedLayerNorm", "FusedMaxPool2d", "kernel_layers", "resolve_layer_impl",
-           "swap_layers"]
+__all__ = ["LAYER_IMPLS", "FusedBatchNorm2d", "FusedGELU", "FusedLayerNorm", "FusedMaxPool2d", "kernel_layers",
+           "resolve_layer_impl", "swap_layers"]
 
 #: `model.layer_impl`'s values: `auto` is `fused` where trainkit's kernels build (on CPU), else `native`.
 LAYER_IMPLS = ("auto", "native", "fused")
