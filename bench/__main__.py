@@ -15,7 +15,7 @@ import traceback
 from pathlib import Path
 from typing import List
 
-from trainkit import protobuf_backend
+from trainkit.process import protobuf_backend
 
 protobuf_backend.choose_upb()  # as python -m trainkit: row 4's app writes its records as the command does
 

@@ -168,7 +168,7 @@ def main(argv: List[str] = None) -> Dict[str, List[float]]:
         lines.append(f"| {variant} | {', '.join(f'{v:.3f}' for v in values)} | {statistics.mean(values):.3f} | "
                      f"{spread:.3f} |")
     if len(accuracies.get("trainkit", [])) > 1 and len(accuracies.get("torchvision", [])) > 1:
-        from trainkit.app.sweep_summary import ALPHA, welch_p
+        from trainkit.app.sweep.summary import ALPHA, welch_p
 
         p = welch_p(accuracies["trainkit"], accuracies["torchvision"])
         lines += ["", f"trainkit against torchvision, as a sweep summary judges repeats: Welch's t-test p = {p:.2g} "

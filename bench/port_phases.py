@@ -66,7 +66,8 @@ def instrument(timers: Timers) -> None:
     import torch.fx
 
     import bench.port_zoo as zoo
-    from trainkit.bridge import compare, port, port_source
+    from trainkit.bridge import compare, port
+    from trainkit.bridge.port import source as port_source
 
     timers.wrap(zoo, "parameter_count", "torch build (meta, parameter count)")
     timers.wrap(zoo, "weights_without_zeros", "zoo weights (build, randomise, torch.save)")

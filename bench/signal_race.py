@@ -40,7 +40,7 @@ def _start(run_dir: Path, overrides: List[str], **pipes) -> subprocess.Popen:
 
 
 def _routed(pid: int) -> bool:
-    """Whether SIGTERM and SIGINT are blocked in the process's main thread (trainkit.signals routes them)."""
+    """Whether SIGTERM and SIGINT are blocked in the process's main thread (trainkit.process.signals routes them)."""
     try:
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:

@@ -4,7 +4,7 @@ Runs the command's own main in this process (the quick start unless overrides sa
 wrapped around the phases of a run, and prints one line per phase, the whole process's wall time (from the
 kernel's start time of the process) and the time to the first training step. The timers wrap functions;
 they add microseconds, not the milliseconds a profiler adds to every Python call. The process ends as the command's
-does (``trainkit.signals.exit_process``: no interpreter finalization), so that a timer outside it (row 11) reads
+does (``trainkit.process.signals.exit_process``: no interpreter finalization), so that a timer outside it (row 11) reads
 the command's time. Nothing here is asserted: docs/performance.md quotes its output together with the load average
 it prints.
 """
@@ -122,7 +122,7 @@ def run(argv: List[str]) -> Breakdown:
     start = process_start()
     os.environ.setdefault("GLOG_v", "3")  # noqa: SIM112 -- as the command sets it before importing MindSpore
     timers = Timers()
-    from trainkit import protobuf_backend, startup_gc
+    from trainkit.process import protobuf_backend, startup_gc
 
     protobuf_backend.choose_upb()  # as python -m trainkit does before anything imports MindSpore
     startup_gc.pause()  # as python -m trainkit does before its imports; its _hydra_main resumes the collector
@@ -178,7 +178,7 @@ def main(argv: List[str]) -> int:
 
 if __name__ == "__main__":
     exit_status = main(sys.argv[1:])
-    from trainkit import signals
+    from trainkit.process import signals
 
     # As python -m trainkit ends its process: the atexit functions, then no interpreter finalization (MindSpore's
     # C++ clean-up, 0.3-0.7 s after a ResNet-50 run), so that row 11's whole-process time is the command's.

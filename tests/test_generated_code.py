@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
+from trainkit.checks.generated_code import UnsafeCode, check_generated, source_problem
 from trainkit.errors import ConfigError
-from trainkit.generated_code import UnsafeCode, check_generated, source_problem
 
 # Code that reaches the interpreter: each is put at every place of SITES below.
 ESCAPES = [

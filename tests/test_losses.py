@@ -6,7 +6,7 @@ from hydra.utils import instantiate
 
 from trainkit.app.config import compose_config
 from trainkit.errors import ConfigError
-from trainkit.losses import CrossEntropy
+from trainkit.parts.losses import CrossEntropy
 
 RNG = np.random.RandomState(0)
 LOGITS = RNG.randn(6, 4).astype(np.float32)

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from trainkit import lr_schedule
+from trainkit.parts import lr_schedule
 
 
 def test_constant_with_linear_warmup():

@@ -5,7 +5,7 @@ import numpy as np
 from mindspore import nn
 from mindspore.train import Loss, Model
 
-from trainkit.metrics import SampleMeanLoss
+from trainkit.parts.metrics import SampleMeanLoss
 from trainkit.step.mixed_precision import Float32EvalCell
 
 

@@ -1,5 +1,5 @@
 """python -m trainkit.new refuses, in one line and writing nothing, a name that cannot make a project that runs,
-and a project whose generated modules fail the gate of trainkit.generated_code."""
+and a project whose generated modules fail the gate of trainkit.checks.generated_code."""
 import ast
 import keyword
 import sys

@@ -1,5 +1,6 @@
-"""trainkit.protobuf_backend: a command's process writes its protobuf messages with upb, not the pure-Python backend
-importing MindSpore picks (docs/performance.md); a library import and a value in the environment are left alone."""
+"""trainkit.process.protobuf_backend: a command's process writes its protobuf messages with upb, not the pure-Python
+backend importing MindSpore picks (docs/performance.md); a library import and a value in the environment are left
+alone."""
 import json
 import os
 import subprocess
@@ -37,7 +38,7 @@ def _run_module(module: str) -> str:
 
 def test_mindspore_alone_picks_pure_python():
     """What the commands change: without them, importing MindSpore makes protobuf pure Python (if this fails, a
-    MindSpore release stopped doing it, and trainkit.protobuf_backend has nothing left to do)."""
+    MindSpore release stopped doing it, and trainkit.process.protobuf_backend has nothing left to do)."""
     assert _backend("") == ["python", "python"]
 
 
@@ -57,5 +58,5 @@ def test_importing_trainkit_as_a_library_leaves_mindspores_choice():
 
 def test_nothing_is_chosen_once_protobuf_is_imported():
     """Its backend is fixed at its first import: a variable set later would only mislead the children."""
-    assert _backend("import google.protobuf\nimport trainkit.protobuf_backend as b\n"
+    assert _backend("import google.protobuf\nimport trainkit.process.protobuf_backend as b\n"
                     f"assert b.choose_upb() is False and {VARIABLE!r} not in os.environ\n") == ["python", "python"]

@@ -1,5 +1,5 @@
-"""trainkit.signals: SIGTERM/SIGINT blocked in every thread and forwarded, by name, to the main thread's handler;
-children never inherit the block (a child that cannot be stopped would outlive the run)."""
+"""trainkit.process.signals: SIGTERM/SIGINT blocked in every thread and forwarded, by name, to the main thread's
+handler; children never inherit the block (a child that cannot be stopped would outlive the run)."""
 import os
 import signal
 import subprocess
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from trainkit import signals
+from trainkit.process import signals
 
 BLOCKED_BITS = (1 << (signal.SIGINT - 1)) | (1 << (signal.SIGTERM - 1))
 
@@ -32,7 +32,7 @@ def routed():
 
 ROUTED = """
 import os, signal, sys, threading, time
-from trainkit import signals
+from trainkit.process import signals
 assert signals.route()  # first, as the command does: no thread exists yet that could take a signal itself
 got = []
 for signum in signals.SIGNALS:
@@ -79,7 +79,7 @@ def test_children_do_not_inherit_the_block(routed):
 
 WAITING = """
 import signal, threading, time
-from trainkit import signals
+from trainkit.process import signals
 assert signals.route()
 got = []
 for signum in signals.SIGNALS:
@@ -199,7 +199,7 @@ def test_command_package_reads_the_interpreters_options(monkeypatch, orig_argv, 
 COMPLETING = """
 import os, sys, time
 from pathlib import Path
-from trainkit import signals
+from trainkit.process import signals
 signals.start()
 assert signals.own_process(lambda signum, done: print(f"farewell {signum} {done}", file=sys.stderr, flush=True))
 marker, gate, written = (Path(name) for name in sys.argv[1:])
@@ -244,7 +244,7 @@ def _taken(pid):
 
 IGNORED_AT_START = """
 import os, signal, sys, threading, time
-from trainkit import signals
+from trainkit.process import signals
 signals.start()  # as python -m trainkit does, with SIGINT ignored by whoever started the process
 got = []
 for signum in signals.SIGNALS:
@@ -273,9 +273,9 @@ def test_a_signal_ignored_when_the_process_started_stays_ignored():
 OWNED_WRITE = """
 import sys, time
 from pathlib import Path
-from trainkit import signals
+from trainkit.process import signals
 signals.start()  # as python -m trainkit.<tool> does, from the package's first import
-from trainkit import tool_command
+from trainkit.process import tool_command
 from trainkit.rundir.output_file import written_whole
 assert signals.own_process(tool_command._farewell, tool_command._stop)
 
@@ -292,7 +292,7 @@ tool_command.tool_status(main)
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_tool_that_owns_its_process_removes_the_temporary_file_when_a_signal_ends_it(tmp_path, signum):
-    """The command's process is ended by trainkit.signals' thread (``os._exit``: the write's ``finally`` never runs),
+    """The command's process is ended by the signal thread (``os._exit``: the write's ``finally`` never runs),
     so the temporary output is removed by that thread. Mutation caught: _exit_for without its unlink of
     ``removed_if_ended``'s files (red: ``.model.mindir.<pid>.tmp.mindir`` left)."""
     child = subprocess.Popen([sys.executable, "-c", OWNED_WRITE, str(tmp_path)], stdout=subprocess.PIPE,

@@ -1,4 +1,4 @@
-"""trainkit.startup_gc: a command's start-up runs no full garbage collection, and the collector is back on, with
+"""trainkit.process.startup_gc: a command's start-up runs no full garbage collection, and the collector is back on, with
 the start-up's objects frozen, before anything is built (docs/performance.md)."""
 import json
 import os
@@ -22,7 +22,7 @@ def _python(code: str) -> str:
 def test_pause_stops_collections_and_resume_freezes_what_exists_then_collects_again():
     printed = _python(
         "import gc\n"
-        "from trainkit import startup_gc\n"
+        "from trainkit.process import startup_gc\n"
         "startup_gc.pause()\n"
         "print(gc.isenabled(), startup_gc.paused())\n"
         "before = gc.get_stats()[0]['collections']\n"
@@ -39,7 +39,7 @@ def test_a_collector_that_was_off_stays_off_and_nothing_is_frozen():
     """An embedding program that turned the collector off keeps it off: pause/resume only undo what pause did."""
     printed = _python(
         "import gc\n"
-        "from trainkit import startup_gc\n"
+        "from trainkit.process import startup_gc\n"
         "gc.disable()\n"
         "startup_gc.pause()\n"
         "startup_gc.resume()\n"
@@ -66,12 +66,13 @@ def test_python_m_trainkit_runs_no_full_collection_before_it_builds_and_collects
 
 
 def _project(tmp_path: Path) -> Path:
-    """A project package whose __main__ is trainkit's command (``trainkit.cli.main``), and a script that calls it."""
+    """A project package whose __main__ is trainkit's command (``trainkit.project.main``), and a script calling it."""
     (tmp_path / "conf").mkdir()
     (tmp_path / "proj").mkdir()
     (tmp_path / "proj" / "__init__.py").write_text("")
-    (tmp_path / "proj" / "__main__.py").write_text("import trainkit.cli\n\ntrainkit.cli.main(config_path='../conf')\n")
-    (tmp_path / "script.py").write_text("import trainkit.cli\n\ntrainkit.cli.main(config_path='conf')\n")
+    (tmp_path / "proj" / "__main__.py").write_text("import trainkit.project\n\n"
+                                                "trainkit.project.main(config_path='../conf')\n")
+    (tmp_path / "script.py").write_text("import trainkit.project\n\ntrainkit.project.main(config_path='conf')\n")
     return tmp_path
 
 
@@ -87,7 +88,7 @@ def _report(folder: Path, code: str) -> str:
 
 
 def test_a_projects_python_m_pauses_and_resumes_but_a_script_calling_main_leaves_the_collector_alone(tmp_path):
-    """``python -m proj`` (runpy, as python -m runs it) through ``trainkit.cli.main`` pauses the collector for its
+    """``python -m proj`` (runpy, as python -m runs it) through ``trainkit.project.main`` pauses the collector for its
     start-up and resumes it (so its start-up's objects are frozen); a script, a notebook cell or a test calling
     ``cli.main`` is not its command process and keeps its heap as it was. Mutation caught: the old test of the caller
     (module-level code named ``__main__``, which a script and a notebook cell are too) froze the script's heap."""

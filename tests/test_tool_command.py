@@ -1,5 +1,5 @@
-"""trainkit.tool_command: a tool's command ends with one line, not a traceback or a stray file, on a full disk or a
-signal (the training command's own signal handling is trainkit.signals')."""
+"""trainkit.process.tool_command: a tool's command ends with one line, not a traceback or a stray file, on a full disk
+or a signal (the training command's own signal handling is trainkit.process.signals')."""
 import errno
 import os
 import signal
@@ -7,8 +7,8 @@ import time
 
 import pytest
 
+from trainkit.process.tool_command import tool_status
 from trainkit.rundir.output_file import written_whole
-from trainkit.tool_command import tool_status
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])

@@ -7,10 +7,14 @@ sets that level before it imports anything of MindSpore (``trainkit/__main__.py`
 import sys
 
 if sys.argv[:1] == ["-m"]:  # python -m is importing the package before its __main__: route the signals first
-    from trainkit import signals as _signals
+    from trainkit.process import signals as _signals
 
     _signals.start_command("trainkit", "trainkit.export", "trainkit.predict", "trainkit.evaluate",
-                           "trainkit.compare", "trainkit.convert", "trainkit.port")  # trainkit.tool_command takes over
+                           "trainkit.compare", "trainkit.convert", "trainkit.port")  # then process.tool_command
+
+from trainkit.process import moved_modules as _moved_modules
+
+_moved_modules.install()  # the module paths before 0.2 (trainkit.losses, ...) import, with a DeprecationWarning
 
 __all__ = ["Callback", "CallbackState", "TrainingWrapper", "ExponentialMovingAverage"]
 __version__ = "0.1.0"

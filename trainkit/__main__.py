@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from trainkit import protobuf_backend, signals, startup_gc
+from trainkit.process import protobuf_backend, signals, startup_gc
 
 _STOPPED = ("stopped by {} outside the training loop (while starting up or finishing), so no checkpoint was written "
             "for it: run the command again (with trainer.resume=auto to continue a run)")
@@ -26,7 +26,7 @@ _STOPPED_DONE = ("stopped by {} outside the training loop, after the command had
 
 
 def _farewell(signum: int, done: bool) -> None:
-    """The one line of a signal that ends the process outside the training loop (trainkit.signals.own_process
+    """The one line of a signal that ends the process outside the training loop (trainkit.process.signals.own_process
     calls it from its thread): the refusal goes into a new train.log only, as for bad input."""
     name = signal.Signals(signum).name
     if done:
@@ -40,10 +40,10 @@ def _farewell(signum: int, done: bool) -> None:
 
 
 def _owns_process(entry: dict) -> bool:
-    """Whether a signal may end this process from trainkit.signals' thread: `entry` (the globals of the code that
+    """Whether a signal may end this process from the signal thread: `entry` (the globals of the code that
     runs the command) is the top level of the module ``python -m`` started (``python -m trainkit``, a project's
-    ``python -m`` through trainkit.cli), not a test or a notebook running the command in-process; not under msrun
-    (a worker's MindSpore clean-up tells the scheduler it is done). A ``-m`` sweep's launcher takes the signals
+    ``python -m`` through trainkit.project.main), not a test or a notebook running the command in-process; not under
+    msrun (a worker's MindSpore clean-up tells the scheduler it is done). A ``-m`` sweep's launcher takes the signals
     back as exceptions while its jobs run, to write its summary (``signals.stop_by_exception``)."""
     name = getattr(entry.get("__spec__"), "name", None) or ""
     package = name[:-len(".__main__")] if name.endswith(".__main__") else name
@@ -52,16 +52,16 @@ def _owns_process(entry: dict) -> bool:
 
 
 def _entry() -> dict:
-    """The globals of the module-level code that called main() (through trainkit.cli.main for a project), or {}."""
+    """The globals of the module-level code that called main() (through trainkit.project.main for a project), or {}."""
     frame = sys._getframe(2)
-    while frame is not None and frame.f_globals.get("__name__") == "trainkit.cli":
+    while frame is not None and frame.f_globals.get("__name__") == "trainkit.project.command":
         frame = frame.f_back
     return frame.f_globals if frame is not None and frame.f_code.co_name == "<module>" else {}
 
 
-if __name__ == "__main__":  # before the imports below: a signal during one ends the process (trainkit/signals.py)
+if __name__ == "__main__":  # before the imports below: a signal during one ends the process (process/signals.py)
     signals.start()
-    startup_gc.pause()  # no full collection through the start-up (trainkit/startup_gc.py); _hydra_main resumes it
+    startup_gc.pause()  # no full collection through the start-up (process/startup_gc.py); _hydra_main resumes it
     if _owns_process(globals()):
         signals.own_process(_farewell)  # and _stop, defined below, from main()
 
@@ -78,7 +78,7 @@ def _mindspore_log_level(argv) -> str:
 
 
 os.environ["GLOG_v"] = _mindspore_log_level(sys.argv[1:])  # noqa: SIM112 -- before anything imports mindspore
-protobuf_backend.choose_upb()  # before MindSpore chooses protobuf's pure-Python backend (trainkit/protobuf_backend.py)
+protobuf_backend.choose_upb()  # before MindSpore chooses protobuf's pure-Python backend (process/protobuf_backend.py)
 
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
@@ -115,7 +115,7 @@ def _hydra_main(cfg: DictConfig) -> float:
             from trainkit.app.config import check_config
 
             check_config(cfg)  # every value, before any process starts
-            startup_gc.resume()  # the start-up is over: freeze it, collect again (trainkit/startup_gc.py)
+            startup_gc.resume()  # the start-up is over: freeze it, collect again (trainkit/process/startup_gc.py)
             status = launch_workers(cfg)
             if status:
                 return _failed(status, f"the workers of {_output_dir()} ended with exit status {status} (their logs "
@@ -126,7 +126,7 @@ def _hydra_main(cfg: DictConfig) -> float:
 
         cached = compile_cache.enable(cfg)  # a second run of this config loads its graphs instead of compiling
         gc.freeze()  # MindSpore collects garbage before each graph compile: not through what exists by now
-        startup_gc.resume()  # the start-up is over (its imports, the config): collect again (trainkit/startup_gc.py)
+        startup_gc.resume()  # the start-up is over (its imports, the config): collect again (process/startup_gc.py)
         try:
             with graph_reuse.sharing(graph_reuse.key_of(cfg)):  # a sweep's next job may train these cells
                 result = train(cfg)
@@ -305,7 +305,7 @@ def _main() -> None:
     if problem:
         print(f"trainkit: error: {problem}", file=sys.stderr)
         sys.exit(2)
-    # _stop raises at the next bytecode: for in-process commands and a sweep's jobs; else trainkit.signals' thread
+    # _stop raises at the next bytecode: for in-process commands and a sweep's jobs; else the signal thread
     # ends the process when it finds _stop (or the hold handler) in place
     previous = {signum: signal.signal(signum, _stop) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:

@@ -1,7 +1,7 @@
 """``python -m trainkit.compare``: the entry point of :mod:`trainkit.bridge.compare`."""
 import sys
 
-from trainkit.tool_command import importing, tool_status
+from trainkit.process.tool_command import importing, tool_status
 
 with importing(__name__):  # python -m: protobuf's C backend, no full collection in the imports
     from trainkit.bridge.compare import main

@@ -5,7 +5,7 @@ output, of :mod:`trainkit.bridge.export_torch` (a PyTorch state dict under PyTor
 import sys
 from typing import Optional, Sequence
 
-from trainkit.tool_command import importing, tool_status
+from trainkit.process.tool_command import importing, tool_status
 
 with importing(__name__):  # python -m: protobuf's C backend, no full collection in the imports
     from trainkit.bridge.export_torch import TORCH_SUFFIXES

@@ -1,7 +1,7 @@
 """``python -m trainkit.new NAME [FOLDER]``: write a project that trains out of the box with its own command.
 
 The project (FOLDER, default ``./NAME``) holds a package ``NAME`` -- a model, a data module (Gaussian blobs made
-with NumPy: no download), a callback that logs, ``__main__.py`` calling ``trainkit.cli.main`` and its ``conf/``
+with NumPy: no download), a callback that logs, ``__main__.py`` calling ``trainkit.project.main`` and its ``conf/``
 (its primary config, a recipe, the model and data groups) -- plus a test, a README and a ``pyproject.toml``. Then
 ``cd FOLDER && python -m NAME`` trains, ``python -m NAME --help`` lists its recipe beside trainkit's, and
 ``python -m pytest`` runs its test. Nothing is written when FOLDER exists and is not empty.
@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from trainkit.checks import package_name_problem
+from trainkit.checks.generated_code import IMPORTS, check_generated
 from trainkit.errors import ConfigError
-from trainkit.generated_code import IMPORTS, check_generated
 
 _FILES: Dict[str, str] = {
     "pyproject.toml": '''\
@@ -63,7 +63,7 @@ trainkit's, `model/mlp.yaml`, is refused: Hydra would read trainkit's instead).
 ''',
     "{name}/__main__.py": '''\
 """``python -m {name} [recipe=NAME] [key=value ...]``: trainkit's command with this project's configs."""
-from trainkit.cli import main
+from trainkit.project import main
 
 if __name__ == "__main__":
     main(config_path="conf", config_name="{name}")
@@ -225,7 +225,7 @@ def write_project(name: str, folder: Path) -> List[Path]:
 
     Raises:
         ConfigError: `name` cannot be the package's (:func:`_name_problem`), or a generated module fails
-            :func:`trainkit.generated_code.check_generated`; nothing is written then.
+            :func:`trainkit.checks.generated_code.check_generated`; nothing is written then.
     """
     problem = _name_problem(name, folder)
     if problem:

@@ -1,6 +1,6 @@
 """trainkit's Hydra launcher, ``hydra/launcher=trainkit`` (trainkit's default). Hydra instantiates launchers only
-from the ``hydra_plugins`` namespace package; the work is done in :mod:`trainkit.app.sweep_launcher`."""
-from trainkit.app.sweep_launcher import RepeatingLauncher
+from the ``hydra_plugins`` namespace package; the work is done in :mod:`trainkit.app.sweep.launcher`."""
+from trainkit.app.sweep.launcher import RepeatingLauncher
 
 
 class TrainkitLauncher(RepeatingLauncher):

@@ -62,7 +62,7 @@ def test_resnet50_cifar10_recipe_is_the_seed_recipe():
     assert (cfg.data.image_size, cfg.data.batch_size, cfg.data.augment) == (224, 32, True)
     assert cfg.optimizer._target_ == "mindspore.nn.Adam"
     assert (cfg.optimizer.lr, cfg.optimizer.weight_decay) == (0.001, 1e-5)
-    assert cfg.lr_schedule._target_ == "trainkit.lr_schedule.constant" and cfg.lr_schedule.warmup_epochs == 0
+    assert cfg.lr_schedule._target_ == "trainkit.parts.lr_schedule.constant" and cfg.lr_schedule.warmup_epochs == 0
     assert cfg.trainer.epochs == 90
 
 

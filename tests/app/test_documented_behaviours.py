@@ -139,7 +139,7 @@ def rewrite_group_size(source: Path, target: Path, group_size: int, root_now: Op
     (["data.batch_size=4"], "data.batch_size: 8 in the checkpoint, 4 now"),
     (["data.image_size=16"], "data.image_size: 8 in the checkpoint, 16 now"),
     (["optimizer=momentum"], "optimizer._target_: 'mindspore.nn.Adam' in the checkpoint, 'mindspore.nn.Momentum'"),
-    (["lr_schedule=cosine"], "lr_schedule._target_: 'trainkit.lr_schedule.constant' in the checkpoint"),
+    (["lr_schedule=cosine"], "lr_schedule._target_: 'trainkit.parts.lr_schedule.constant' in the checkpoint"),
     (["trainer.seed=1"], "trainer.seed: 0 in the checkpoint, 1 now"),
     (["OTHER_ROOT"], "an exact resume needs the same data.root (a data key decides which samples are trained"),
     (["OTHER_DATA"], "has 5 steps per epoch and this run 10: the training data differs"),

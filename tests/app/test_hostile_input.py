@@ -122,7 +122,7 @@ def test_a_full_disk_during_a_checkpoint_save_leaves_no_temporary_file_and_says_
 
 def test_sigterm_during_start_up_is_one_line_and_status_143(tmp_path):
     """While the data prepares, in a run directory an earlier run's train.log is in: the one line, 143, and that log
-    as it was (trainkit.signals' thread ends the process after held_log's refusal, which writes nothing into an
+    as it was (trainkit.process.signals' thread ends the process after held_log's refusal, which writes nothing into an
     earlier log). Mutation caught: the farewell releasing the held lines and logging its message instead of
     ``held_log.drop`` (the earlier log got the refusal's line)."""
     import signal
@@ -174,9 +174,9 @@ def _process_state(pid):
 
 
 def _stop_and_continue(process):
-    """Ctrl-Z then ``fg``: stopped for longer than trainkit.signals' poll period, then continued. Before issue 30's
+    """Ctrl-Z then ``fg``: stopped for longer than the signal thread's poll period, then continued. Before issue 30's
     fix this interrupted the forwarding thread's timed wait, which then read a garbage signal number and died."""
-    from trainkit import signals
+    from trainkit.process import signals
 
     process.send_signal(signal.SIGSTOP)
     while _process_state(process.pid) != "T":  # wait on /proc
@@ -191,7 +191,7 @@ def _stop_and_continue(process):
 # goes on (somewhere in the rest of ``import mindspore``, the config's composition or the build: wherever the delay
 # lands, the answer is the same). Each after a stop and continue of the process. In the default suite: the held imports
 # (the mindspore ones take 5-10 s under load, so one signal there). Slow-marked: the rest, and the moments after the
-# import (a signal there ends the process from trainkit.signals' thread, as tests/app/test_signal_windows.py shows
+# import (a signal there ends the process from the signal thread, as tests/app/test_signal_windows.py shows
 # inside a compile; before issue 30's last round a raise at an arbitrary bytecode of a library went wrong 1 run in 40).
 @pytest.mark.parametrize("held,after,sent", [
     pytest.param("trainkit.__main__", None, signal.SIGTERM, id="before-main-sigterm"),
@@ -205,7 +205,7 @@ def _stop_and_continue(process):
 def test_a_signal_inside_an_import_is_one_line_and_128_plus_its_number(held, after, sent, tmp_path):
     """The signal lands while an import holds (tests/common/import_gate stops it there until the gate opens), or a
     moment after it goes on; the process was stopped and continued just before. Then the one line and 128 + signal.
-    Mutations caught: trainkit.signals.start() a no-op (during ``import hydra`` SIGTERM killed the process without a
+    Mutations caught: signals.start() a no-op (during ``import hydra`` SIGTERM killed the process without a
     word, status -15, and SIGINT was a KeyboardInterrupt traceback); the package's ``__init__`` not routing them
     (before-main: -15, the signal's default action, as ``__main__`` routed them only after its own imports); the
     forwarding thread back on ``sigtimedwait(SIGNALS, 0.05)`` (issue 30: the stop and continue killed it, the signal was

@@ -1,4 +1,4 @@
-"""A project's own command (trainkit.cli.main) and the scaffold that writes one (python -m trainkit.new)."""
+"""A project's own command (trainkit.project.main) and the scaffold that writes one (python -m trainkit.new)."""
 import importlib.util
 import json
 import os
@@ -111,12 +111,12 @@ def test_a_project_main_without_its_config_folder_says_where_it_looked(tmp_path)
     package = tmp_path / "lost"
     package.mkdir()
     (package / "__init__.py").write_text("")
-    (package / "__main__.py").write_text("from trainkit.cli import main\nmain(config_path='configs')\n")
+    (package / "__main__.py").write_text("from trainkit.project import main\nmain(config_path='configs')\n")
     done = run(["-m", "lost"], cwd=tmp_path)
     assert done.returncode == 2
     assert done.stderr.strip() == (f"trainkit: error: config_path='configs': {package / 'configs'} is not a folder "
-                                   f"(trainkit.cli.main looks for it next to {package}); give main() the folder that "
-                                   "holds the project's recipe/, model/, data/ ...")
+                                   f"(trainkit.project.main looks for it next to {package}); give main() the folder "
+                                   "that holds the project's recipe/, model/, data/ ...")
 
 
 def test_a_project_config_that_is_not_yaml_is_one_line_naming_the_file(tmp_path):

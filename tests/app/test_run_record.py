@@ -152,7 +152,7 @@ def stop_with(process, sent, run_dir):
     process.send_signal(sent)
     _, stderr = process.communicate(timeout=120)
     # MindSpore's runtime answers a SIGINT that lands while it runs with kill(self, SIGTERM) (seen with strace);
-    # trainkit.signals keeps both signals from its handler, so Ctrl-C is SIGINT and 130. Mutation caught (its start()
+    # trainkit.process.signals keeps both from its handler, so Ctrl-C is SIGINT and 130. Mutation caught (its start()
     # a no-op): "SIGTERM received", status 143, for the SIGINT sent after step 4.
     assert process.returncode == 128 + sent, stderr[-3000:]
     log = (run_dir / "train.log").read_text()

@@ -14,7 +14,7 @@ from trainkit.app.tool_config import saved_config
 from trainkit.errors import ConfigError
 
 PLANTED = [r"\${oc.env:HOME}", r"\${oc.create:{_target_: pathlib.Path, _args_: [/tmp/x]}}", "${oc.env:HOME}",
-           r"a \${model.hidden_sizes} b", "${oc.create:{_target_: trainkit.losses.CrossEntropy}}"]
+           r"a \${model.hidden_sizes} b", "${oc.create:{_target_: trainkit.parts.losses.CrossEntropy}}"]
 
 
 def planted_config(rng: random.Random, leaf):

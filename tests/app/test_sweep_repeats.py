@@ -275,7 +275,7 @@ def test_a_group_of_equal_repeats_is_judged_by_the_other_group_s_spread(tmp_path
     Welch's t-test with one variance 0 is well defined, and the verdict follows its p (written out here) in 100
     seeded cases, either way. Mutation: welch_p returning p = 0 as soon as *one* group has no spread (red: the winner
     is called "separated" where the other group's spread covers the gap)."""
-    from trainkit.app.sweep_summary import summarize
+    from trainkit.app.sweep.summary import summarize
 
     rng = random.Random(0)
     kinds = {"separated": 0, "within_noise": 0}

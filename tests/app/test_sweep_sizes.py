@@ -6,7 +6,7 @@ import random
 import pytest
 from omegaconf import OmegaConf
 
-from trainkit.app.sweep_launcher import size_problem
+from trainkit.app.sweep.launcher import size_problem
 
 BASIC = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 OPTUNA = "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainkit.app import sweep_records
-from trainkit.app.sweep_summary import markdown, summarize
+from trainkit.app.sweep import records as sweep_records
+from trainkit.app.sweep.summary import markdown, summarize
 
 
 def write_job(sweep: Path, job: int, overrides, best, status="completed"):

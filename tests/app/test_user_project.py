@@ -151,9 +151,9 @@ def test_a_float_label_with_cross_entropy_stops_before_compiling(project, tmp_pa
     with pytest.raises(ConfigError) as error:
         train(config(project, tmp_path, "loss=cross_entropy"))
     assert str(error.value) == (
-        "loss (trainkit.losses.CrossEntropy) takes integer class labels, but the data's label 'y' is float32 (2, 1): "
-        "for regression targets use loss=mse (or l1, smooth_l1), for 0/1 targets loss=bce_with_logits, or give int32 "
-        "class labels")
+        "loss (trainkit.parts.losses.CrossEntropy) takes integer class labels, but the data's label 'y' is float32 "
+        "(2, 1): for regression targets use loss=mse (or l1, smooth_l1), for 0/1 targets loss=bce_with_logits, or "
+        "give int32 class labels")
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -176,7 +176,7 @@ def test_bad_input_on_the_command_line_is_one_line_and_exit_status_2(project):
     for args, message in [
         (["+trainer.epoch=3"], "trainkit: error: unknown key trainer.epoch: did you mean trainer.epochs?"),
         (["loss=cross_entropy"],
-         "trainkit: error: loss=cross_entropy (trainkit.losses.CrossEntropy) takes integer class labels, but the "
+         "trainkit: error: loss=cross_entropy (trainkit.parts.losses.CrossEntropy) takes integer class labels, but the "
          "data's label 'y' is float32 (2, 1)"),
     ]:
         result = trainkit("hydra.searchpath=[file://conf]", "recipe=linear_regression", "hydra.run.dir=runs/bad",

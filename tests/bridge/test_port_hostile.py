@@ -15,12 +15,12 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from trainkit.bridge import port as port_module  # noqa: E402
-from trainkit.bridge import port_code  # noqa: E402
 from trainkit.bridge.port import check_batch, main  # noqa: E402
-from trainkit.bridge.port_code import UnsafeName  # noqa: E402
-from trainkit.bridge.port_source import generate  # noqa: E402
+from trainkit.bridge.port import code as port_code  # noqa: E402
+from trainkit.bridge.port.code import UnsafeName  # noqa: E402
+from trainkit.bridge.port.source import generate  # noqa: E402
+from trainkit.checks.generated_code import source_problem  # noqa: E402
 from trainkit.errors import ConfigError  # noqa: E402
-from trainkit.generated_code import source_problem  # noqa: E402
 
 # Pieces of hostile text: quotes that end a literal, line breaks that end a comment, code, keywords, non-ASCII
 # (NFKC-folded ligatures), NUL and Unicode line separators. {payload} is code that would touch the marker file.

@@ -1,4 +1,4 @@
-"""The operators of Hugging Face models as port writes them (trainkit.bridge.port_operators, with the attention
+"""The operators of Hugging Face models as port writes them (trainkit.bridge.port.operators, with the attention
 helper), run in MindSpore on seeded random shapes and compared with PyTorch computing the same call."""
 import random
 
@@ -9,7 +9,7 @@ from mindspore import ops
 
 torch = pytest.importorskip("torch")
 
-from trainkit.bridge.port_tables import FUNCTIONS, HELPERS, METHODS  # noqa: E402
+from trainkit.bridge.port.tables import FUNCTIONS, HELPERS, METHODS  # noqa: E402
 
 CASES = 12  # per operator: seeded shapes, dims and factors
 
@@ -95,7 +95,7 @@ def test_transformers_gelu_activations_are_mindspore_gelu_layers_computing_their
     GELUActivation as the nn.GELU port writes, against transformers' own modules. Mutation caught: the formula
     traced and written with ops.tanh, which MindSpore's CPU kernel computes up to 1e-4 off (1 + tanh(-5) < 0)."""
     from tests.common.torch_hf_models import transformers
-    from trainkit.bridge.port_classes import CLASSES
+    from trainkit.bridge.port.classes import CLASSES
 
     x = torch.linspace(-8, 8, 161)
     for name in ("NewGELUActivation", "GELUTanh", "FastGELUActivation", "GELUActivation"):
@@ -166,7 +166,7 @@ def test_embedding_with_padding_idx_gives_the_pad_row_no_gradient_as_torch():
     """BERT's word embeddings have padding_idx=0: PyTorch leaves that row's gradient zero, so fine-tuning never
     moves the pad vector; the ported Embedding computes the same vectors and the same gradient. Mutation caught:
     padding_idx dropped (the pad row's gradient is the sum over the pads)."""
-    from trainkit.bridge.port_layers import layer_call
+    from trainkit.bridge.port.layers import layer_call
 
     rng = random.Random(8)
     for _ in range(4):

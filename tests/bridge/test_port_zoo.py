@@ -148,7 +148,7 @@ def test_a_forward_that_branches_on_a_tensor_s_values_is_still_refused(on_path, 
 def test_a_failure_inside_port_is_one_line_naming_the_module_and_nothing_is_written(on_path, capsys, monkeypatch):
     """A bug in a layer's translation (here: Linear's raising KeyError) stops port with exit 2 and one line that
     names the module, no traceback. Mutation caught: generate's except clause removed (a KeyError traceback)."""
-    from trainkit.bridge import port_layers
+    from trainkit.bridge.port import layers as port_layers
     from trainkit.bridge.port import main
 
     def broken(module):
@@ -166,7 +166,7 @@ def test_a_failure_inside_port_is_one_line_naming_the_module_and_nothing_is_writ
 def test_a_generated_cell_that_cannot_be_built_is_one_line_naming_it(on_path, capsys, monkeypatch):
     """MindSpore refusing a generated layer's arguments (here a Dense of -1 inputs) is one line naming the Cell and
     the line of model.py, which is kept to look at. Mutation caught: the network built outside the try."""
-    from trainkit.bridge import port_layers
+    from trainkit.bridge.port import layers as port_layers
     from trainkit.bridge.port import main
 
     monkeypatch.setitem(port_layers.LAYERS, "Linear", lambda m: port_layers.Call("nn.Dense", {

@@ -276,7 +276,7 @@ def test_a_stored_config_is_bounded_plain_yaml(tmp_path):
 
 @pytest.mark.parametrize("value", ["${model.width}", "${hydra:runtime.cwd}/x", "a ${model.width} b",
                                    r"\${oc.create:{_target_: pathlib.Path}}", "${oc.env:HOME}", r"\\${model.width}",
-                                   "${oc.create:{_target_: trainkit.losses.CrossEntropy}}", "${model.${x}}"])
+                                   "${oc.create:{_target_: trainkit.parts.losses.CrossEntropy}}", "${model.${x}}"])
 def test_every_interpolation_is_refused_a_plain_reference_too(value):
     with pytest.raises(ConfigError, match=re.escape(f"FILE: data.x holds {value!r}, an interpolation")):
         read_stored_config(yaml.safe_dump({"model": {"width": 3}, "data": {"x": value}}), "FILE")

@@ -17,7 +17,7 @@ def test_trainkits_own_targets_are_those_its_shipped_configs_name():
         for path in (Path(trainkit.__file__).parent / folder).rglob("*.yaml"):
             named.update(line.split(":", 1)[1].strip() for line in path.read_text().splitlines()
                          if line.strip().startswith("_target_:"))
-    assert {"trainkit.models.small_cnn.SmallCNN", "mindspore.nn.Adam", "trainkit.lr_schedule.cosine"} <= named
+    assert {"trainkit.models.small_cnn.SmallCNN", "mindspore.nn.Adam", "trainkit.parts.lr_schedule.cosine"} <= named
     assert named == set(shipped_targets())
     assert "pathlib.Path.write_text" not in shipped_targets()
 
@@ -54,7 +54,8 @@ def mypkg(tmp_path, monkeypatch):
 @pytest.mark.parametrize("trusted, refused", [((), "mypkg.Net"), (("mypk",), "mypkg.Net"), (("mypkg",), None),
                                               (("mypkg.Net",), None), (("mypkg.Other",), "mypkg.Net")])
 def test_trust_is_by_module_or_exact_target(trusted, refused, mypkg):
-    cfg = OmegaConf.create({"model": {"_target_": "mypkg.Net"}, "loss": {"_target_": "trainkit.losses.CrossEntropy"}})
+    cfg = OmegaConf.create({"model": {"_target_": "mypkg.Net"},
+                           "loss": {"_target_": "trainkit.parts.losses.CrossEntropy"}})
     if refused is None:
         check_trusted(cfg, "FILE", trusted)
     else:

@@ -155,7 +155,7 @@ def test_a_full_disk_is_one_line_naming_the_output_and_leaves_nothing(digits_run
     import errno
     import os
 
-    from trainkit.tool_command import tool_status
+    from trainkit.process.tool_command import tool_status
 
     def full_disk(network, example, file_name, file_format):
         with open(file_name, "wb") as stream:

@@ -3,11 +3,11 @@
 ``training`` (``train(cfg)``, the outline of a run), ``config`` (schemas, groups, ``compose_config``, value
 checks), ``targets`` (``_target_`` keys against signatures), ``build`` (each part from the config), ``fit_check``
 (one batch before compiling), ``run`` (run directory, context, resume, reporting), ``stopping`` (signals, early
-stopping, continuation), ``finetune``, ``profiling`` and ``tool_config`` (the network and data the tools build,
-as a run would).
+stopping, continuation), ``finetune``, ``profiling``, ``tool_config`` (the network and data the tools build, as a
+run would) and ``sweep`` (a subpackage: a ``-m`` sweep's records, summary, plot and launcher).
 
-Import rule: the app may import every wing below it (step, models, data, rundir, distributed, callbacks); nothing
-below imports the app, and the app imports neither ``bridge`` nor ``tools``.
+Import rule: the app may import every wing below it (callbacks, distributed, rundir, step, models, data, parts,
+kernels, checks, process, errors); nothing below imports the app, and the app imports neither ``bridge`` nor ``tools``.
 
 ``train`` and ``compose_config`` are loaded on first use, so that importing ``trainkit.app.config`` (as
 ``python -m trainkit`` does before it sets MindSpore's log level) does not import MindSpore.

@@ -33,11 +33,11 @@ from trainkit.callbacks.train_metrics import checked_scalars
 from trainkit.callbacks.training_checkpoint import PeriodicCheckpoint, StartAt
 from trainkit.checks import choice
 from trainkit.errors import ConfigError
-from trainkit.metrics import SampleMeanLoss
 from trainkit.models.conv import CONV_IMPLS, kernel_convolutions
 from trainkit.models.conv_swap import swap_convolutions
 from trainkit.models.dropout import streams_from_zero
 from trainkit.models.fused_layers import LAYER_IMPLS, kernel_layers, swap_layers
+from trainkit.parts.metrics import SampleMeanLoss
 from trainkit.rundir import checkpoint_file as checkpoint
 from trainkit.rundir import class_names, data_state
 from trainkit.rundir.checkpoint_file import CONFIG_ENTRY, SavedCheckpoint

@@ -102,14 +102,16 @@ def _module_file(target: str) -> Optional[Path]:
 # differ only in them run the same graphs. An explicit list: every other key is keyed, and a group whose
 # ``_target_`` is not one of trainkit's or MindSpore's known ones (a user's) is keyed whole. Each entry was checked
 # bitwise: a run whose graphs come from a run with another value trains as a run that compiled its own.
+# trainkit's own schedules, under their path and the one runs stored before 0.2 (it still resolves, with a warning)
+_OWN_SCHEDULES = ("trainkit.parts.lr_schedule.", "trainkit.lr_schedule.")
 GRAPH_DATA_KEYS = {
     # MindSpore's optimizers take the per-update table as the ``learning_rate`` Parameter and gather from it with
     # ``global_step``: the rates are data; the table's length (epochs, batches per epoch) is a shape, keyed.
     "optimizer.lr": ("optimizer", "mindspore.nn."),
-    "lr_schedule.warmup_epochs": ("lr_schedule", "trainkit.lr_schedule."),
-    "lr_schedule.min_lr": ("lr_schedule", "trainkit.lr_schedule."),
-    "lr_schedule.milestones": ("lr_schedule", "trainkit.lr_schedule."),
-    "lr_schedule.gamma": ("lr_schedule", "trainkit.lr_schedule."),
+    "lr_schedule.warmup_epochs": ("lr_schedule", _OWN_SCHEDULES),
+    "lr_schedule.min_lr": ("lr_schedule", _OWN_SCHEDULES),
+    "lr_schedule.milestones": ("lr_schedule", _OWN_SCHEDULES),
+    "lr_schedule.gamma": ("lr_schedule", _OWN_SCHEDULES),
     # What the callbacks around Model.train do: evaluation (of the same eval graph), checkpoints, logging.
     "trainer.eval_interval": None,
     "trainer.save_checkpoints": None,
@@ -142,7 +144,7 @@ def graph_config(cfg: DictConfig, data_keys: Tuple[str, ...] = ()) -> dict:
     targets = {group: str((container.get(group) or {}).get("_target_", "")) for group in ("optimizer", "lr_schedule")}
     data_only = [key for key, where in GRAPH_DATA_KEYS.items()
                  if where is None or targets[where[0]].startswith(where[1])]
-    if not targets["lr_schedule"].startswith("trainkit.lr_schedule."):
+    if not targets["lr_schedule"].startswith(_OWN_SCHEDULES):
         data_only = [key for key in data_only if key != "optimizer.lr"]
     for key in [*data_only, *data_keys]:
         _pop(container, key)

@@ -212,7 +212,7 @@ class SweepConfig:
     ``repeats``: run every configuration with this many seeds, ``trainer.seed`` + 0 .. repeats - 1; the summary
     groups them and says whether the winner is told apart from the others by more than the seeds' spread. At most
     ``MAX_REPEATS``, and repeats x the sweeper's configurations at most ``MAX_SWEEP_JOBS``, checked before the sweep
-    starts (``trainkit.app.sweep_launcher.size_problem``).
+    starts (``trainkit.app.sweep.launcher.size_problem``).
     """
 
     repeats: int = 1
@@ -459,7 +459,7 @@ def _check_schema_keys(node: DictConfig, schema: type, path: str) -> None:
 
 def _check_repeats(cfg: DictConfig) -> None:
     """``sweep.repeats``: an integer >= 1, and above 1 only in a ``-m`` sweep run by trainkit's launcher."""
-    from trainkit.app.sweep_records import LAUNCHER, in_sweep
+    from trainkit.app.sweep.records import LAUNCHER, in_sweep
     from trainkit.distributed.parallel import launched_by_msrun
 
     repeats = cfg.sweep.repeats

@@ -16,6 +16,7 @@ from mindspore import nn
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit.errors import ConfigError
+from trainkit.process.moved_modules import current_name
 from trainkit.rundir.checkpoint_file import SavedCheckpoint, _scalar
 from trainkit.rundir.kernel_path import check_same_kernels
 from trainkit.rundir.parameter_fit import fit_problems, listing
@@ -131,7 +132,7 @@ def _differences(before: DictConfig, after: DictConfig, prefix: str = "") -> Ite
         new = after.get(key) if key in after else _ABSENT
         if isinstance(old, DictConfig) and isinstance(new, DictConfig):
             yield from _differences(old, new, f"{name}.")
-        elif _plain(old) != _plain(new):
+        elif _plain(old) != _plain(new) and not _same_target(key, old, new):
             yield name, old, new
 
 
@@ -198,6 +199,13 @@ class _Absent:
 
 
 _ABSENT = _Absent()
+
+
+def _same_target(key: str, old: object, new: object) -> bool:
+    """A ``_target_`` a run stored under a module's path before 0.2 (``trainkit.losses.CrossEntropy``) names what its
+    current path names: the same target, not a change."""
+    return (key == "_target_" and isinstance(old, str) and isinstance(new, str)
+            and current_name(old) == current_name(new))
 
 
 def _plain(value):

@@ -27,7 +27,7 @@ from typing import Callable, Dict, List, Optional
 
 import psutil
 
-from trainkit import signals as trainkit_signals
+from trainkit.process import signals as trainkit_signals
 
 TAIL_LINES = 20
 _WORKER_FAILED = re.compile(r"Worker process (\d+) exit with exception\. Error code: (-?\d+)")
@@ -74,7 +74,7 @@ class _MsrunJob:
                 worker.send_signal(signum)
 
     def run(self) -> int:
-        with trainkit_signals.unblocked():  # msrun inherits the mask of the thread that starts it (trainkit/signals.py)
+        with trainkit_signals.unblocked():  # msrun inherits the mask of the thread that starts it (process/signals.py)
             process = subprocess.Popen(self.command, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                        text=True, start_new_session=True)  # its own group: msrun, scheduler, tails
         reader = threading.Thread(target=self._read_msrun, args=(process,), daemon=True)

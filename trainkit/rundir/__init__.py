@@ -9,6 +9,6 @@ directory), ``output_file`` (written whole or not at all) and ``held_log`` (log 
 accepted, so a refusal leaves ``train.log`` as it was).
 
 Import rule (the layers contract in pyproject.toml, checked by tests/test_layout.py): may import the parts
-(``step``, ``models``, ``data``, ``losses``, ``metrics``, ``lr_schedule``), ``kernels`` and the foundation
-(``checks``, ``signals``, ``errors``); never ``distributed``, the callbacks, the app, the bridge or the tools.
+(``step``, ``models``, ``data``, ``parts``), ``kernels`` and the foundation (``checks``, ``process``,
+``errors``); never ``distributed``, the callbacks, the app, the bridge or the tools.
 """

@@ -15,7 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 _CONFIG_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd")
-_entry_point: List[str] = ["python", "-m", "trainkit"]  # the command a user types; a project's own (trainkit.cli)
+_entry_point: List[str] = ["python", "-m", "trainkit"]  # the command a user types; a project's (trainkit.project.main)
 _implied: List[str] = []  # what that command adds by itself, left out of the command it is told to type
 
 

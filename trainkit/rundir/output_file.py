@@ -3,7 +3,7 @@
 A write that fails -- a full disk, an error of the code that makes the content, a check that refuses it -- removes
 the temporary file, so neither a partial output nor a stray file is left, and a full disk's error names the output
 asked for, not the temporary name (the command's one line says which file). A signal that ends a tool's command
-(``trainkit.tool_command``) removes it too.
+(``trainkit.process.tool_command``) removes it too.
 
 A CSV cell a spreadsheet would run as a formula is written as text (:func:`spreadsheet_text`).
 """
@@ -15,8 +15,8 @@ import re
 from pathlib import Path
 from typing import Any, Iterator, Sequence, Union
 
-from trainkit import signals
 from trainkit.errors import disk_full
+from trainkit.process import signals
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 _FORMULA_SET = frozenset(FORMULA_STARTS)

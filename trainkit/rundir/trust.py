@@ -34,6 +34,7 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from trainkit.errors import ConfigError
+from trainkit.process.moved_modules import former_names
 
 TARGET = "_target_"
 _MAX_DEPTH = 32
@@ -41,7 +42,8 @@ _MAX_DEPTH = 32
 
 @functools.lru_cache(maxsize=1)
 def shipped_targets() -> FrozenSet[str]:
-    """Every ``_target_`` named in the YAML files of ``trainkit.configs`` and ``trainkit.recipes``."""
+    """Every ``_target_`` named in the YAML files of ``trainkit.configs`` and ``trainkit.recipes``, and the paths
+    those had before their module moved (a run stored before 0.2 names them so)."""
     found = set()
     for package in ("trainkit.configs", "trainkit.recipes"):
         for path in _yaml_files(resources.files(package)):
@@ -49,6 +51,7 @@ def shipped_targets() -> FrozenSet[str]:
                 found.update(_targets_in(yaml.safe_load(path.read_text(encoding="utf-8"))))
             except yaml.YAMLError:
                 continue
+    found.update(old for target in list(found) for old in former_names(target))  # as runs before 0.2 stored them
     return frozenset(found)
 
 

@@ -6,6 +6,6 @@ wrapper runs), ``mixed_precision`` (AMP levels) and ``in_place`` (a value writte
 read).
 
 Import rule (the layers contract in pyproject.toml, checked by tests/test_layout.py): may import ``kernels`` and the
-foundation (``checks``, ``signals``, ``errors``) only, none of the other parts (``models``, ``data``, ...); a user's
-loop can use it without the app, the callbacks or Hydra.
+foundation (``checks``, ``process``, ``errors``) only, none of the other parts (``models``, ``data``, ``parts``); a
+user's loop can use it without the app, the callbacks or Hydra.
 """

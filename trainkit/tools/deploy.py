@@ -38,9 +38,9 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn
 
-from trainkit import signals
 from trainkit.app.build import DEFAULT_CONV_IMPL, DEFAULT_LAYER_IMPL
 from trainkit.errors import ConfigError, DataError
+from trainkit.process import signals
 from trainkit.rundir.output_file import written_whole
 from trainkit.rundir.trust import add_trust_argument
 from trainkit.rundir.weights import WEIGHTS, refuse_existing

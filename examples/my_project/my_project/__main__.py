@@ -3,7 +3,7 @@
 The configs are found next to this package from any directory; ``conf/my_project.yaml`` makes the recipe
 ``lines`` the default, and ``python -m my_project --help`` lists the project's groups beside trainkit's.
 """
-from trainkit.cli import main
+from trainkit.project import main
 
 if __name__ == "__main__":
     main(config_path="../conf", config_name="my_project")

@@ -1,10 +1,10 @@
 """Sweeps that name their winner: each job's record, the objective a sweeper gets, the summary at the end.
 
-Each job's record and objective are in :mod:`trainkit.app.sweep_records`; Hydra calls :class:`SweepSummary`
+Each job's record and objective are in :mod:`trainkit.app.sweep.records`; Hydra calls :class:`SweepSummary`
 (``hydra.callbacks.sweep_summary`` in trainkit's config) once the sweep is over, which writes ``summary.json``,
-``summary.md`` (:mod:`trainkit.app.sweep_summary`: runs grouped by configuration, ranked by mean, the winner's
-separation) and, when matplotlib is installed, ``summary.png`` (:mod:`trainkit.app.sweep_plot`) beside the jobs.
-``sweep.repeats`` is done by trainkit's launcher (:mod:`trainkit.app.sweep_launcher`).
+``summary.md`` (:mod:`trainkit.app.sweep.summary`: runs grouped by configuration, ranked by mean, the winner's
+separation) and, when matplotlib is installed, ``summary.png`` (:mod:`trainkit.app.sweep.plot`) beside the jobs.
+``sweep.repeats`` is done by trainkit's launcher (:mod:`trainkit.app.sweep.launcher`).
 
 Optuna's direction follows ``trainer.best_mode``: the plugin's default (``minimize``) is replaced before the sweeper
 starts, and a direction set against ``best_mode`` is refused (:func:`settle_direction`); ``${trainkit_direction:}``
@@ -23,9 +23,9 @@ from typing import Any, Dict, Optional
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from trainkit.app.sweep_plot import plot
-from trainkit.app.sweep_records import BEST_INFO, JOB_RECORD, RUN_FIGURES, in_sweep, objective, read_best, record_job
-from trainkit.app.sweep_summary import markdown, summarize
+from trainkit.app.sweep.plot import plot
+from trainkit.app.sweep.records import BEST_INFO, JOB_RECORD, RUN_FIGURES, in_sweep, objective, read_best, record_job
+from trainkit.app.sweep.summary import markdown, summarize
 
 __all__ = ["BEST_INFO", "JOB_RECORD", "RUN_FIGURES", "SweepSummary", "direction", "in_sweep", "markdown", "objective",
            "plot", "read_best", "record_job", "register_resolver", "settle_direction", "summarize", "write_summary"]

@@ -1,15 +1,19 @@
-"""What ``port`` writes for each PyTorch thing, in one place: the tables of :mod:`~trainkit.bridge.port_layers`
-(layers, functions, methods), :mod:`~trainkit.bridge.port_transformers` (attention, dropout, einsum),
-:mod:`~trainkit.bridge.port_windows` (Swin), :mod:`~trainkit.bridge.port_buffers` and
-:mod:`~trainkit.bridge.port_classes` (timm's and torchvision's own classes), merged.
+"""What ``port`` writes for each PyTorch thing, in one place: the tables of :mod:`~trainkit.bridge.port.layers`
+(layers, functions, methods), :mod:`~trainkit.bridge.port.transformers` (attention, dropout, einsum),
+:mod:`~trainkit.bridge.port.windows` (Swin), :mod:`~trainkit.bridge.port.buffers` and
+:mod:`~trainkit.bridge.port.classes` (timm's and torchvision's own classes), merged.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from trainkit.bridge import port_buffers, port_layers, port_operators, port_transformers, port_windows
-from trainkit.bridge.port_classes import HELPERS as CLASS_HELPERS
-from trainkit.bridge.port_layers import Call, Unsupported
+from trainkit.bridge.port import buffers as port_buffers
+from trainkit.bridge.port import layers as port_layers
+from trainkit.bridge.port import operators as port_operators
+from trainkit.bridge.port import transformers as port_transformers
+from trainkit.bridge.port import windows as port_windows
+from trainkit.bridge.port.classes import HELPERS as CLASS_HELPERS
+from trainkit.bridge.port.layers import Call, Unsupported
 
 # port_transformers' entries take precedence over port_layers' where both name one (attention, dropout)
 # port_operators' (transformers models': softmax with a dtype) over port_layers'

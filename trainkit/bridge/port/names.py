@@ -13,7 +13,7 @@ import os
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
-from trainkit.generated_code import FORBIDDEN
+from trainkit.checks.generated_code import FORBIDDEN
 
 #: Names the generated module uses itself, or that its check refuses (``open``, ``vars``): never a variable's.
 RESERVED = set(FORBIDDEN) | {

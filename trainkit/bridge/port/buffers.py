@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
-from trainkit.bridge.port_layers import Call
+from trainkit.bridge.port.layers import Call
 
 BUFFERS_FILE = "buffers.npz"
 

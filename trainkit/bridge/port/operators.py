@@ -3,13 +3,13 @@
 BERT reads its token type ids with ``torch.gather``, GPT-2's ``Conv1D`` is ``torch.addmm`` and its GELU the tanh
 formula with ``torch.pow``, RoBERTa numbers positions with ``cumsum``, attention masks are filled with
 ``masked_fill``/``where`` and softmax runs in a given dtype. Each entry renders the written arguments (code) as
-MindSpore code computing the same thing; :mod:`trainkit.bridge.port_tables` merges these tables with the others.
+MindSpore code computing the same thing; :mod:`trainkit.bridge.port.tables` merges these tables with the others.
 """
 from __future__ import annotations
 
 from typing import Callable, Dict
 
-from trainkit.bridge.port_layers import Unsupported
+from trainkit.bridge.port.layers import Unsupported
 
 #: Functions written into the generated module, for the operators MindSpore has no CPU kernel of.
 HELPERS: Dict[str, str] = {

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict
 
-from trainkit.bridge.port_layers import Unsupported
+from trainkit.bridge.port.layers import Unsupported
 
 HELPERS: Dict[str, str] = {
     "roll": '''

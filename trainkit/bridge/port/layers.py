@@ -6,7 +6,7 @@ batch norm's momentum (MindSpore's is ``1 -`` PyTorch's), the epsilons, GELU's a
 default is tanh). Where MindSpore's layer names or lays out its parameters differently from PyTorch (Conv1d
 adds an axis, Embedding calls its table ``embedding_table``), a small Cell written into the generated module
 (:data:`HELPERS`) keeps PyTorch's names. The Transformer's layers, attention and dropout are
-:mod:`trainkit.bridge.port_transformers`' (looked up first).
+:mod:`trainkit.bridge.port.transformers`' (looked up first).
 A function or method becomes one line of MindSpore code from its arguments, bound to PyTorch's signature.
 """
 from __future__ import annotations

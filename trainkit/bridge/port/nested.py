@@ -2,9 +2,9 @@
 
 torchvision's ``VisionTransformer(num_layers=12)`` passes ``num_layers`` to its ``Encoder``, which builds that many
 ``EncoderBlock``s; timm's stage classes take their ``depth`` the same way. Rebuilt with the argument changed, such a
-model's top class is unchanged and a class below has longer lists (:mod:`trainkit.bridge.port_depth`). The class
+model's top class is unchanged and a class below has longer lists (:mod:`trainkit.bridge.port.depth`). The class
 with the lists then takes the argument (``def __init__(self, num_layers=2)``) and builds them as a
-:class:`~trainkit.bridge.port_depth.Run`; each class between it and the top takes the argument too and hands it
+:class:`~trainkit.bridge.port.depth.Run`; each class between it and the top takes the argument too and hands it
 on (``self.encoder = Encoder(num_layers=num_layers)``). Every item keeps its place and its name, so every
 parameter keeps its ``state_dict`` name.
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from trainkit.bridge import port_depth
-from trainkit.bridge.port_layers import Call
+from trainkit.bridge.port import depth as port_depth
+from trainkit.bridge.port.layers import Call
 
 
 @dataclass

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Tuple
 
-from trainkit.bridge.port_layers import Unsupported
+from trainkit.bridge.port.layers import Unsupported
 
 #: torch.nn layers whose parameters MindSpore names otherwise (gamma/beta): a tie between them is not written
 _RENAMED = ("BatchNorm", "LayerNorm", "GroupNorm", "InstanceNorm")

@@ -6,8 +6,8 @@ which argument is not guessed from equal numbers: the model is built again with 
 ``11``, else ``20``) and ported again; the literals that changed with it (``11``, or ``2 * 11`` for ``20``) take the
 argument's name. An argument is kept only when everything it changes can be written so: the layers of the top
 class (not its ``construct``, nor a class below it, whose constants would then disagree with it), or the number of
-blocks in a list of them (a depth, :mod:`trainkit.bridge.port_depth`), or of a class below that the top class
-hands it to (:mod:`trainkit.bridge.port_nested`). A list argument (``layers=[2, 2, 2, 2]``) is
+blocks in a list of them (a depth, :mod:`trainkit.bridge.port.depth`), or of a class below that the top class
+hands it to (:mod:`trainkit.bridge.port.nested`). A list argument (``layers=[2, 2, 2, 2]``) is
 changed one item at a time, each item followed as ``layers[0]``; it is kept when every item is.
 """
 from __future__ import annotations
@@ -15,8 +15,10 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from trainkit.bridge import port_code, port_depth, port_nested
-from trainkit.bridge.port_names import RESERVED
+from trainkit.bridge.port import code as port_code
+from trainkit.bridge.port import depth as port_depth
+from trainkit.bridge.port import nested as port_nested
+from trainkit.bridge.port.names import RESERVED
 
 
 def constructor_values(factory: Callable, given: Dict[str, Any]) -> Dict[str, Any]:
@@ -45,7 +47,7 @@ def _number(value: Any) -> bool:
 
 def take(top: Any, below: List[str], values: Dict[str, Any],
          again: Callable[[Dict[str, Any]], Optional[Tuple[Any, ...]]], variants: Sequence[Any] = ()) -> None:
-    """Give `top` (the top class's :class:`~trainkit.bridge.port_source.Variant`) the arguments of `values` that
+    """Give `top` (the top class's :class:`~trainkit.bridge.port.source.Variant`) the arguments of `values` that
     only its own layers follow, or depths it hands down. `below` is the source of the other classes, `variants`
     those classes; `again` ports the model built with some arguments changed: its top Variant, the other classes'
     source (and those classes), None when it does not port (it raises when the model refuses the values)."""
@@ -74,7 +76,7 @@ def take(top: Any, below: List[str], values: Dict[str, Any],
 def _followed(top: Any, slots: Dict[Tuple, Any], below: List[str], name: str, value: Any, index: Optional[int],
               again: Callable[[Dict[str, Any]], Optional[Tuple[Any, ...]]], variants: Sequence[Any] = (),
               handed: Optional[List[port_nested.HandedDown]] = None) -> Optional[Dict[Tuple, Any]]:
-    """slot path -> code (or :class:`~trainkit.bridge.port_depth.Run`) of what follows the argument `name` (its
+    """slot path -> code (or :class:`~trainkit.bridge.port.depth.Run`) of what follows the argument `name` (its
     item `index` for a list, written ``name[index]``); {} when nothing changes with it; None when something else
     does, or the model takes none of the changed values. A depth of a class below (`variants`) goes into
     `handed`, the top's slots that pass it down into the result."""

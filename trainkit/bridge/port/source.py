@@ -16,11 +16,16 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from trainkit.bridge import port_arguments, port_buffers, port_code, port_layers, port_ties, port_transformers
-from trainkit.bridge.port_classes import CLASSES, IMPORTS, class_call
-from trainkit.bridge.port_layers import CONTAINERS, Call, Unsupported, render_call, target_name
-from trainkit.bridge.port_names import RESERVED, Namer
-from trainkit.bridge.port_tables import (
+from trainkit.bridge.port import arguments as port_arguments
+from trainkit.bridge.port import buffers as port_buffers
+from trainkit.bridge.port import code as port_code
+from trainkit.bridge.port import layers as port_layers
+from trainkit.bridge.port import ties as port_ties
+from trainkit.bridge.port import transformers as port_transformers
+from trainkit.bridge.port.classes import CLASSES, IMPORTS, class_call
+from trainkit.bridge.port.layers import CONTAINERS, Call, Unsupported, render_call, target_name
+from trainkit.bridge.port.names import RESERVED, Namer
+from trainkit.bridge.port.tables import (
     FUNCTION_HELPERS,
     FUNCTIONS,
     HELPER_IMPORTS,
@@ -29,7 +34,7 @@ from trainkit.bridge.port_tables import (
     METHODS,
     layer_call,
 )
-from trainkit.bridge.port_trace import (
+from trainkit.bridge.port.trace import (
     PadMask,
     Recording,
     branches_on_training,
@@ -38,8 +43,8 @@ from trainkit.bridge.port_trace import (
     record,
     tracer_for,
 )
+from trainkit.checks.generated_code import FORBIDDEN
 from trainkit.errors import ConfigError
-from trainkit.generated_code import FORBIDDEN
 
 LINE = 116
 
@@ -54,7 +59,7 @@ def module_names() -> frozenset:
 
 
 def check_names(module: Any, path: str) -> None:
-    """Refuse (:class:`~trainkit.bridge.port_code.UnsafeName`) a child, parameter or buffer name of `module` that the
+    """Refuse (:class:`~trainkit.bridge.port.code.UnsafeName`) a child, parameter or buffer name of `module` that the
     port cannot keep: one MindSpore does not take (ASCII letters, digits, ``_`` and ``-`` only; ``block1-0`` is
     written with ``setattr``), a dunder, or a name the generated code's check refuses (``exec``, ``open``)."""
     for kind, named in (("child", module.named_children()), ("parameter", module.named_parameters(recurse=False)),
@@ -218,7 +223,7 @@ class _Generator:
     def own_tensors(self, module: Any, path: str) -> Dict[str, Call]:
         """A module's own parameters (class tokens, position embeddings) and saved buffers (relative position
         indices) as MindSpore Parameters of the same names and shapes, their values come with the weights; its
-        non-persistent buffers as constants read from buffers.npz (:mod:`trainkit.bridge.port_buffers`)."""
+        non-persistent buffers as constants read from buffers.npz (:mod:`trainkit.bridge.port.buffers`)."""
         tensors: Dict[str, Call] = {}
         unsaved = dict(port_buffers.non_persistent(module))
         for name, value in module.named_parameters(recurse=False):
@@ -468,7 +473,7 @@ def _generated(model: Any, batch: Any = None) -> Tuple[_Generator, Any]:
 
 def _take_arguments(generator: _Generator, top: Variant, values: Dict[str, Any],
                     rebuild: Callable[[Dict[str, Any]], Any], batch: Any = None) -> None:
-    """The top class's constructor arguments (:func:`trainkit.bridge.port_arguments.take`)."""
+    """The top class's constructor arguments (:func:`trainkit.bridge.port.arguments.take`)."""
 
     def again(changes: Dict[str, Any]) -> Optional[Tuple[Variant, List[str], List[Variant]]]:
         generated, again_top = _generated(rebuild(changes).eval(), batch)

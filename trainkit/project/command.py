@@ -2,7 +2,7 @@
 
 A project calls :func:`main` from its ``__main__.py``::
 
-    from trainkit.cli import main
+    from trainkit.project import main
 
     main(config_path="conf", config_name="myproject")
 
@@ -40,7 +40,7 @@ def main(config_path: str = "conf", config_name: Optional[str] = None, argv: Opt
     folder = (folder if folder.is_absolute() else base / folder).resolve()
     program = program or caller.get("__package__") or Path(sys.argv[0]).stem
     if not folder.is_dir():
-        _refuse(f"config_path={config_path!r}: {folder} is not a folder (trainkit.cli.main looks for it next to "
+        _refuse(f"config_path={config_path!r}: {folder} is not a folder (trainkit.project.main looks for it next to "
                 f"{base}); give main() the folder that holds the project's recipe/, model/, data/ ...")
     if config_name is not None and not (folder / f"{config_name}.yaml").is_file():
         _refuse(f"config_name={config_name!r}: {folder / (config_name + '.yaml')} does not exist; name a .yaml file "
@@ -50,12 +50,12 @@ def main(config_path: str = "conf", config_name: Optional[str] = None, argv: Opt
         _refuse(problem)
     flags = [f"--config-dir={folder}", *([f"--config-name={config_name}"] if config_name else [])]
     overrides = [f"hydra.help.app_name={program}"]  # after the user's: Hydra's parser takes flags first
-    from trainkit import signals, startup_gc
+    from trainkit.process import signals, startup_gc
     from trainkit.rundir import command
 
     signals.start()  # before trainkit.__main__'s imports: a signal during them waits for their end
     if command_process:
-        startup_gc.pause()  # as python -m trainkit: no full collection through the imports (trainkit/startup_gc.py)
+        startup_gc.pause()  # as python -m trainkit: no full collection through the imports (process/startup_gc.py)
     previous_argv = sys.argv
     command.set_entry_point(["python", "-m", program], [*flags, *overrides])
     sys.argv = [sys.argv[0], *flags, *(sys.argv[1:] if argv is None else argv), *overrides]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from trainkit.bridge.port_layers import LAYERS, Call, Unsupported
+from trainkit.bridge.port.layers import LAYERS, Call, Unsupported
 
 HELPERS: Dict[str, str] = {
     "LayerNorm2d": '''

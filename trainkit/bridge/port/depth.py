@@ -1,7 +1,7 @@
 """Depths as the top-level Cell's constructor arguments: a run of identical blocks built ``depth`` times.
 
 A model built as ``ViT(depth=2)`` lists its blocks; ported literally, the top class would list two ``Block(...)``
-calls and ``depth`` would be a number nobody can change. :mod:`trainkit.bridge.port_arguments` finds an argument by
+calls and ``depth`` would be a number nobody can change. :mod:`trainkit.bridge.port.arguments` finds an argument by
 building the model again with it changed (``2`` -> ``3``); where that changes no literal but the length of lists of
 the top class's layers (a ``nn.Sequential``'s, a ``nn.ModuleList``'s, ``nn.TransformerEncoder``'s layers), each by
 as much as the argument, and each longer list is the shorter one with its last item repeated, the list is a
@@ -9,7 +9,7 @@ as much as the argument, and each longer list is the shorter one with its last i
 ``[Block(...) for _ in range(depth)]`` (``range(depth - 1)`` after a first block with a stride). The items keep their
 places, so every parameter keeps its name (``blocks.0.attn.qkv.weight``); an OrderedDict's items named
 ``encoder_layer_0``... are written ``(f"encoder_layer_{i}", EncoderBlock()) for i in range(depth)``. The same Runs
-build the lists of a class below that the top class hands the argument to (:mod:`trainkit.bridge.port_nested`).
+build the lists of a class below that the top class hands the argument to (:mod:`trainkit.bridge.port.nested`).
 """
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from trainkit.bridge import port_code
-from trainkit.bridge.port_code import signature, slots
-from trainkit.bridge.port_layers import Call
+from trainkit.bridge.port import code as port_code
+from trainkit.bridge.port.code import signature, slots
+from trainkit.bridge.port.layers import Call
 
 LINE = 116
 # one line of construct calling one item of a CellList: ``x = self.blocks[1](blocks)`` (then any further arguments)

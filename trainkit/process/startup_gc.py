@@ -3,7 +3,7 @@
 Importing MindSpore, Hydra and trainkit makes about 190,000 objects, and the collector would traverse them all three
 times on the way (full collections as the heap grows): 0.3 s of CPU a command on the 2-core machine, 0.5-0.8 s of wall
 time on a slow one (docs/performance.md). Those objects live as long as the process, and the cycles among them hold
-about 1 MB. So ``python -m trainkit`` (and a project's command through :func:`trainkit.cli.main`) pauses the
+about 1 MB. So ``python -m trainkit`` (and a project's command through :func:`trainkit.project.main`) pauses the
 collector before its imports, and :func:`resume`, just before training (``trainkit/__main__.py``: the config
 composed, the training code imported), freezes what exists -- frozen objects are never traversed again, not even by
 the collection MindSpore runs before every graph compile -- and turns the collector back on.

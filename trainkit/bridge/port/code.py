@@ -1,6 +1,6 @@
 """The code of one traced ``forward`` line's pieces: arguments as code, dtypes, the nodes no line needs, and
 which torch containers are written as MindSpore's; the constructor slots of a generated class and their
-parameter names (helpers of :mod:`trainkit.bridge.port_source`)."""
+parameter names (helpers of :mod:`trainkit.bridge.port.source`)."""
 from __future__ import annotations
 
 import ast
@@ -8,9 +8,9 @@ import keyword
 import numbers
 from typing import Any, Dict, List, Tuple
 
-from trainkit.bridge import port_transformers
-from trainkit.bridge.port_layers import Call, Unsupported, target_name
-from trainkit.bridge.port_names import identifier
+from trainkit.bridge.port import transformers as port_transformers
+from trainkit.bridge.port.layers import Call, Unsupported, target_name
+from trainkit.bridge.port.names import identifier
 from trainkit.errors import ConfigError
 
 

@@ -6,8 +6,8 @@ since 4.21, has no such limit: a 2.16 GiB checkpoint saves and loads with it, as
 costs a run is every message trainkit writes: a record's TensorBoard event (``RunLog.scalars``: 143 us against 49
 us with upb; 390 against 210 us inside the quick start's loop), and 0.1-0.2 s of a command's imports.
 
-So ``python -m trainkit`` (and a project's command through :func:`trainkit.cli.main`) and the tools' commands set the
-variable to ``upb`` before anything imports MindSpore or protobuf, where it is unset and the installed protobuf has
+So ``python -m trainkit`` (and a project's command through :func:`trainkit.project.main`) and the tools' commands set
+the variable to ``upb`` before anything imports MindSpore or protobuf, where it is unset and the installed protobuf has
 upb; msrun's workers inherit it. A value in the environment is kept, and importing trainkit as a library changes
 nothing (docs/performance.md).
 """

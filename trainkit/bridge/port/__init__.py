@@ -1,7 +1,7 @@
 """``python -m trainkit.port MODULE:CLASS --out DIR``: a PyTorch model becomes MindSpore source, with its proof.
 
 In one go: the model is traced with ``torch.fx`` and written out as readable MindSpore Cells
-(:mod:`trainkit.bridge.port_source`), its weights (``--weights``, else its own initial ones) are converted onto
+(:mod:`trainkit.bridge.port.source`), its weights (``--weights``, else its own initial ones) are converted onto
 them, a model config (``_target_``) is written for the app, and the two are compared layer by layer on a fixed
 batch. ``DIR`` gets::
 
@@ -19,6 +19,12 @@ of the project's package, ``PROJECT/NAME/DIR``, and the model config goes into t
 Anything the port does not cover stops it before anything is written (exit 2), listing every unsupported
 layer, function and method with each place it is used. Exit 1 when the comparison finds a layer beyond the
 tolerance (the files are kept, to inspect), 0 when every layer agrees.
+
+This package is the command (this module) and its parts, one concern each: ``trace`` (one ``forward`` traced with
+``torch.fx``), ``source`` (the module tree as Cell classes), ``code`` and ``names`` (a line's pieces, its variables'
+names), what is written for each PyTorch thing (``layers``, ``transformers``, ``operators``, ``windows``,
+``classes``, ``buffers``, merged by ``tables``), the top class's constructor arguments (``arguments``, ``depth``,
+``nested``) and tied weights (``ties``). The parts import one another, never the command.
 """
 from __future__ import annotations
 
@@ -35,7 +41,6 @@ import mindspore as ms
 import numpy as np
 
 from trainkit import configs
-from trainkit.bridge import port_code
 from trainkit.bridge.compare import (
     DEFAULT_TOLERANCE,
     compare_layers,
@@ -47,15 +52,16 @@ from trainkit.bridge.compare import (
     write_table,
 )
 from trainkit.bridge.convert import convert_state_dict
-from trainkit.bridge.port_arguments import constructor_values
-from trainkit.bridge.port_source import PortFailure, generate, problem_lines
-from trainkit.bridge.port_ties import tied_parameters
-from trainkit.bridge.port_trace import masked
+from trainkit.bridge.port import code as port_code
+from trainkit.bridge.port.arguments import constructor_values
+from trainkit.bridge.port.source import PortFailure, generate, problem_lines
+from trainkit.bridge.port.ties import tied_parameters
+from trainkit.bridge.port.trace import masked
 from trainkit.bridge.state_dict import StateDict
 from trainkit.bridge.torch_import import import_torch
 from trainkit.checks import package_name_problem
+from trainkit.checks.generated_code import check_generated
 from trainkit.errors import CheckpointError, ConfigError, DataError
-from trainkit.generated_code import check_generated
 from trainkit.models.dropout import Dropout, DropPath
 from trainkit.rundir.weights import load_weights, write_checkpoint
 

@@ -2,8 +2,9 @@
 ``.convert``, ``.port``).
 
 It starts as the training command does (:func:`importing`): protobuf on its C backend
-(``trainkit.protobuf_backend``) and no full garbage collection through the imports (``trainkit.startup_gc``). It ends
-with its ``main()``'s exit status, or with one line for what is not the tool's fault (:func:`tool_status`):
+(``trainkit.process.protobuf_backend``) and no full garbage collection through the imports
+(``trainkit.process.startup_gc``). It ends with its ``main()``'s exit status, or with one line for what is not the
+tool's fault (:func:`tool_status`):
 
 - A full disk (or quota): ``trainkit: error: FILE could not be written: the disk is full (...)``, status 1. The
   tools write each output under a temporary name renamed into place (``trainkit.rundir.output_file``), removed when
@@ -13,12 +14,12 @@ with its ``main()``'s exit status, or with one line for what is not the tool's f
   whole)``, 128 + N; after the tool's work was done, ``trainkit: stopped by SIGTERM after the command had done its
   work (what it wrote is whole)``, 128 + N.
 
-``python -m trainkit.<tool>`` owns its process as the training command does (:mod:`trainkit.signals`): the signals
-are blocked in every thread from the package's first import (MindSpore's C++ guard never sees one, so none is lost
-and Ctrl-C stays SIGINT) and one thread of trainkit's ends the process: its line, the temporary file of the output
+``python -m trainkit.<tool>`` owns its process as the training command does (:mod:`trainkit.process.signals`): the
+signals are blocked in every thread from the package's first import (MindSpore's C++ guard never sees one, so none is
+lost and Ctrl-C stays SIGINT) and one thread of trainkit's ends the process: its line, the temporary file of the output
 being written removed (``trainkit.rundir.output_file``), ``os._exit(128 + N)`` -- never an exception raised at an
 arbitrary bytecode, which inside MindSpore's compile left its ``rank_0/om/analyze_fail.ir`` dump behind. The tool
-ends through :func:`trainkit.signals.exit_process` (no interpreter finalization, where a signal was lost and the
+ends through :func:`trainkit.process.signals.exit_process` (no interpreter finalization, where a signal was lost and the
 command exited 0). Run in-process (tests, a notebook), a signal raises in the main thread instead, so the writes'
 clean-up (``finally``) runs.
 """
@@ -32,8 +33,8 @@ import threading
 import traceback
 from typing import Callable, Iterator
 
-from trainkit import protobuf_backend, signals, startup_gc
 from trainkit.errors import disk_full
+from trainkit.process import protobuf_backend, signals, startup_gc
 
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -68,7 +69,7 @@ _STOPPED_DONE = "stopped by {} after the command had done its work (what it wrot
 
 
 def _farewell(signum: int, done: bool) -> None:
-    """The one line of a signal that ends a tool's command (called from trainkit.signals' thread)."""
+    """The one line of a signal that ends a tool's command (called from trainkit.process.signals' thread)."""
     message = (_STOPPED_DONE if done else _STOPPED).format(signal.Signals(signum).name)
     print(f"trainkit: {message}", file=sys.stderr, flush=True)
 
@@ -85,7 +86,7 @@ def _own_process() -> None:
 def tool_status(main: Callable[[], int]) -> int:
     """Run a tool's `main` as its command does; returns the exit status (see the module's docstring). A command
     that owns its process (``python -m trainkit.<tool>``) ends here, with that status, through
-    :func:`trainkit.signals.exit_process`."""
+    :func:`trainkit.process.signals.exit_process`."""
     if signals.owned():
         try:
             status = _status(main)

@@ -24,9 +24,9 @@ from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, OmegaConf
 
-from trainkit import signals
 from trainkit.app.config import MAX_REPEATS, MAX_SWEEP_JOBS
-from trainkit.app.sweep_records import JOB_RECORD, objective, read_record
+from trainkit.app.sweep.records import JOB_RECORD, objective, read_record
+from trainkit.process import signals
 from trainkit.rundir.command import sweep_continue_command
 
 SEED = "trainer.seed"

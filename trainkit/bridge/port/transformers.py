@@ -2,7 +2,7 @@
 people write transformers with (``einsum``, ``scaled_dot_product_attention``, ``chunk``/``split``, ``arange``,
 ``expand``/``repeat``, masks compared from token ids).
 
-These tables extend :mod:`trainkit.bridge.port_layers`' and take precedence over them where both name a layer
+These tables extend :mod:`trainkit.bridge.port.layers`' and take precedence over them where both name a layer
 (``MultiheadAttention``, ``TransformerEncoderLayer``, ``TransformerEncoder``, ``Dropout``): every dropout a port
 writes is trainkit's counter-based :class:`trainkit.models.dropout.Dropout`, whose stream a checkpoint holds, so a
 ported model resumes bitwise and two runs with one seed are equal; attention is written out here with that dropout
@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 from typing import Any, Callable, Dict, List
 
-from trainkit.bridge.port_layers import Call, Unsupported, _layer_norm
+from trainkit.bridge.port.layers import Call, Unsupported, _layer_norm
 
 # ------------------------------------------------------------------- helpers written into the generated module
 HELPERS: Dict[str, str] = {
@@ -169,7 +169,7 @@ def _activation(m) -> Any:
         return "relu"
     if m.activation is F.gelu:
         return "gelu"
-    from trainkit.bridge.port_layers import layer_call
+    from trainkit.bridge.port.layers import layer_call
 
     if hasattr(m.activation, "named_children"):
         return layer_call(m.activation)

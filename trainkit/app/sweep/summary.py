@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from trainkit.app.sweep_records import BEST_INFO, RUN_FIGURES, read_best, read_records, unreadable_best
+from trainkit.app.sweep.records import BEST_INFO, RUN_FIGURES, read_best, read_records, unreadable_best
 
 SEED_KEY = "trainer.seed"  # the repeat axis: runs that differ only by it are one configuration
 # Keys that say how a job started or where it writes, not what it trains: a continued sweep's trainer.resume=auto
