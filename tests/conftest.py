@@ -7,7 +7,8 @@ from pathlib import Path
 os.environ.setdefault("GLOG_v", "3")
 # Tests send SIGINT to the processes they start and expect the disposition a terminal gives them. A suite started as
 # a shell script's background job (`bash .ci/run &`) has SIGINT ignored, and an ignored signal stays ignored in every
-# child (trainkit keeps it so, on purpose: tests/test_signals.py): a handler here makes the children start at default.
+# child (trainkit keeps it so, on purpose: tests/process/test_signals.py): a handler here makes the children start at
+# default.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 # python -m trainkit caches compiled graphs per config (trainkit/app/compile_cache.py): not into the user's cache

@@ -111,3 +111,78 @@ def test_no_module_below_the_app_takes_the_raw_config_but_the_readers_of_stored_
     files.append(REPO / "trainkit" / "errors.py")
     found = {str(path.relative_to(REPO)): config_imports(path) for path in files}
     assert {path for path, names in found.items() if names} <= CONFIG_READERS, found
+
+
+# The entrance hall: the python -m entry points and the public faces, nothing else (issue 51).
+COMMANDS = {"__main__", "evaluate", "predict", "export", "convert", "compare", "port", "new"}
+
+
+def test_the_top_level_holds_at_most_10_modules_every_command_among_them():
+    top = sorted(path.stem for path in (REPO / "trainkit").glob("*.py"))
+    assert len(top) <= 10, top
+    assert set(top) >= COMMANDS, COMMANDS - set(top)
+    assert set(top) - COMMANDS <= {"__init__", "errors"}, top
+
+
+# Every module path that moved in 0.1.x and the path it moved to, written out here rather than read from the code:
+# docs/public-api.md lists the same ones, to be removed in 0.3.0.
+PORT_PARTS = ("arguments", "buffers", "classes", "code", "depth", "layers", "names", "nested", "operators", "source",
+              "tables", "ties", "trace", "transformers", "windows")
+OLD_PATHS = {
+    **{f"trainkit.{name}": f"trainkit.process.{name}" for name in
+       ("signals", "startup_gc", "protobuf_backend", "tool_command")},
+    **{f"trainkit.{name}": f"trainkit.parts.{name}" for name in ("losses", "metrics", "lr_schedule")},
+    "trainkit.generated_code": "trainkit.checks.generated_code",
+    "trainkit.cli": "trainkit.project.command",
+    **{f"trainkit.bridge.port_{name}": f"trainkit.bridge.port.{name}" for name in PORT_PARTS},
+    **{f"trainkit.app.sweep_{name}": f"trainkit.app.sweep.{name}" for name in
+       ("launcher", "plot", "records", "summary")},
+}
+
+
+def _forget(old: str) -> None:
+    """As in a fresh process: the old path not imported yet (an earlier test may have)."""
+    sys.modules.pop(old, None)
+    parent, _, child = old.rpartition(".")
+    if parent in sys.modules and child in vars(sys.modules[parent]):
+        delattr(sys.modules[parent], child)
+
+
+@pytest.mark.parametrize("old, new", sorted(OLD_PATHS.items()))
+def test_an_old_module_path_imports_the_moved_module_with_a_deprecation_warning(old, new):
+    import importlib
+
+    _forget(old)
+    with pytest.warns(DeprecationWarning, match=rf"^{old} is now {new}; the old path is removed in 0\.3\.0$"):
+        module = importlib.import_module(old)
+    assert module is importlib.import_module(new)
+    _forget(old)
+    parent, _, child = old.rpartition(".")
+    with pytest.warns(DeprecationWarning, match=old):  # from PARENT import CHILD, as old code wrote it
+        assert getattr(__import__(parent, fromlist=[child]), child) is module
+
+
+def test_every_moved_path_is_listed_with_its_release_and_no_other_path_is_taken():
+    from trainkit.process.moved_modules import MOVED
+
+    assert MOVED == OLD_PATHS
+    old_names = (REPO / "docs" / "public-api.md").read_text(encoding="utf-8").split("## Old names kept for a while")[1]
+    rows = [line.rstrip() for line in old_names.splitlines() if line.startswith("| `trainkit.")]
+    for old in OLD_PATHS:  # by its whole path, or by its last part in a row that names the whole path of a sibling
+        wing, last = old.rsplit(".", 1)
+        assert any((f"`{old}`" in row or (f"`{last}`" in row and f"`{wing}." in row)) and row.endswith("| 0.3.0 |")
+                   for row in rows), old
+
+
+def test_a_config_naming_an_old_path_still_builds_what_it_named():
+    from hydra.utils import get_class, get_method
+
+    from trainkit.parts.losses import CrossEntropy
+    from trainkit.parts.lr_schedule import cosine
+
+    _forget("trainkit.losses")
+    _forget("trainkit.lr_schedule")
+    with pytest.warns(DeprecationWarning, match="trainkit.losses is now trainkit.parts.losses"):
+        assert get_class("trainkit.losses.CrossEntropy") is CrossEntropy
+    with pytest.warns(DeprecationWarning, match="trainkit.lr_schedule is now trainkit.parts.lr_schedule"):
+        assert get_method("trainkit.lr_schedule.cosine") is cosine

@@ -297,7 +297,7 @@ def test_a_tool_that_owns_its_process_removes_the_temporary_file_when_a_signal_e
     ``removed_if_ended``'s files (red: ``.model.mindir.<pid>.tmp.mindir`` left)."""
     child = subprocess.Popen([sys.executable, "-c", OWNED_WRITE, str(tmp_path)], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True,
-                             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+                             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
     try:
         assert child.stdout.readline() == "writing\n"  # the temporary file is there
         child.send_signal(signum)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 VARIABLE = "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"
 
 # After the code under test: import MindSpore (which sets the variable to "python" when it is unset), then report the
