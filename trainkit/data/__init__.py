@@ -15,6 +15,10 @@ What the app and the tools may read of a data module besides its datasets:
 - ``state_dict() -> Optional[dict]`` and ``load_state_dict(state)`` -- what the data learnt of the training split
   (a table's categories and statistics), JSON-able; stored like the class names
   (:mod:`trainkit.rundir.data_state`).
+
+Import rule (the layers contract in pyproject.toml, checked by tests/test_layout.py): may import ``kernels`` and the
+foundation (``checks``, ``process``, ``errors``); not ``step``, ``models`` or ``parts`` (no part imports another), nor
+any wing above.
 """
 from trainkit.data.cifar10 import Cifar10Data
 from trainkit.data.digits import DigitsData

@@ -4,6 +4,9 @@
 convolutions); :mod:`~trainkit.kernels.build` builds it once per machine with the system's C++ compiler, and
 :mod:`~trainkit.kernels.primitives` hands each as a primitive, or None where it cannot be built (then the
 callers run MindSpore's kernels, bitwise the same arithmetic; :func:`describe` says which path a run takes).
+
+Import rule (the layers contract in pyproject.toml, checked by tests/test_layout.py): may import the foundation
+(``checks``, ``process``, ``errors``) only; every wing above may import it.
 """
 from trainkit.kernels.build import cache_dir, describe, library
 from trainkit.kernels.primitives import (
