@@ -31,7 +31,8 @@ def source_line(stack_trace: Optional[str]) -> Optional[Tuple[str, str]]:
         return None
     import torch
 
-    outside = (os.path.dirname(torch.__file__), os.path.dirname(os.path.abspath(__file__)))
+    bridge = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the port and the rest of the bridge
+    outside = (os.path.dirname(torch.__file__), bridge)
     lines = stack_trace.splitlines()
     found = None
     for index, line in enumerate(lines):
