@@ -122,6 +122,9 @@ def test_the_top_level_holds_at_most_10_modules_every_command_among_them():
     assert len(top) <= 10, top
     assert set(top) >= COMMANDS, COMMANDS - set(top)
     assert set(top) - COMMANDS <= {"__init__", "errors"}, top
+    for name in COMMANDS - {"__main__"}:  # thin: a few lines around the main of a module in a wing
+        lines = (REPO / "trainkit" / f"{name}.py").read_text(encoding="utf-8").splitlines()
+        assert len(lines) <= 40, (name, len(lines))
 
 
 # Every module path that moved in 0.1.x and the path it moved to, written out here rather than read from the code:

@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from trainkit import new
 from trainkit.errors import ConfigError
 from trainkit.new import main as new_project
+from trainkit.project import scaffold
 
 
 @pytest.mark.parametrize("bad, reason", [
@@ -43,15 +43,15 @@ def test_every_module_the_project_writes_passes_the_gate_and_a_template_that_doe
         tmp_path, monkeypatch):
     """Mutation caught: without check_generated in write_project, the template with a call at module level
     was written."""
-    written = new.write_project("gated_blobs", tmp_path / "ok")
+    written = scaffold.write_project("gated_blobs", tmp_path / "ok")
     for path in written:
         if path.suffix == ".py":
             tree = ast.parse(path.read_text())
             assert all(isinstance(node, (ast.Import, ast.ImportFrom, ast.ClassDef, ast.FunctionDef, ast.Assign,
                                          ast.Expr, ast.If)) for node in tree.body), path
-    hostile = {**new._FILES, "{name}/extra.py": "import os\nos.system('touch {name}_marker')\n"}
-    monkeypatch.setattr(new, "_FILES", hostile)
+    hostile = {**scaffold._FILES, "{name}/extra.py": "import os\nos.system('touch {name}_marker')\n"}
+    monkeypatch.setattr(scaffold, "_FILES", hostile)
     with pytest.raises(ConfigError) as raised:
-        new.write_project("gated_blobs", tmp_path / "bad")
+        scaffold.write_project("gated_blobs", tmp_path / "bad")
     assert "\n" not in str(raised.value) and "refused to write gated_blobs/extra.py" in str(raised.value)
     assert not (tmp_path / "bad").exists()
