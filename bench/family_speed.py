@@ -27,7 +27,7 @@ import traceback
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from trainkit import protobuf_backend
+from trainkit.process import protobuf_backend
 
 protobuf_backend.choose_upb()
 
