@@ -1,10 +1,11 @@
 """The module paths trainkit had before 0.2, kept importable until 0.3.0 with a ``DeprecationWarning``.
 
-``import trainkit`` installs :class:`MovedModules` at the end of ``sys.meta_path``: an old path
-(``import trainkit.losses``, ``from trainkit.bridge import port_code``, a config's ``_target_:
-trainkit.lr_schedule.cosine``) is found nowhere else, and this finder answers it with the module at its new path --
-the same module object, so classes, functions and their state are one, whichever name imported them. Nothing is
-imported until an old path is asked for: importing trainkit costs one list append.
+``import trainkit`` installs :class:`MovedModules` first in ``sys.meta_path``: an old path (``import
+trainkit.losses``, ``from trainkit.bridge import port_code``, a config's ``_target_: trainkit.lr_schedule.cosine``)
+is answered with the module at its new path -- the same module object, so classes, functions and their state are
+one, whichever name imported them -- before any other finder could find a stale copy under the old name (an
+editable install of an older checkout, a file an upgrade left behind). Nothing is imported until an old path is
+asked for; any other import costs one dictionary lookup here.
 
 Runs stored before the move name the old paths in their configs. :func:`current_name` gives the new path of a
 dotted name, so that a resume compares a stored ``_target_`` with this run's by what it names, not how;
@@ -84,6 +85,6 @@ class MovedModules:
 
 
 def install() -> None:
-    """Add the finder to ``sys.meta_path`` once (after every other: a path that exists is never looked up here)."""
+    """Put the finder first in ``sys.meta_path``, once."""
     if not any(isinstance(finder, MovedModules) for finder in sys.meta_path):
-        sys.meta_path.append(MovedModules())
+        sys.meta_path.insert(0, MovedModules())
