@@ -15,9 +15,9 @@ import math
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from mindspore.train import Callback
 from omegaconf import DictConfig
 
+from trainkit.callbacks.base import Callback
 from trainkit.checks import check_int
 from trainkit.errors import ConfigError
 
@@ -66,6 +66,11 @@ class ProfileWindow(Callback):
         rank: this process's rank, naming its output folder.
         top_operators: how many operators the end summary lists.
     """
+
+    order_role = "profiler"
+    # the last of a step: the window covers every other callback's work
+    run_after: tuple = ("start_at", "train_metrics", "progress", "nonfinite_stop", "evaluation", "best_checkpoint",
+                          "early_stopping", "user", "training_checkpoint", "signal_stop")
 
     def __init__(self, output: Path, start_step: int, steps: int, sink_size: int = 1, rank: int = 0,
                  top_operators: int = 10):

@@ -34,9 +34,10 @@ import numpy as np
 from mindspore import Parameter, nn
 from mindspore.train import Callback as MindSporeCallback
 
-from trainkit.callbacks.evaluation import _stopped_mid_epoch
+from trainkit.callbacks.order import USER_RUNS_AFTER
 from trainkit.callbacks.run_log import RECORD_FIELDS, RunLog
-from trainkit.callbacks.train_metrics import GlobalStep, optimizer_learning_rate
+from trainkit.callbacks.steps import GlobalStep, optimizer_learning_rate
+from trainkit.callbacks.steps import stopped_mid_epoch as _stopped_mid_epoch
 from trainkit.errors import TrainingError
 
 log = logging.getLogger("trainkit")
@@ -118,10 +119,14 @@ class Callback(MindSporeCallback):
     A subclass that defines ``state_dict()`` (JSON data) and ``load_state_dict(state)`` is saved in every training
     checkpoint as ``callbacks/<ClassName>`` and given its state back on resume. It runs after the epoch's
     evaluation, ``best.ckpt`` and early stopping (``run_after``), and the epoch's checkpoint after it.
+
+    trainkit's own callbacks derive from it too, each declaring its ``order_role`` and ``run_after``
+    (:mod:`trainkit.callbacks.order`); they use MindSpore's ``on_train_*`` hooks directly and are never bound, so
+    the hooks above stay inert in them.
     """
 
     order_role = "user"
-    run_after: tuple = ('evaluation', 'best_checkpoint', 'early_stopping')
+    run_after: tuple = USER_RUNS_AFTER
 
     _run: Optional[CallbackRun] = None
 

@@ -10,8 +10,8 @@ from typing import Any, Dict, Optional, Union
 
 import numpy as np
 from mindspore import nn
-from mindspore.train import Callback
 
+from trainkit.callbacks.base import Callback
 from trainkit.callbacks.evaluation import Evaluation, check_watched
 from trainkit.errors import DataError
 from trainkit.rundir.checkpoint_file import checkpoint_crc, load_checkpoint_file, nothing_partial_left, save_checksummed
@@ -59,7 +59,8 @@ class BestCheckpoint(Callback):
     """
 
     order_role = "best_checkpoint"
-    run_after: tuple = ('evaluation',)
+    # reads the evaluation it follows
+    run_after: tuple = ("start_at", "train_metrics", "progress", "nonfinite_stop", "evaluation")
 
     checkpoint_name = "best.ckpt"
     temporary_name = "best.tmp.ckpt"

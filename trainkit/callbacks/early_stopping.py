@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from mindspore.train import Callback
 
+from trainkit.callbacks.base import Callback
 from trainkit.callbacks.evaluation import Evaluation, check_watched
 from trainkit.rundir.stateful_parts import stored_value
 
@@ -39,7 +39,8 @@ class EarlyStopping(Callback):
     """
 
     order_role = "early_stopping"
-    run_after: tuple = ('evaluation', 'best_checkpoint')
+    # best.ckpt is written before a stop
+    run_after: tuple = ("start_at", "train_metrics", "progress", "nonfinite_stop", "evaluation", "best_checkpoint")
 
     def __init__(self, evaluation: Evaluation, metric: str, mode: str = "min", patience: int = 3,
                  min_delta: float = 0.0, marker_directory: Optional[Path] = None):

@@ -7,11 +7,12 @@ import time
 from typing import Any, Dict, Iterator, List, Optional
 
 import numpy as np
-from mindspore.train import Callback, Model
+from mindspore.train import Model
 
+from trainkit.callbacks.base import Callback
 from trainkit.callbacks.run_log import RunLog
-from trainkit.callbacks.train_metrics import GlobalStep, last_epoch
-from trainkit.callbacks.train_metrics import stopped_mid_epoch as _stopped_mid_epoch
+from trainkit.callbacks.steps import GlobalStep, last_epoch
+from trainkit.callbacks.steps import stopped_mid_epoch as _stopped_mid_epoch
 from trainkit.step.ema import ExponentialMovingAverage
 from trainkit.step.in_place import assign_in_place
 
@@ -66,7 +67,8 @@ class Evaluation(Callback):
     """
 
     order_role = "evaluation"
-    run_after: tuple = ('train_metrics',)
+    # a stop after a step is decided before the epoch's evaluation
+    run_after: tuple = ("start_at", "train_metrics", "progress", "nonfinite_stop")
 
     def __init__(self, model: Model, dataset: Any, run_log: Optional[RunLog] = None, interval: int = 1,
                  ema: Optional[ExponentialMovingAverage] = None, dataset_sink_mode: bool = False):

@@ -5,9 +5,9 @@ import logging
 from pathlib import Path
 from typing import Callable, Optional
 
-from mindspore.train import Callback
 
-from trainkit.callbacks.train_metrics import GlobalStep, _scalar
+from trainkit.callbacks.base import Callback
+from trainkit.callbacks.steps import GlobalStep, _scalar
 from trainkit.errors import TrainingError
 
 logger = logging.getLogger("trainkit")
@@ -37,7 +37,7 @@ class NonFiniteStop(Callback):
     """
 
     order_role = "nonfinite_stop"
-    run_after: tuple = ('train_metrics',)
+    run_after: tuple = ("start_at", "train_metrics", "progress")  # a step's line is printed before a stop it causes
 
     def __init__(self, max_consecutive: int, save_checkpoint: Optional[Callable[[], Path]] = None):
         super().__init__()

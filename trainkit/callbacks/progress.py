@@ -7,8 +7,8 @@ import sys
 import time
 from typing import IO, Optional
 
-from mindspore.train import Callback
 
+from trainkit.callbacks.base import Callback
 from trainkit.callbacks.train_metrics import TrainMetrics, step_outputs
 
 logger = logging.getLogger("trainkit")
@@ -52,7 +52,7 @@ class Progress(Callback):
     """
 
     order_role = "progress"
-    run_after: tuple = ('train_metrics',)
+    run_after: tuple = ("start_at", "train_metrics")  # its line shows what TrainMetrics read of the step
 
     def __init__(self, epochs: int, steps_per_epoch: int, samples_per_step: int, stream: Optional[IO[str]] = None,
                  every_n_steps: int = 50, train_metrics: Optional[TrainMetrics] = None,

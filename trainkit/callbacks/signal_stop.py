@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, Optional, Tuple
 
-from mindspore.train import Callback
 
-from trainkit.callbacks.train_metrics import GlobalStep
+from trainkit.callbacks.base import Callback
+from trainkit.callbacks.steps import GlobalStep
 
 log = logging.getLogger("trainkit")
 
@@ -61,7 +61,9 @@ class SignalStop(Callback):
     """
 
     order_role = "signal_stop"
-    run_after: tuple = ('training_checkpoint', 'user')
+    # its checkpoint is the last thing of a step
+    run_after: tuple = ("start_at", "train_metrics", "progress", "nonfinite_stop", "evaluation", "best_checkpoint",
+                          "early_stopping", "user", "training_checkpoint")
 
     def __init__(self, save_checkpoint: Optional[Callable[[], Path]] = None,
                  agree: Optional[Callable[[bool, int], Tuple[bool, int]]] = None):

@@ -7,9 +7,17 @@ from typing import Any, Callable, Dict, NamedTuple, Optional
 import numpy as np
 from mindspore import Parameter, Tensor, nn
 from mindspore import dtype as mstype
-from mindspore.train import Callback
 
+from trainkit.callbacks.base import Callback
 from trainkit.callbacks.run_log import RunLog
+from trainkit.callbacks.steps import (  # noqa: F401 - their names here too, as before
+    GlobalStep,
+    _scalar,
+    find_optimizer,
+    last_epoch,
+    optimizer_learning_rate,
+    stopped_mid_epoch,
+)
 from trainkit.rundir.stateful_parts import stored_value
 from trainkit.rundir.weights import numpy_dtype
 from trainkit.step.in_place import assign_in_place
@@ -22,14 +30,6 @@ class StepOutputs(NamedTuple):
     overflow: Optional[bool]
     loss_scale: Optional[float]
     grad_norm: Optional[float]
-
-
-def _scalar(value: Any) -> float:
-    if isinstance(value, Tensor) and value.size == 1:
-        return float(value.item())  # about half the cost of asnumpy() for a one-element Tensor
-    if hasattr(value, "asnumpy"):
-        value = value.asnumpy()
-    return float(np.asarray(value).reshape(-1)[0])
 
 
 def step_outputs(outputs: Any) -> StepOutputs:
@@ -45,72 +45,10 @@ def step_outputs(outputs: Any) -> StepOutputs:
                        None if grad_norm is None else _scalar(grad_norm))
 
 
-def find_optimizer(cb_params: Any) -> Optional[nn.Optimizer]:
-    """The optimizer the train network steps: ``train_network.optimizer`` (TrainingWrapper, TrainOneStepCell)
-    or the one given to ``Model``."""
-    network = cb_params.get("train_network") if hasattr(cb_params, "get") else None
-    optimizer = getattr(network, "optimizer", None)
-    if isinstance(optimizer, nn.Optimizer):
-        return optimizer
-    optimizer = cb_params.get("optimizer") if hasattr(cb_params, "get") else None
-    return optimizer if isinstance(optimizer, nn.Optimizer) else None
-
-
-def optimizer_learning_rate(optimizer: nn.Optimizer) -> float:
-    """The learning rate of the optimizer's most recent step (of its first parameter group if grouped).
-
-    A schedule (``LearningRateSchedule`` or a list of rates) is indexed by ``global_step``, which the optimizer
-    increments after reading it, so the step just taken used ``schedule(global_step - 1)``; before any step this
-    is ``schedule(0)``, the rate the first step will use.
-    """
-    rate = optimizer.learning_rate
-    if optimizer.is_group_lr:
-        rate = rate[0]
-    if not optimizer.dynamic_lr:
-        return _scalar(rate)
-    step = max(int(_scalar(optimizer.global_step)) - 1, 0)
-    table = getattr(rate, "learning_rate", None)  # a list of rates: MindSpore's _IteratorLearningRate holds it
-    if isinstance(table, Parameter) and table.ndim == 1:
-        # Indexed on the host: running the schedule's Gather as an op costs milliseconds per record on CPU.
-        values = table.asnumpy()
-        return float(values[min(step, len(values) - 1)])
-    return _scalar(rate(Tensor(np.array([step], np.int32), mstype.int32)))
-
-
 def _set_zero(parameter: Parameter) -> None:
     """Zero `parameter` in the memory compiled graphs read (``assign_in_place``: 10-20 us where ``set_data`` of a
     new Tensor cost 160 us a record, and gives the Parameter new memory)."""
     assign_in_place(parameter, np.zeros(parameter.shape, numpy_dtype(parameter.dtype)))
-
-
-def last_epoch(params: Any) -> int:
-    """The last epoch of the ``Model.train`` call whose callback parameters are `params` (read at an epoch's begin):
-    its epochs run from ``initial_epoch + 1`` to ``initial_epoch + epoch_num``."""
-    return int(params.cur_epoch_num) - 1 + int(params.epoch_num)
-
-
-class GlobalStep:
-    """The run's global step from Model's callback parameters, continuing across a resume.
-
-    ``Model.train(epoch, ..., initial_epoch=k)`` starts ``cur_epoch_num`` at k + 1 but ``cur_step_num`` at 0, so
-    a resumed run's records would restart at step 1. The first time it is read in a ``train`` call (at the first
-    epoch begin) with ``cur_step_num == 0`` and ``cur_epoch_num > 1``, the ``(cur_epoch_num - 1) * batch_num``
-    steps already done are added from then on (``batch_num``: steps per epoch, or per sink in sink mode).
-    """
-
-    def __init__(self):
-        self.offset: Optional[int] = None
-
-    def reset(self) -> None:
-        self.offset = None
-
-    def __call__(self, params: Any) -> int:
-        step = int(params.cur_step_num)
-        if self.offset is None:
-            epoch = int(params.get("cur_epoch_num") or 1)
-            batch_num = int(params.get("batch_num") or 0)
-            self.offset = (epoch - 1) * batch_num if step == 0 and epoch > 1 else 0
-        return self.offset + step
 
 
 class TrainMetrics(Callback):
@@ -158,7 +96,7 @@ class TrainMetrics(Callback):
     """
 
     order_role = "train_metrics"
-    run_after: tuple = ('start_at',)
+    run_after: tuple = ("start_at",)  # every callback after StartAt sees the run's global step
 
     def __init__(self, run_log: Optional[RunLog], samples_per_step: int,
                  learning_rate: Optional[Callable[[], float]] = None, log_every_n_steps: int = 10,
@@ -364,12 +302,6 @@ class TrainMetrics(Callback):
         if self._optimizer is not None:
             return optimizer_learning_rate(self._optimizer)
         return None
-
-
-def stopped_mid_epoch(run_context) -> bool:
-    """Whether Model is ending an epoch early because a callback asked it to stop after a step."""
-    params = run_context.original_args()
-    return run_context.get_stop_requested() and int(params.cur_step_num) % int(params.batch_num) != 0
 
 
 BUILT_IN_TAGS = ("loss", "learning_rate", "loss_scale", "grad_norm", "skipped_steps", "samples_per_second")

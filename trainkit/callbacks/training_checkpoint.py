@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
 from mindspore import nn
-from mindspore.train import Callback
 
-from trainkit.callbacks.train_metrics import last_epoch
+from trainkit.callbacks.base import Callback
+from trainkit.callbacks.steps import last_epoch
 from trainkit.rundir.checkpoint_file import (
     Position,
     checkpoint_files,
@@ -59,7 +59,9 @@ class PeriodicCheckpoint(Callback):
     """
 
     order_role = "training_checkpoint"
-    run_after: tuple = ('train_metrics', 'evaluation', 'best_checkpoint', 'early_stopping', 'user')
+    # the epoch's checkpoint holds the outcome of all before it, users' included
+    run_after: tuple = ("start_at", "train_metrics", "progress", "nonfinite_stop", "evaluation", "best_checkpoint",
+                          "early_stopping", "user")
 
     def __init__(self, network: nn.Cell, directory: Path, steps_per_epoch: int, *, at_epoch_end: bool = True,
                  every_n_steps: int = 0, keep: int = 3, skipped_steps: Callable[[], int] = lambda: 0,
