@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import mindspore as ms
@@ -20,14 +19,12 @@ from mindspore.train import Metric, Model
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit import kernels
-from trainkit.app.config import best_metric, best_mode
 from trainkit.app.finetune import model_arguments
-from trainkit.app.plan import StepPlan
+from trainkit.app.plan import RunPlan
 from trainkit.app.stopping import stop_callbacks
 from trainkit.app.targets import accepted_arguments, floats_where_expected, required_arguments
 from trainkit.callbacks import BestCheckpoint, Evaluation, NonFiniteStop, Progress, RunLog, TrainMetrics
 from trainkit.callbacks.early_stopping import EarlyStopping
-from trainkit.callbacks.evaluation import eval_tag
 from trainkit.callbacks.order import sort_callbacks
 from trainkit.callbacks.train_metrics import checked_scalars
 from trainkit.callbacks.training_checkpoint import PeriodicCheckpoint, StartAt
@@ -38,7 +35,6 @@ from trainkit.models.conv_swap import swap_convolutions
 from trainkit.models.dropout import streams_from_zero
 from trainkit.models.fused_layers import LAYER_IMPLS, kernel_layers, swap_layers
 from trainkit.parts.metrics import SampleMeanLoss
-from trainkit.rundir import checkpoint_file as checkpoint
 from trainkit.rundir import class_names, data_state
 from trainkit.rundir.checkpoint_file import CONFIG_ENTRY, SavedCheckpoint
 from trainkit.rundir.kernel_path import fused_passes
@@ -285,67 +281,62 @@ class RunCallbacks:
     parts: StatefulParts = field(default_factory=StatefulParts)  # what each checkpoint saves of them, by name
 
 
-def build_callbacks(cfg: DictConfig, writer: bool, run_dir: Path, run_log: RunLog, model: Model,
-                    wrapper: TrainingWrapper, eval_set: ds.Dataset, resumed: Optional[SavedCheckpoint],
-                    steps_per_epoch: int, sink_size: int, samples_per_step: int, group_size: int,
-                    user_callbacks: List[ms.train.Callback],
-                    metadata: Optional[Dict[str, str]] = None, config_text: Optional[str] = None) -> RunCallbacks:
-    """The callbacks of a run, sorted in the order they declare (:mod:`trainkit.callbacks.order`), and the
-    registry of their state. Every checkpoint they write, ``best.ckpt`` included, holds `metadata` (the data's class
-    names and state: :func:`checkpoint_metadata`) and the config (`config_text`: its YAML as
-    ``.hydra/config.yaml`` holds it, else made here); the training checkpoints hold the parts' state too."""
-    trainer = cfg.trainer
-    parts = StatefulParts()
-    if config_text is None:
-        config_text = checkpoint.config_text(cfg)
-    # With sink_size, Model.train counts each sink as an "epoch"; callbacks see those units.
-    plan = StepPlan(epochs=int(trainer.epochs), steps_per_epoch=steps_per_epoch, sink_size=sink_size,
-                    samples_per_step=samples_per_step)
-    sinks_per_epoch, model_epochs = plan.sinks_per_epoch, plan.model_epochs
-    metrics_cb = TrainMetrics(run_log, samples_per_step=samples_per_step,
-                              log_every_n_steps=cfg.logger.log_every_n_steps, scalars=wrapper.logged_scalars())
+def build_callbacks(plan: RunPlan, run_log: RunLog, model: Model, wrapper: TrainingWrapper, eval_set: ds.Dataset,
+                    resumed: Optional[SavedCheckpoint], user_callbacks: Sequence[ms.train.Callback],
+                    parts: StatefulParts, metadata: Optional[Dict[str, str]] = None,
+                    config_text: Optional[str] = None, extra: Sequence[ms.train.Callback] = ()) -> RunCallbacks:
+    """The callbacks `plan` asks for, with `user_callbacks` and `extra` (the profiler), sorted in the order they
+    declare (:mod:`trainkit.callbacks.order`); their stateful parts registered in `parts` (``train_metrics``,
+    ``best_checkpoint``, ``early_stopping``, each user callback with state). Every checkpoint they write,
+    ``best.ckpt`` included, holds `metadata` (the data's class names and state: :func:`checkpoint_metadata`) and
+    the config (`config_text`: its YAML as ``.hydra/config.yaml`` holds it; needed on the writer); the training
+    checkpoints hold the parts' state too."""
+    steps = plan.steps
+    writer = plan.writer
+    if writer and config_text is None:
+        raise ValueError("build_callbacks: the writer's checkpoints need the config's text")
+    metrics_cb = TrainMetrics(run_log, samples_per_step=steps.samples_per_step,
+                              log_every_n_steps=plan.log_every_n_steps, scalars=wrapper.logged_scalars())
     if resumed:
         metrics_cb.skipped_steps = resumed.skipped_steps
     parts.register("train_metrics", metrics_cb)
-    eval_interval = trainer.eval_interval * sinks_per_epoch if trainer.eval_interval else model_epochs
     evaluation = None
-    if trainer.evaluate:
-        evaluation = Evaluation(model, eval_set, run_log, interval=eval_interval, ema=wrapper.ema,
+    if plan.evaluate:
+        evaluation = Evaluation(model, eval_set, run_log, interval=plan.eval_every, ema=wrapper.ema,
                                 dataset_sink_mode=False)
     callbacks: List[ms.train.Callback] = [StartAt(resumed.position.micro_steps if resumed else 0), metrics_cb]
-    progress = choice(cfg.logger.progress)
-    if writer and progress != "off":
-        stream = None if progress == "auto" else _ForcedStream(progress == "bar")
-        callbacks.append(Progress(model_epochs, sink_size if sink_size > 0 else steps_per_epoch, samples_per_step,
-                                  stream=stream, every_n_steps=cfg.logger.log_every_n_steps,
-                                  train_metrics=metrics_cb))
-    checkpoints = run_dir / "checkpoints"
+    if writer and plan.progress != "off":
+        stream = None if plan.progress == "auto" else _ForcedStream(plan.progress == "bar")
+        callbacks.append(Progress(steps.model_epochs, steps.steps_per_model_epoch, steps.samples_per_step,
+                                  stream=stream, every_n_steps=plan.log_every_n_steps, train_metrics=metrics_cb))
     checkpointer = None
     if writer:  # with trainer.save_checkpoints=false it saves only when NonFiniteStop asks
-        checkpointer = PeriodicCheckpoint(wrapper, checkpoints, steps_per_epoch, at_epoch_end=trainer.save_checkpoints,
-                                          every_n_steps=trainer.checkpoint_every_n_steps if trainer.save_checkpoints
-                                          else 0, keep=trainer.keep_checkpoints,
-                                          skipped_steps=lambda: metrics_cb.skipped_steps, group_size=group_size,
-                                          config=cfg, config_text=config_text, metadata=metadata, parts=parts)
-    nonfinite_limit = trainer.max_nonfinite_steps  # without loss scaling, skipped updates do not fix themselves
-    if nonfinite_limit and getattr(wrapper, "skip_nonfinite", False) and not wrapper.loss_scaling:
-        callbacks.append(NonFiniteStop(nonfinite_limit, save_checkpoint=checkpointer.save if checkpointer else None))
+        checkpointer = PeriodicCheckpoint(wrapper, plan.checkpoints, steps.steps_per_epoch,
+                                          at_epoch_end=plan.save_checkpoints,
+                                          every_n_steps=plan.checkpoint_every_n_steps if plan.save_checkpoints else 0,
+                                          keep=plan.keep_checkpoints, skipped_steps=lambda: metrics_cb.skipped_steps,
+                                          group_size=plan.group_size, config_text=config_text, metadata=metadata,
+                                          parts=parts)
+        callbacks.append(checkpointer)
+    # without loss scaling, skipped updates do not fix themselves
+    if plan.max_nonfinite_steps and getattr(wrapper, "skip_nonfinite", False) and not wrapper.loss_scaling:
+        callbacks.append(NonFiniteStop(plan.max_nonfinite_steps,
+                                       save_checkpoint=checkpointer.save if checkpointer else None))
     if evaluation is not None:
         callbacks.append(evaluation)
-        if writer and trainer.save_checkpoints:
-            best = best_metric(cfg)
-            callbacks.append(BestCheckpoint(evaluation, checkpoints, metric=eval_tag(best),
-                                            mode=best_mode(best, trainer.best_mode), network=wrapper,
-                                            metadata={**(metadata or {}), CONFIG_ENTRY: config_text}))
-    if checkpointer is not None:  # after the evaluation and best.ckpt: an epoch's checkpoint holds their outcome
-        callbacks.append(checkpointer)
-    callbacks += stop_callbacks(cfg, evaluation, checkpointer, checkpoints, group_size, writer)  # signals, early stop
+        if plan.best_checkpoint:
+            best = BestCheckpoint(evaluation, plan.checkpoints, metric=plan.best_metric, mode=plan.best_mode,
+                                  network=wrapper, metadata={**(metadata or {}), CONFIG_ENTRY: config_text})
+            parts.register("best_checkpoint", best)
+            callbacks.append(best)
+    callbacks += stop_callbacks(plan, evaluation, checkpointer)  # signals, early stopping
     for callback in callbacks:
         if isinstance(callback, EarlyStopping):
             parts.register("early_stopping", callback)
     for name, callback in user_parts(user_callbacks):
-        parts.register(name, callback)
-    return RunCallbacks(sort_callbacks(callbacks + list(user_callbacks)), metrics_cb, evaluation, parts)
+        if name not in parts:  # registered before (restored before anything was written)
+            parts.register(name, callback)
+    return RunCallbacks(sort_callbacks([*callbacks, *user_callbacks, *extra]), metrics_cb, evaluation, parts)
 
 
 #: trainkit's own stateful parts and the check of a state stored for each (before anything is written).

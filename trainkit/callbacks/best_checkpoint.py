@@ -15,6 +15,7 @@ from trainkit.callbacks.base import Callback
 from trainkit.callbacks.evaluation import Evaluation, check_watched
 from trainkit.errors import DataError
 from trainkit.rundir.checkpoint_file import checkpoint_crc, load_checkpoint_file, nothing_partial_left, save_checksummed
+from trainkit.rundir.stateful_parts import stored_value
 
 logger = logging.getLogger("trainkit")
 
@@ -40,6 +41,11 @@ class BestCheckpoint(Callback):
     far, so a resumed run does not overwrite a better checkpoint with a worse one. When it does not describe
     ``best.ckpt`` (another CRC32), the best so far is read from ``best.ckpt`` itself, with a warning; when
     ``best.ckpt`` is corrupt, there is no best so far and the next evaluation replaces it.
+
+    Its state (:meth:`state_dict`: the metric, mode, best value, its epoch and step) is a stateful part of the run
+    (``best_checkpoint``): every training checkpoint holds it, and a resume gives it back, so the continuation
+    compares with the best the checkpoint's run had at that step, as the uninterrupted run does. It is taken back
+    only when ``best.ckpt`` is in `directory` (a resume into a new run directory starts ``best.ckpt`` anew there).
 
     After training, ``holds_last_state`` says whether this process saved ``best.ckpt`` at the run's last call, so
     that the network holds its weights now (the test-set evaluation then reads them from memory, not the file).
@@ -79,6 +85,7 @@ class BestCheckpoint(Callback):
         self.metadata = dict(metadata or {})
         self.best: Optional[float] = None
         self.best_epoch: Optional[int] = None
+        self.best_step: Optional[int] = None
         self.saves = 0
         self._saved_at: Optional[int] = None  # the call (cur_step_num) this process last saved at
         self.holds_last_state = False
@@ -88,6 +95,39 @@ class BestCheckpoint(Callback):
     @property
     def path(self) -> Path:
         return self.directory / self.checkpoint_name
+
+    # ------------------------------------------------------------------ state (a resume continues from it)
+    def state_dict(self) -> Dict[str, Any]:
+        """The best so far (value, epoch, step) of this metric and mode: what a resume continues from."""
+        return {"metric": self.metric, "mode": self.mode, "best": self.best, "best_epoch": self.best_epoch,
+                "best_step": self.best_step}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Continue from :meth:`state_dict`. Another metric or mode (``trainer.best_metric`` changed), or no
+        ``best.ckpt`` in the directory, keeps what the directory says (``best.json``; nothing: the next evaluation
+        writes ``best.ckpt``)."""
+        state = self.checked_state(state)
+        if state["metric"] != self.metric or state["mode"] != self.mode:
+            logger.info("best.ckpt follows %s (%s) now, %s (%s) in the checkpoint: the best so far is best.json's",
+                        self.metric, self.mode, state["metric"], state["mode"])
+            return
+        if not self.path.is_file():
+            if state["best"] is not None:
+                logger.info("%s is not there: the next evaluation writes it (the checkpoint's best so far, %.6g, "
+                            "is not taken)", self.path, state["best"])
+            return
+        self.best, self.best_epoch, self.best_step = state["best"], state["best_epoch"], state["best_step"]
+
+    @staticmethod
+    def checked_state(state: Dict[str, Any]) -> Dict[str, Any]:
+        """:meth:`state_dict`'s values checked as a run writes them (ValueError/KeyError naming the key)."""
+        mode = stored_value(state, "mode", "str")
+        if mode not in ("max", "min"):
+            raise ValueError(f"mode is {mode!r}, not 'max' or 'min'")
+        return {"metric": stored_value(state, "metric", "str"), "mode": mode,
+                "best": stored_value(state, "best", "float", optional=True),
+                "best_epoch": stored_value(state, "best_epoch", "int", minimum=0, optional=True),
+                "best_step": stored_value(state, "best_step", "int", minimum=0, optional=True)}
 
     # ------------------------------------------------------------------ hooks
     def on_train_begin(self, run_context) -> None:
@@ -143,7 +183,7 @@ class BestCheckpoint(Callback):
         info_temporary.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
         os.replace(info_temporary, self.directory / self.info_name)
         previous = self.best
-        self.best, self.best_epoch = value, result.get("epoch")
+        self.best, self.best_epoch, self.best_step = value, result.get("epoch"), result.get("step")
         self.saves += 1
         logger.info("best %s %.6g (was %s) at epoch %s: saved %s", self.metric, value,
                     "none" if previous is None else f"{previous:.6g}", self.best_epoch, self.path)
@@ -163,7 +203,8 @@ class BestCheckpoint(Callback):
             info = self._checked_against_checkpoint(info, info_path)
         if info.get("metric") == self.metric and info.get("mode") == self.mode and \
                 isinstance(info.get("value"), (int, float)):
-            self.best, self.best_epoch = float(info["value"]), info.get("epoch")
+            self.best = float(info["value"])
+            self.best_epoch, self.best_step = _count(info.get("epoch")), _count(info.get("step"))
 
     def _checked_against_checkpoint(self, info: Dict[str, Any], info_path: Path) -> Dict[str, Any]:
         """`info` when ``best.ckpt``'s own entries (metric, value as float32, step) agree with it; else those
@@ -203,3 +244,8 @@ class BestCheckpoint(Callback):
         logger.warning("%s does not describe %s (another CRC32): the best so far is %s's own, %.6g at step %d",
                        info_path, self.path, self.path.name, value, int(saved["best_step"].asnumpy()))
         return {"metric": str(saved.get("best_metric")), "mode": self.mode, "value": value, "epoch": None}
+
+
+def _count(value: Any) -> Optional[int]:
+    """`value` when it is a count (an int >= 0, not a bool), else None: best.json is a file someone may edit."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
