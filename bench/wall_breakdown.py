@@ -73,10 +73,11 @@ def _compile_kind(_executor, cell, *args, **kwargs) -> str:
 
 
 def instrument(timers: Timers) -> None:
-    """Wrap the phases of trainkit.app.training.train and of what it calls."""
+    """Wrap the phases of trainkit.app.training.train (its Run, trainkit.app.run_loop) and of what it calls."""
     from mindspore.graph import api
     from mindspore.train import Model
 
+    import trainkit.app.run_loop as run_loop
     import trainkit.app.training as training
     from trainkit.callbacks import Evaluation
     from trainkit.callbacks.best_checkpoint import BestCheckpoint
@@ -84,18 +85,18 @@ def instrument(timers: Timers) -> None:
     from trainkit.callbacks.training_checkpoint import PeriodicCheckpoint
 
     timers.wrap(training, "check_config", "checks: config")
-    timers.wrap(training.run, "set_context", "context, seeds")
-    timers.wrap(training.build, "instantiate_group", "data, model, loss, optimizer: building")
-    timers.wrap(training, "prepare_data", "data: preparation")
-    timers.wrap(training, "check_fit", "checks: the fit check (one forward pass)")
+    timers.wrap(run_loop.run, "set_context", "context, seeds")
+    timers.wrap(run_loop.build, "instantiate_group", "data, model, loss, optimizer: building")
+    timers.wrap(run_loop, "prepare_data", "data: preparation")
+    timers.wrap(run_loop, "check_fit", "checks: the fit check (one forward pass)")
     for name in ("build_model", "build_loss_network_for", "build_optimizer", "build_wrapper", "build_learning_rates",
                  "build_model_runner", "build_callbacks"):
-        timers.wrap(training.build, name, "data, model, loss, optimizer: building")
-    timers.wrap(training.run, "save_config", "run directory: config, logs")
+        timers.wrap(run_loop.build, name, "data, model, loss, optimizer: building")
+    timers.wrap(run_loop.run, "save_config", "run directory: config, logs")
     timers.wrap(api._CellGraphExecutor, "compile", "compile", when=_compile_kind)
     timers.wrap(Model, "train", "training steps (steady state: the loop, the steps, per-step callbacks)")
     timers.wrap(Evaluation, "evaluate", "evaluation (without its compile)")
-    timers.wrap(training, "evaluate_test_set", "the test set: best.ckpt's weights evaluated (without compiles)")
+    timers.wrap(run_loop, "evaluate_test_set", "the test set: best.ckpt's weights evaluated (without compiles)")
     timers.wrap(PeriodicCheckpoint, "on_train_epoch_end", "checkpoints")
     timers.wrap(BestCheckpoint, "on_train_epoch_end", "checkpoints")
     original = TrainMetrics.on_train_step_end

@@ -37,6 +37,7 @@ from trainkit.models.fused_layers import LAYER_IMPLS, kernel_layers, swap_layers
 from trainkit.parts.metrics import SampleMeanLoss
 from trainkit.rundir import class_names, data_state
 from trainkit.rundir.checkpoint_file import CONFIG_ENTRY, SavedCheckpoint
+from trainkit.rundir.data_state import FittedData
 from trainkit.rundir.kernel_path import fused_passes
 from trainkit.rundir.stateful_parts import StatefulParts, is_stateful
 from trainkit.step.mixed_precision import Float32EvalCell, build_loss_network, casts_to_half
@@ -339,14 +340,17 @@ def build_callbacks(plan: RunPlan, run_log: RunLog, model: Model, wrapper: Train
     return RunCallbacks(sort_callbacks([*callbacks, *user_callbacks, *extra]), metrics_cb, evaluation, parts)
 
 
-#: trainkit's own stateful parts and the check of a state stored for each (before anything is written).
-OWN_PART_CHECKS = {"train_metrics": TrainMetrics.checked_state, "early_stopping": EarlyStopping.checked_state}
+#: trainkit's parts built after the resume's check, and the check of a state stored for each (before anything is
+#: written). The parts built before it (the data, the user callbacks) are restored then.
+OWN_PART_CHECKS = {"train_metrics": TrainMetrics.checked_state, "early_stopping": EarlyStopping.checked_state,
+                   "best_checkpoint": BestCheckpoint.checked_state}
 
 
-def restore_before_writing(resumed: SavedCheckpoint, user_callbacks: Sequence[Any]) -> Tuple[str, ...]:
-    """Before the run directory is written: the user callbacks take their stored state (once), and trainkit's own
-    parts' stored state is checked, so a state that does not fit is one line and leaves the directory as it was.
-    Returns the user callbacks' part names (restored: :meth:`StatefulParts.load` skips them afterwards)."""
+def restore_before_writing(resumed: SavedCheckpoint, parts: StatefulParts) -> Tuple[str, ...]:
+    """Before the run directory is written: the parts registered so far (the data, the user callbacks) take their
+    stored state (once), and trainkit's own parts' stored state is checked, so a state that does not fit is one
+    line and leaves the directory as it was. Returns the names restored (:meth:`StatefulParts.load` of the whole
+    registry skips them afterwards, and says in one line which parts the checkpoint holds no state for)."""
     source = f"checkpoint {resumed.path}"
     stored = dict(resumed.parts or {})
     for name, check in OWN_PART_CHECKS.items():
@@ -354,9 +358,9 @@ def restore_before_writing(resumed: SavedCheckpoint, user_callbacks: Sequence[An
             checker = StatefulParts()
             checker.register(name, _Checked(check))
             checker.load({name: stored[name]}, source)
-    users = user_parts(user_callbacks)
-    users.load({name: stored[name] for name in users.names() if name in stored}, source)
-    return users.names()
+    restored = tuple(name for name in parts.names() if name in stored)
+    parts.load({name: stored[name] for name in restored}, source, report_missing=False)
+    return restored
 
 
 class _Checked:
@@ -400,10 +404,11 @@ def user_callback_names(callbacks: Sequence[Any]) -> List[Tuple[str, Any]]:
     return named
 
 
-def checkpoint_metadata(data: Any) -> Dict[str, str]:
-    """What every checkpoint of a run appends of its data module: its class names and state (after prepare)."""
-    return {**class_names.checkpoint_entries(class_names.class_names_of(data)),
-            **data_state.checkpoint_entries(data_state.data_state_of(data))}
+def checkpoint_metadata(fitted: FittedData) -> Dict[str, str]:
+    """What every checkpoint of a run appends of its data module, from its registered part (``data``): its class
+    names and fitted state, in the entries the tools read (:mod:`trainkit.rundir.class_names`,
+    :mod:`trainkit.rundir.data_state`)."""
+    return {**class_names.checkpoint_entries(fitted.class_names), **data_state.checkpoint_entries(fitted.state)}
 
 
 class _ForcedStream:

@@ -17,16 +17,15 @@ import signal
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from mindspore.train import Callback
-from omegaconf import DictConfig
-
+from trainkit.app.plan import RunPlan
+from trainkit.callbacks.base import Callback
 from trainkit.callbacks.early_stopping import EarlyStopping, read_marker
-from trainkit.callbacks.evaluation import eval_tag
 from trainkit.callbacks.signal_stop import SignalStop, agree_over_ranks
 from trainkit.errors import ConfigError, RunInterrupted
 from trainkit.rundir.command import continue_command
 
 log = logging.getLogger("trainkit")
+
 
 def continues_at(resumed: Any, run_dir: Path, continuing: bool = False) -> Optional[int]:
     """The step a resumed run continues this run directory's record from; None for a new record.
@@ -43,26 +42,17 @@ def continues_at(resumed: Any, run_dir: Path, continuing: bool = False) -> Optio
     return int(resumed.position.micro_steps)
 
 
-def stop_callbacks(cfg: DictConfig, evaluation: Any, checkpointer: Any, checkpoints: Path, group_size: int,
-                   writer: bool) -> List[Callback]:
-    """SignalStop (always) and EarlyStopping (with ``trainer.early_stopping.metric``), in the order they must run:
-    SignalStop after the checkpoint callback, EarlyStopping after Evaluation and BestCheckpoint."""
+def stop_callbacks(plan: RunPlan, evaluation: Any, checkpointer: Any) -> List[Callback]:
+    """SignalStop (always) and EarlyStopping (with ``trainer.early_stopping.metric``); each declares what it runs
+    after: SignalStop after the checkpoint callback, EarlyStopping after Evaluation and BestCheckpoint."""
     save = checkpointer.save if checkpointer is not None else None
-    callbacks: List[Callback] = [SignalStop(save, agree=agree_over_ranks if group_size > 1 else None)]
-    early = cfg.trainer.early_stopping
-    if early.metric is not None:
-
-        callbacks.append(EarlyStopping(evaluation, eval_tag(early.metric), mode=early_stopping_mode(early),
-                                       patience=early.patience, min_delta=early.min_delta,
-                                       marker_directory=checkpoints if writer else None))
+    callbacks: List[Callback] = [SignalStop(save, agree=agree_over_ranks if plan.group_size > 1 else None)]
+    early = plan.early_stopping
+    if early is not None:
+        callbacks.append(EarlyStopping(evaluation, early.metric, mode=early.mode, patience=early.patience,
+                                       min_delta=early.min_delta,
+                                       marker_directory=plan.checkpoints if plan.writer else None))
     return callbacks
-
-
-def early_stopping_mode(early: DictConfig) -> str:
-    """``min`` for a loss or an error, ``max`` otherwise, unless the config says (as ``trainer.best_mode``)."""
-    from trainkit.app.config import best_mode
-
-    return best_mode(str(early.metric), early.mode)
 
 
 def check_not_finished_early(checkpoint: Any, run_dir: Path) -> None:

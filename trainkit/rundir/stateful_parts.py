@@ -107,14 +107,17 @@ class StatefulParts:
                                  "keep a history in a file of your own, not in state_dict()")
         return {CHECKPOINT_KEY: text}
 
-    def load(self, stored: Optional[Mapping[str, Any]], source: str, skip: Sequence[str] = ()) -> None:
+    def load(self, stored: Optional[Mapping[str, Any]], source: str, skip: Sequence[str] = (),
+             report_missing: bool = True) -> None:
         """Give each part its state from `stored` (:func:`parts_of` a checkpoint); a part the checkpoint holds no
         state for starts from its initial state, said in one line. State for a part this run does not have is
         ignored with one line (a callback removed from the config). Parts named in `skip` were given their state
-        already (the app restores user callbacks before it writes anything) and are left as they are."""
+        already (the app restores some parts before it writes anything) and are left as they are; with
+        `report_missing` False the parts without state are not said here (a later load of the whole registry
+        says them in one line)."""
         stored = dict(stored or {})
         missing = [name for name in self._parts if name not in stored and name not in skip]
-        if missing:
+        if missing and report_missing:
             log.warning("%s holds no state for %s (written before trainkit saved it, or by a run without it): "
                         "%s from the initial state", source, ", ".join(missing),
                         "it starts" if len(missing) == 1 else "they start")
