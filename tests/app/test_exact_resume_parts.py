@@ -16,6 +16,9 @@ import pytest
 from trainkit.app import train
 from trainkit.app.config import compose_config
 from trainkit.errors import RunInterrupted
+from trainkit.rundir.class_names import load_class_names
+from trainkit.rundir.data_state import load_data_state
+from trainkit.rundir.stateful_parts import parts_of
 
 TALLY = "{_target_:tests.app.stateful_callbacks.Tally}"
 WALL_CLOCK = ("time", "train/samples_per_second")
@@ -54,14 +57,15 @@ def stopped_and_resumed(common, run_dir, step, user=()):
 
 DIGITS = ["data.batch_size=128", "data.val_fraction=0.2", "trainer.test=false", "logger.progress=off",
           "logger.log_every_n_steps=4", "model.width=4"]
+EARLY = [*DIGITS, "trainer.epochs=6", "trainer.early_stopping.metric=loss", "trainer.early_stopping.patience=2",
+         "trainer.early_stopping.min_delta=100"]
 
 
 @pytest.fixture(scope="module")
 def early(tmp_path_factory):
     """min_delta larger than any change of the loss: only the first evaluation improves, so with patience 2 the
     run stops after epoch 3 of 6. Stopped by SIGTERM in epoch 3, after one evaluation without improvement."""
-    common = [*DIGITS, "trainer.epochs=6", "trainer.early_stopping.metric=loss", "trainer.early_stopping.patience=2",
-              "trainer.early_stopping.min_delta=100"]
+    common = EARLY
     root = tmp_path_factory.mktemp("early")
     whole = train(compose_config([*common, f"run_dir={root / 'whole'}", f"callbacks=[{TALLY}]"]))
     steps = whole.data.train_dataset().get_dataset_size()
@@ -125,21 +129,57 @@ def test_a_planted_part_state_is_one_line_and_the_new_run_directory_stays_unwrit
     from trainkit.errors import ConfigError
 
     root, _, _, steps = early
-    source = root / "whole" / "checkpoints" / f"trainkit-2_{steps}.ckpt"
+    target = planted_checkpoint(root / "whole" / "checkpoints" / f"trainkit-2_{steps}.ckpt", tmp_path / "planted.ckpt",
+                                "early_stopping", planted)
+    run_dir = tmp_path / "run"
+    with pytest.raises(ConfigError, match=f"the stored state of early_stopping does not fit this run's EarlyStopping "
+                                          f".*{next(iter(planted))}"):
+        train(compose_config([*EARLY, f"run_dir={run_dir}", f"trainer.resume={target}"]))
+    assert not [p for p in run_dir.rglob("*") if p.name in ("metrics.jsonl", "config.yaml", "train.log")]
+
+
+def planted_checkpoint(source, target, part, values):
+    """`source` written again as `target` with `values` planted in the stored state of `part`."""
     saved = ms.load_checkpoint(str(source))
     texts = {key: value for key, value in saved.items() if isinstance(value, str)}
     numbers = ("micro_steps", "steps_per_epoch", "skipped_steps", "group_size")
     append = {**texts, **{key: int(saved[key].asnumpy().item()) for key in numbers}}
     parts = json.loads(append["trainkit_parts"])
-    parts["early_stopping"].update(planted)
+    parts[part].update(values)
     append["trainkit_parts"] = json.dumps(parts)
-    target = tmp_path / "planted.ckpt"
     ms.save_checkpoint([{"name": k, "data": v} for k, v in saved.items() if k not in append], str(target),
                        append_dict=append, crc_check=True)
-    common = [*DIGITS, "trainer.epochs=6", "trainer.early_stopping.metric=loss", "trainer.early_stopping.patience=2",
-              "trainer.early_stopping.min_delta=100"]
+    return target
+
+
+def stored_parts(run_dir):
+    newest = sorted((run_dir / "checkpoints").glob("trainkit-*.ckpt"), key=lambda p: p.stat().st_mtime)[-1]
+    return parts_of(ms.load_checkpoint(str(newest)), str(newest))
+
+
+def test_best_ckpts_best_and_the_data_are_parts_of_every_checkpoint(early):
+    """The registry assembles the checkpoint: best.ckpt's best so far (as best.json has it at the end) and the
+    data's fitted state and class names are in the final checkpoint, equal in the uninterrupted and the resumed
+    run. Mutations caught: BestCheckpoint, or the data's fitted state, left out of the registry."""
+    root = early[0]
+    whole, resumed = stored_parts(root / "whole"), stored_parts(root / "resumed")
+    info = json.loads((root / "whole" / "checkpoints" / "best.json").read_text())
+    assert whole["best_checkpoint"] == resumed["best_checkpoint"] == {
+        "metric": info["metric"], "mode": info["mode"], "best": info["value"], "best_epoch": info["epoch"],
+        "best_step": info["step"]}
+    assert whole["data"] == resumed["data"] == {"state": load_data_state(root / "whole"),
+                                                "class_names": load_class_names(root / "whole")}
+
+
+def test_a_checkpoint_of_other_data_is_refused_before_anything_is_written(early, tmp_path):
+    """A checkpoint whose run's data module fitted other class names (the training data changed since) is refused in
+    one line naming the part, and the new run directory stays unwritten."""
+    from trainkit.errors import ConfigError
+
+    root, _, _, steps = early
+    target = planted_checkpoint(root / "whole" / "checkpoints" / f"trainkit-2_{steps}.ckpt", tmp_path / "other.ckpt",
+                                "data", {"class_names": ["cat", "dog"]})
     run_dir = tmp_path / "run"
-    with pytest.raises(ConfigError, match=f"the stored state of early_stopping does not fit this run's EarlyStopping "
-                                          f".*{next(iter(planted))}"):
-        train(compose_config([*common, f"run_dir={run_dir}", f"trainer.resume={target}"]))
+    with pytest.raises(ConfigError, match="the stored state of data does not fit this run's data module .*class names"):
+        train(compose_config([*EARLY, f"run_dir={run_dir}", f"trainer.resume={target}"]))
     assert not [p for p in run_dir.rglob("*") if p.name in ("metrics.jsonl", "config.yaml", "train.log")]

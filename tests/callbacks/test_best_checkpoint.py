@@ -168,3 +168,31 @@ def test_a_best_json_edited_with_its_crc32_kept_is_not_trusted(edit, tmp_path, c
     assert resumed.best == pytest.approx(0.5)  # best.ckpt's own, float32
     assert "best.json edited?" in caplog.text and "was saved for eval/accuracy 0.5 at step 10" in caplog.text
     assert resumed.update({"epoch": 2, "step": 20, "eval/accuracy": 0.6}, wrapper)  # a better one replaces it
+
+
+def test_its_best_so_far_is_a_stateful_part_taken_back_where_its_best_ckpt_is(tmp_path):
+    """state_dict() gives the best so far; load_state_dict() takes it back when best.ckpt is in the folder (the
+    continuation compares with the best the checkpoint's run had at its step, as the uninterrupted run did, not with
+    best.json's later one), not where no best.ckpt is (a new run directory: its first evaluation writes one), and not
+    for another metric (best.json's is kept). Mutation caught: a load_state_dict that takes nothing back."""
+    _, wrapper, model = make_model()
+    evaluation = Evaluation(model, None)
+    first = BestCheckpoint(evaluation, tmp_path / "a", metric="eval/accuracy", mode="max")
+    assert first.update({"epoch": 4, "step": 40, "eval/accuracy": 0.8}, wrapper)
+    state = json.loads(json.dumps(first.state_dict()))  # as a checkpoint keeps it
+    assert state == {"metric": "eval/accuracy", "mode": "max", "best": 0.8, "best_epoch": 4, "best_step": 40}
+
+    at_epoch_2 = {**state, "best": 0.6, "best_epoch": 2, "best_step": 20}  # an older checkpoint's
+    resumed = BestCheckpoint(evaluation, tmp_path / "a", metric="eval/accuracy", mode="max")
+    assert resumed.best == 0.8  # best.json's, until the registry gives the checkpoint's
+    resumed.load_state_dict(at_epoch_2)
+    assert (resumed.best, resumed.best_epoch, resumed.best_step) == (0.6, 2, 20)
+    assert resumed.update({"epoch": 3, "step": 30, "eval/accuracy": 0.7}, wrapper)  # 0.7 > 0.6, as uninterrupted
+
+    elsewhere = BestCheckpoint(evaluation, tmp_path / "b", metric="eval/accuracy", mode="max")
+    elsewhere.load_state_dict(state)
+    assert elsewhere.best is None and not (tmp_path / "b").exists()
+
+    other_metric = BestCheckpoint(evaluation, tmp_path / "a", metric="eval/loss", mode="min")
+    other_metric.load_state_dict(state)
+    assert other_metric.best is None  # best.json follows eval/accuracy: no best so far for eval/loss

@@ -57,3 +57,49 @@ def test_callbacks_without_declarations_keep_the_given_order():
 def test_a_cycle_is_one_error_naming_the_callbacks():
     with pytest.raises(ValueError, match="form a cycle"):
         sort_callbacks([Fake("a", ("b",)), Fake("b", ("a",))])
+
+
+def test_trainkits_own_callbacks_and_the_users_run_in_the_order_their_classes_declare():
+    """The real classes' declarations alone fix the order, whichever callbacks a run has and in whatever order they
+    were made; the users' keep the callbacks list's order among themselves. The expected order is written out here:
+    it is the order the app ran them in when append order decided it (StartAt, TrainMetrics, Progress,
+    NonFiniteStop, Evaluation, BestCheckpoint, EarlyStopping, the users, PeriodicCheckpoint, SignalStop, and the
+    profiler appended last). Mutations caught: any class's run_after shortened to what it needs semantically (e.g.
+    Evaluation's back to ("train_metrics",): a shuffle puts it before Progress); the profiler without a role."""
+    from mindspore.train import Callback as MindSporeCallback
+
+    from trainkit import Callback
+    from trainkit.app.profiling import ProfileWindow
+    from trainkit.callbacks import BestCheckpoint, Evaluation, NonFiniteStop, Progress, TrainMetrics
+    from trainkit.callbacks.early_stopping import EarlyStopping
+    from trainkit.callbacks.signal_stop import SignalStop
+    from trainkit.callbacks.training_checkpoint import PeriodicCheckpoint, StartAt
+
+    class UserA(Callback):
+        pass
+
+    class UserB(Callback):
+        pass
+
+    class Plain(MindSporeCallback):  # declares nothing: a user's plain MindSpore callback
+        pass
+
+    own = [StartAt, TrainMetrics, Progress, NonFiniteStop, Evaluation, BestCheckpoint, EarlyStopping,
+           PeriodicCheckpoint, SignalStop, ProfileWindow]
+    users = [UserA, Plain, UserB]  # the callbacks list's order
+    expected = ["StartAt", "TrainMetrics", "Progress", "NonFiniteStop", "Evaluation", "BestCheckpoint",
+                "EarlyStopping", "UserA", "Plain", "UserB", "PeriodicCheckpoint", "SignalStop", "ProfileWindow"]
+    rng = random.Random(0)
+    for case in range(300):
+        # every run has StartAt and TrainMetrics; the first case is the full set
+        present = own if case == 0 else own[:2] + [c for c in own[2:] if rng.random() < 0.7]
+        present_users = users if case == 0 else [u for u in users if rng.random() < 0.6]
+        made = [cls.__new__(cls) for cls in present]  # instances carry their class's declarations, nothing more
+        rng.shuffle(made)
+        last = -1
+        for user in present_users:  # interleaved anywhere, their own order kept
+            last = rng.randrange(last + 1, len(made) + 1)
+            made.insert(last, user.__new__(user))
+        names = [type(callback).__name__ for callback in sort_callbacks(made)]
+        kept = {cls.__name__ for cls in present + present_users}
+        assert names == [name for name in expected if name in kept], case

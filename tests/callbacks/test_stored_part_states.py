@@ -1,5 +1,5 @@
 """A part's stored state is data someone may have made: trainkit's own parts (early stopping, the records'
-interval) take back a state only when each value has the type and range a run writes, and refuse any other in one
+interval, best.ckpt's best so far) take back a state only when each value has the type and range a run writes, and refuse any other in one
 line naming the key, through the registry a resume uses. A seeded generator plants hostile values in every key."""
 import math
 import random
@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from trainkit.callbacks.best_checkpoint import BestCheckpoint
 from trainkit.callbacks.early_stopping import EarlyStopping
 from trainkit.callbacks.train_metrics import TrainMetrics
 from trainkit.errors import ConfigError
@@ -24,10 +25,17 @@ def metrics():
     return TrainMetrics(None, samples_per_step=1)
 
 
+def best():  # a directory that does not exist: no best.json to start from, and nothing is written by a load
+    return BestCheckpoint(SimpleNamespace(metric_names=None, history=[]), "/nonexistent/checkpoints",
+                          metric="eval/accuracy", mode="max")
+
+
 VALID = {
     "early_stopping": (early, {"metric": "eval/loss", "mode": "min", "best": 0.5, "best_epoch": 2,
                                "bad_evaluations": 1}),
     "train_metrics": (metrics, {"last_record_step": 10, "losses": [0.5, 0.25], "grad_norms": [1.0], "scale": 1.0}),
+    "best_checkpoint": (best, {"metric": "eval/accuracy", "mode": "max", "best": 0.9, "best_epoch": 3,
+                               "best_step": 30}),
 }
 
 
@@ -49,6 +57,11 @@ def acceptable(part, key, value):
         ("train_metrics", "losses"): lambda v: isinstance(v, list) and all(number(x) for x in v),
         ("train_metrics", "grad_norms"): lambda v: isinstance(v, list) and all(number(x) for x in v),
         ("train_metrics", "scale"): lambda v: v is None or number(v),
+        ("best_checkpoint", "metric"): lambda v: isinstance(v, str),
+        ("best_checkpoint", "mode"): lambda v: v in ("max", "min"),
+        ("best_checkpoint", "best"): lambda v: v is None or number(v),
+        ("best_checkpoint", "best_epoch"): lambda v: v is None or count(v),
+        ("best_checkpoint", "best_step"): lambda v: v is None or count(v),
     }
     return rules[(part, key)](value)
 

@@ -49,15 +49,6 @@ def test_without_epoch_end_saves_every_n_steps_saves_at_the_step():
     assert run(Recorder(every_n_steps=5, at_epoch_end=False)) == [("step end", 5), ("step end", 10)]
 
 
-def test_the_app_checkpoints_after_the_evaluation_and_best_ckpt():
-    from trainkit.app import build
-
-    source = Path(build.__file__).read_text()
-    body = source[source.index("def build_callbacks"):]
-    assert body.index("callbacks.append(evaluation)") < body.index("callbacks.append(BestCheckpoint") \
-        < body.index("callbacks.append(checkpointer)")
-
-
 def test_an_epoch_end_save_leaves_its_fsync_and_pruning_to_a_thread(tmp_path, monkeypatch):
     """The epoch end returns while the new file's fsync is still running (the steps go on: fsync is most of a small
     model's save, bench row 4); the oldest checkpoint goes only after the new one is durable, and the train end waits

@@ -1,8 +1,8 @@
 """Build what a config describes -- data, model, loss network, optimizer, wrapper, Model, callbacks -- with the
 checks that belong to each, so every bad value stops naming its key before anything compiles.
 
-``trainkit.app.training.train`` calls these in order; each takes the composed config (or one group of it) and
-the objects built before it.
+The :class:`~trainkit.app.run_loop.Run` calls these in order; each takes the composed config (or one group of it)
+and the objects built before it, except the callbacks, which are built from the run's plan.
 """
 from __future__ import annotations
 

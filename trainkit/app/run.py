@@ -1,6 +1,7 @@
 """What runs the built objects: the run directory, MindSpore's context, resume, and what a run reports.
 
-``trainkit.app.training.train`` calls these around ``Model.train``; ``trainkit.app.build`` builds what they run.
+The :class:`~trainkit.app.run_loop.Run` calls these around ``Model.train``; ``trainkit.app.build`` builds what they
+run.
 """
 from __future__ import annotations
 
