@@ -1,6 +1,7 @@
 """A part's stored state is data someone may have made: trainkit's own parts (early stopping, the records'
-interval, best.ckpt's best so far) take back a state only when each value has the type and range a run writes, and refuse any other in one
-line naming the key, through the registry a resume uses. A seeded generator plants hostile values in every key."""
+interval, best.ckpt's best so far) take back a state only when each value has the type and range a run writes, and
+refuse any other in one line naming the key, through the registry a resume uses. A seeded generator plants hostile
+values in every key."""
 import math
 import random
 from types import SimpleNamespace

@@ -1,8 +1,9 @@
 """The Hydra app: compose a config, check it, build every part from it and run it with ``mindspore.train.Model``.
 
 ``training`` (``train(cfg)``), ``run_loop`` (the ``Run``: its parts, their registry and the loop), ``plan`` (the
-config resolved once: ``RunPlan``, ``StepPlan``), ``config`` (schemas, groups, ``compose_config``, value checks), ``targets`` (``_target_`` keys against signatures), ``build`` (each part from the config), ``fit_check``
-(one batch before compiling), ``run`` (run directory, context, resume, reporting), ``stopping`` (signals, early
+config resolved once: ``RunPlan``, ``StepPlan``), ``config`` (schemas, groups, ``compose_config``, value checks),
+``targets`` (``_target_`` keys against signatures), ``build`` (each part from the config), ``fit_check`` (one
+batch before compiling), ``run`` (run directory, context, resume, reporting), ``stopping`` (signals, early
 stopping, continuation), ``finetune``, ``profiling``, ``tool_config`` (the network and data the tools build, as a
 run would) and ``sweep`` (a subpackage: a ``-m`` sweep's records, summary, plot and launcher).
 

@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 from trainkit.app import build, compile_cache, graph_reuse, run
 from trainkit.app.finetune import apply_finetuning
 from trainkit.app.fit_check import check_fit
-from trainkit.app.plan import RunPlan, plan_run, step_plan
+from trainkit.app.plan import plan_run, step_plan
 from trainkit.app.profiling import profile_window
 from trainkit.app.stopping import continues_at, raise_if_interrupted, stop_metrics
 from trainkit.app.testing import evaluate_test_set, wants_test

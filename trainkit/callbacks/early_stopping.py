@@ -8,7 +8,6 @@ import os
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-
 from trainkit.callbacks.base import Callback
 from trainkit.callbacks.evaluation import Evaluation, check_watched
 from trainkit.rundir.stateful_parts import stored_value

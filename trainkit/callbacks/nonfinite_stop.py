@@ -5,7 +5,6 @@ import logging
 from pathlib import Path
 from typing import Callable, Optional
 
-
 from trainkit.callbacks.base import Callback
 from trainkit.callbacks.steps import GlobalStep, _scalar
 from trainkit.errors import TrainingError

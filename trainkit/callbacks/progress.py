@@ -7,7 +7,6 @@ import sys
 import time
 from typing import IO, Optional
 
-
 from trainkit.callbacks.base import Callback
 from trainkit.callbacks.train_metrics import TrainMetrics, step_outputs
 

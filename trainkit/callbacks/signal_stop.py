@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, Optional, Tuple
 
-
 from trainkit.callbacks.base import Callback
 from trainkit.callbacks.steps import GlobalStep
 

@@ -6,7 +6,6 @@ from typing import Any, Callable, Dict, NamedTuple, Optional
 
 import numpy as np
 from mindspore import Parameter, Tensor, nn
-from mindspore import dtype as mstype
 
 from trainkit.callbacks.base import Callback
 from trainkit.callbacks.run_log import RunLog
