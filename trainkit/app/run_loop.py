@@ -41,13 +41,13 @@ from trainkit.distributed.parallel import (
     setup_parallel,
 )
 from trainkit.errors import ConfigError
+from trainkit.process.signals import completing
 from trainkit.rundir import held_log
 from trainkit.rundir.class_names import class_names_of, save_class_names
 from trainkit.rundir.data_state import FittedData, data_state_of, save_data_state
 from trainkit.rundir.lock import RunDirectoryLock, held_by_launcher
 from trainkit.rundir.random_state import unrestorable_random_layers
 from trainkit.rundir.stateful_parts import StatefulParts
-from trainkit.process.signals import completing
 from trainkit.step.mixed_precision import applied_amp_level
 from trainkit.step.wrapper import TrainingWrapper
 

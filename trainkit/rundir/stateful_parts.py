@@ -3,10 +3,11 @@
 A checkpoint holds the train network's Parameters (weights, optimizer, EMA, loss scale, accumulation buffers: the
 TrainingWrapper saves them) and the run's position (the data and the random streams follow from it). State that
 lives in Python objects -- early stopping's best value and patience count, ``best.ckpt``'s best so far, the records'
-partial interval, what the data module fitted, a user callback's counters -- is in no Parameter. Each such part registers here under a stable name with
-``state_dict() -> dict`` and ``load_state_dict(state)`` (Lightning's ``Callback.state_dict``, accelerate's
-``register_for_checkpointing``); every checkpoint the run writes appends the registry's state as one JSON entry
-(:data:`CHECKPOINT_KEY`), and a resume gives each part its own state back before the first step.
+partial interval, what the data module fitted, a user callback's counters -- is in no Parameter. Each such part
+registers here under a stable name with ``state_dict() -> dict`` and ``load_state_dict(state)`` (Lightning's
+``Callback.state_dict``, accelerate's ``register_for_checkpointing``); every checkpoint the run writes appends the
+registry's state as one JSON entry (:data:`CHECKPOINT_KEY`), and a resume gives each part its own state back
+before the first step.
 
 A part whose state the checkpoint does not hold (a checkpoint written before the part existed, or before trainkit
 saved parts) starts from its initial state, and the run says so in one line naming the part (docs/checkpoints.md
