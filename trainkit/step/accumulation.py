@@ -13,6 +13,12 @@ Two forms, chosen in the wrapper's ``__init__``:
   (``accumulate_grads``, ``window_grads``, ``accumulate_loss``, ``window_loss``) on the other micro-steps,
   ``optimizer_step`` on the last.
 
+In both, the guard's copy of the moving statistics at the window's start (``_window_start.*``, Parameters so that a
+checkpoint taken inside a window holds it) is written by :meth:`AccumulationWindow._save_window_start` on every
+micro-step with the flag ``first`` and no branch: one kernel call for all of them where trainkit's kernels build (it
+writes only on the window's first micro-step), else a select per tensor. A skipped window puts them back by one
+kernel call too (the wrapper's ``restore_statistics_unless``), where the kernels build.
+
 Both are bitwise the same arithmetic: the window's sum is ``((g0 + g1) + g2) + ...`` in float32 either way, and its
 norm is ``kernels.norm_all_kernel``'s sum of squares (the branch's ``global_norm`` calls that kernel).
 """
@@ -24,7 +30,7 @@ from mindspore import Tensor, ops
 from mindspore import dtype as mstype
 
 from trainkit import kernels
-from trainkit.step.grad_ops import add_into, add_into_fused, added, put_into
+from trainkit.step.grad_ops import add_into, add_into_fused, added, put_into, put_into_if
 from trainkit.step.loss_scale import next_dynamic_scale
 
 #: What the branch-free window stands for: a subclass overriding any of these keeps the branch.
@@ -62,7 +68,7 @@ class AccumulationWindow:
         last = micro_step == self.accumulation_steps - 1
         ops.assign(self.micro_step, (micro_step + 1) % self.accumulation_steps)
         if self.guard_moving_statistics:  # the window's start, written on its first micro-step
-            self.restore_statistics_unless(*self._window_start, *self.moving_statistics, ops.logical_not(first))
+            self._save_window_start(first)
         loss, grads = self.compute_grads(scale / self.accumulation_steps, *inputs)
         # The kernel's output: the norm of the sum as written (of the whole window on its last micro-step).
         scaled_norm = self.accumulate_all(*self._grad_sum, *self.reduce_grads(grads), first).reshape(())
@@ -89,6 +95,14 @@ class AccumulationWindow:
             applied = ops.depend(self.restore_statistics_unless(*self.moving_statistics, *self._window_start, finite),
                                  applied)
         return loss, ops.depend(ops.logical_not(finite), applied), grad_norm
+
+    def _save_window_start(self, first: Tensor) -> Tensor:
+        """Copy the moving statistics into ``_window_start`` where `first` (the window's first micro-step) holds,
+        with no branch in the graph: one kernel call for them all where the kernels build and they are float32
+        (``restore_statistics_unless``, decided in ``__init__``), else a select and an assign per tensor."""
+        if self.restore_statistics_unless is not None:
+            return self.restore_statistics_unless(*self._window_start, *self.moving_statistics, ops.logical_not(first))
+        return self.hyper_map(ops.partial(put_into_if, first), self._window_start, self.moving_statistics)
 
     def accumulation_step(self, grads: tuple, loss: Tensor, statistics: tuple,
                           scale: Tensor) -> Tuple[Tensor, Tensor]:

@@ -122,12 +122,29 @@ def fused_step_kernels(wrapper: nn.Cell, base: type) -> Tuple[Optional[FusedOpti
     return (update, restore) if update is not None else (None, None)
 
 
+def statistics_restore_kernel(wrapper: nn.Cell, base: type) -> Optional[object]:
+    """``kernels.restore_all_unless_kernel()`` for a ``TrainingWrapper`` being built whose step keeps MindSpore's
+    optimizer behind the guard's branch: its moving statistics are then still saved (an accumulation window's
+    ``_window_start``) and put back by one kernel call each way, with a flag and no branch of their own, as the fused
+    step's are. None without guarded statistics, where one is not float32, where a subclass of `base` overrides
+    ``save_moving_statistics`` or ``restore_moving_statistics`` (its own pair keeps the branch), or where the kernels
+    do not build."""
+    overridden = any(getattr(type(wrapper), name) is not getattr(base, name)
+                     for name in ("save_moving_statistics", "restore_moving_statistics"))
+    if (overridden or not wrapper.guard_moving_statistics
+            or any(statistic.dtype != mstype.float32 for statistic in wrapper.moving_statistics)):
+        return None
+    return kernels.restore_all_unless_kernel()
+
+
 def flat_statistics_kernels(wrapper: nn.Cell, base: type) -> Tuple[Optional[object], Optional[object]]:
-    """``(copy kernel, restore kernel)`` for a ``TrainingWrapper`` being built whose fused step restores the moving
-    statistics: they are saved as one flat copy (``kernels.concat_all_kernel``) and put back from it, one kernel call
-    each way instead of a multiply per tensor (ResNet-50: 106 statistics); the same values. (None, None) without
-    the fused step, with accumulation (its ``_window_start`` Parameters hold the copy), where a subclass of `base`
-    overrides ``save_moving_statistics``, or where the kernels do not build."""
+    """``(copy kernel, restore kernel)`` for a ``TrainingWrapper`` being built whose step restores the moving
+    statistics by a kernel (``wrapper.restore_statistics_unless``: the fused step's, or
+    :func:`statistics_restore_kernel`'s): they are saved as one flat copy (``kernels.concat_all_kernel``) and put
+    back from it, one kernel call each way instead of a multiply per tensor (ResNet-50: 106 statistics); the same
+    values. (None, None) without that kernel, with accumulation (its ``_window_start`` Parameters hold the copy, so
+    that a checkpoint taken inside a window has it), where a subclass of `base` overrides
+    ``save_moving_statistics``, or where the kernels do not build."""
     if (wrapper.restore_statistics_unless is None or wrapper.accumulation_steps != 1
             or type(wrapper).save_moving_statistics is not base.save_moving_statistics):
         return None, None

@@ -25,6 +25,7 @@ _ADD_KERNEL = None  # kernels.add_into_kernel(), set by use_fused_add (read by t
 copied = ops.MultitypeFuncGraph("copied")
 put_into = ops.MultitypeFuncGraph("put_into")
 restore_into = ops.MultitypeFuncGraph("restore_into")
+put_into_if = ops.MultitypeFuncGraph("put_into_if")
 multiplied = ops.MultitypeFuncGraph("multiplied")
 _square_sum = ops.MultitypeFuncGraph("square_sum")
 _sum = ops.MultitypeFuncGraph("sum")
@@ -72,6 +73,13 @@ def _copy_value(value):
 @restore_into.register("Tensor", "Tensor")
 def _restore_value(target, value):
     return ops.assign(target, value)
+
+
+@put_into_if.register("Tensor", "Tensor", "Tensor")
+def _put_into_if(condition, buffer, value):
+    """``buffer = value`` where `condition` (a bool scalar) holds, else `buffer` as it was: the copy of a window's
+    first micro-step with no branch in the graph, where trainkit's kernels do not build."""
+    return ops.assign(buffer, ops.select(condition, value, buffer))
 
 
 @multiplied.register("Tensor", "Tensor")

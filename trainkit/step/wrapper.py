@@ -13,7 +13,7 @@ from trainkit import kernels
 from trainkit.checks import check_number
 from trainkit.step.accumulation import AccumulationWindow, branch_free_window
 from trainkit.step.ema import ExponentialMovingAverage, ema_source_parameters
-from trainkit.step.fused_optimizer import flat_statistics_kernels, fused_step_kernels
+from trainkit.step.fused_optimizer import flat_statistics_kernels, fused_step_kernels, statistics_restore_kernel
 from trainkit.step.grad_ops import (
     all_finite,
     copied,
@@ -220,7 +220,9 @@ class TrainingWrapper(AccumulationWindow, RunningTotals, nn.Cell):
         # The optimizer step as one kernel call taking the gradient factor and the finite flag: no branch in the graph
         # for the guard. (None, None): MindSpore's optimizer behind the branch (trainkit.step.fused_optimizer).
         self.fused_update, self.restore_statistics_unless = fused_step_kernels(self, TrainingWrapper)
-        # With it, the moving statistics saved as one flat copy and put back from it (or None, None).
+        if self.fused_update is None:  # MindSpore's optimizer behind the branch: the statistics still by one call
+            self.restore_statistics_unless = statistics_restore_kernel(self, TrainingWrapper)
+        # With that kernel, the moving statistics saved as one flat copy and put back from it (or None, None).
         self.save_statistics_flat, self.restore_statistics_flat_unless = flat_statistics_kernels(self, TrainingWrapper)
         # With it and accumulation, the window with no branch in the graph: the sum's kernel (or None).
         self.accumulate_all = branch_free_window(self, TrainingWrapper)
@@ -272,18 +274,18 @@ class TrainingWrapper(AccumulationWindow, RunningTotals, nn.Cell):
     def save_moving_statistics(self) -> tuple:
         """What a skipped window restores the moving statistics to: their values at the window's start.
 
-        Guard only. One window is one call: a copy taken before the forward pass. A window of
-        several calls: ``_window_start.<name>``, written on the window's first call (a Parameter,
-        so a checkpoint taken inside the window holds it).
+        Guard only. One window is one call: a copy taken before the forward pass (one flat copy by one
+        kernel call where the kernels build). A window of several calls: ``_window_start.<name>``,
+        written on the window's first call with no branch in the graph (a Parameter, so a checkpoint
+        taken inside the window holds it).
         """
         if not self.guard_moving_statistics:
             return ()
         if self.accumulation_steps == 1:
-            if self.save_statistics_flat is not None:  # the fused step's: one flat copy
+            if self.save_statistics_flat is not None:  # one flat copy
                 return (self.save_statistics_flat(*self.moving_statistics),)
             return self.hyper_map(copied, self.moving_statistics)
-        if self.micro_step == 0:
-            self.hyper_map(restore_into, self._window_start, self.moving_statistics)
+        self._save_window_start(self.micro_step == 0)
         return self._window_start
 
     def compute_grads(self, sens: Tensor, *inputs) -> Tuple[Tensor, tuple]:
@@ -418,11 +420,16 @@ class TrainingWrapper(AccumulationWindow, RunningTotals, nn.Cell):
         if not self.skip_nonfinite:
             self.apply_grads(clipped)
             return self._false, grad_norm
+        if self.restore_statistics_unless is None:  # decided in __init__: a subclass's own restore, or no kernels
+            if finite:
+                self.apply_grads(clipped)
+            else:
+                self.restore_moving_statistics(statistics)
+            return ops.logical_not(finite), grad_norm
         if finite:
             self.apply_grads(clipped)
-        else:
-            self.restore_moving_statistics(statistics)
-        return ops.logical_not(finite), grad_norm
+        # The statistics put back by one kernel call with the flag, outside the branch (as the fused step does).
+        return ops.depend(ops.logical_not(finite), self._restore_statistics_unless(statistics, finite)), grad_norm
 
     def gradient_factor(self, grads: tuple, scale: Tensor) -> Tuple[Tensor, Tensor]:
         """What ``unscale_and_transform`` multiplies the gradients by, and the unscaled norm: ``(factor, norm)``."""
@@ -452,12 +459,16 @@ class TrainingWrapper(AccumulationWindow, RunningTotals, nn.Cell):
             applied = ops.depend(self.ema.update_if(finite), applied)
         if not self.skip_nonfinite:
             return ops.depend(self._false, applied), grad_norm
-        if self.restore_statistics_flat_unless is not None:
-            applied = ops.depend(self.restore_statistics_flat_unless(*self.moving_statistics, statistics[0], finite),
-                                 applied)
-        elif self.guard_moving_statistics:
-            applied = ops.depend(self.restore_statistics_unless(*self.moving_statistics, *statistics, finite), applied)
+        if self.guard_moving_statistics:
+            applied = ops.depend(self._restore_statistics_unless(statistics, finite), applied)
         return ops.depend(ops.logical_not(finite), applied), grad_norm
+
+    def _restore_statistics_unless(self, statistics: tuple, finite: Tensor) -> Tensor:
+        """Put back what ``save_moving_statistics`` kept unless `finite`, by one kernel call (the flat copy's, or
+        the ``_window_start`` Parameters'): no branch in the graph, nothing written on a finite window."""
+        if self.restore_statistics_flat_unless is not None:
+            return self.restore_statistics_flat_unless(*self.moving_statistics, statistics[0], finite)
+        return self.restore_statistics_unless(*self.moving_statistics, *statistics, finite)
 
 
 def moving_statistics_parameters(network: nn.Cell, weights) -> list:
