@@ -90,7 +90,9 @@ class TrainingWrapper(AccumulationWindow, RunningTotals, nn.Cell):
     With accumulation too, the window has no branch at all (``trainkit.step.accumulation``): one kernel call keeps
     the sum (assigned on the first micro-step, added after) and returns its norm, and the optimizer's call takes
     ``finite and last``. Where the kernels build, the gradients' norm is one kernel call (``kernels.norm_all_kernel``:
-    the squares summed in double, the same bits whatever the thread count) on every path.
+    the squares summed in double, the same bits whatever the thread count) on every path, and so are the moving
+    statistics' save and restore (one call each way with a flag, outside any branch; ``_window_start`` written on
+    every micro-step of a window, the call copying on its first only), whatever the optimizer.
 
     The gradients stay multiplied by the loss scale until ``unscale_and_transform``, which
     unscales and clips in one multiply: ``g_s * min(1, c / (||g_s|| / s + 1e-6)) / s`` from the
