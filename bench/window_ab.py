@@ -24,7 +24,7 @@ import mindspore as ms
 from mindspore import nn
 
 from bench.common import Stepper, alternate_blocks, batch_tensors, loss_network, median_ms, ratio
-from bench.peer_features import DECAY, K, MAX_NORM, SCALE, SCALE_WINDOW
+from bench.peer_features import DECAY, MAX_NORM, SCALE, SCALE_WINDOW, K
 from trainkit import TrainingWrapper
 from trainkit.step.grad_ops import copied, restore_into
 
