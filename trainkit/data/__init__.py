@@ -13,6 +13,8 @@ What the app and the tools may read of a data module besides its datasets:
   otherwise). One bad input does not stop the others.
 - ``has_test_set: bool`` -- False when ``test_dataset()`` has nothing to give (an image folder or a table with
   ``test_fraction=0``): no test evaluation (``trainer.test``). Absent: a ``test_dataset()`` means a test set.
+- ``suggested_model: str`` -- how to pick a model that trains on the data (``model=text_bag``), added to the
+  error of a model that cannot be built for it (the default recipe's small CNN on texts).
 - ``state_dict() -> Optional[dict]`` and ``load_state_dict(state)`` -- what the data learnt of the training split
   (a table's categories and statistics, the texts' tokenizer), JSON-able; stored like the class names
   (:mod:`trainkit.rundir.data_state`).

@@ -156,8 +156,11 @@ def special_token_count(tokenizer: Any) -> int:
 
 
 def tokenizer_state(tokenizer: Any) -> Dict[str, Any]:
-    """The tokenizer as the JSON object its ``tokenizer.json`` holds (what a run's data state keeps)."""
-    return json.loads(tokenizer.to_str())
+    """The tokenizer as the JSON object its ``tokenizer.json`` holds (what a run's data state keeps), without the
+    truncation and padding :func:`encode` set: the state keeps ``max_length`` and the pad token beside it."""
+    state = json.loads(tokenizer.to_str())
+    state["truncation"], state["padding"] = None, None
+    return state
 
 
 def tokenizer_from_state(state: Any, where: str) -> Any:

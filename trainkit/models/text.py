@@ -56,5 +56,5 @@ class TextBag(nn.Cell):
     def construct(self, input_ids):
         mask = (input_ids != self.pad_id).astype(ms.float32)  # the attention mask
         vectors = self.embedding(input_ids) * ops.expand_dims(mask, -1)
-        counts = ops.maximum(mask.sum(axis=1, keepdims=True), 1.0)  # a text of padding alone: zeros, not 0/0
+        counts = ops.clamp(mask.sum(axis=1, keepdims=True), min=1.0)  # a text of padding alone: zeros, not 0/0
         return self.head(vectors.sum(axis=1) / counts)
