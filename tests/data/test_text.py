@@ -363,3 +363,16 @@ def test_text_bag_averages_the_embeddings_of_the_unpadded_tokens(mode):
     expected = np.maximum(mean @ w1.T + b1, 0) @ w2.T + b2
     np.testing.assert_allclose(network(ms.Tensor(ids)).asnumpy(), expected, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(table[2], 0)  # the pad row, as PyTorch's padding_idx
+
+
+def test_the_default_recipes_small_cnn_on_texts_names_the_text_model(tmp_path):
+    """python -m trainkit data=text (the quick start's small CNN left in place) stops in one line saying which model
+    trains on texts. Mutation caught: the hint left out."""
+    from trainkit.app.build import build_model
+    from trainkit.app.config import compose_config
+
+    cfg = compose_config(["data=text", f"data.path={tmp_path / 't.csv'}", f"run_dir={tmp_path}"])
+    with pytest.raises(ConfigError) as raised:
+        build_model(cfg, TextData(tmp_path / "t.csv"))
+    assert str(raised.value).startswith("model.")
+    assert str(raised.value).endswith("(TextData trains with model=text_bag (or recipe=text_classification))")
