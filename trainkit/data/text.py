@@ -194,10 +194,11 @@ class TextData:
         source = (f"tokenizer {self.tokenizer_path}" if self.tokenizer_path is not None
                   else f"{self.tokenizer_model} tokenizer trained on the training texts")
         lengths = (ids != self.pad_id).sum(axis=1)
+        full = int((lengths >= self.max_length).sum())  # the longer texts were cut to fit
         log.info("text %s: %d rows (%d train, %d val, %d test), %d classes; %s, %d tokens, pad %s = id %d; "
-                 "max_length %d: %d texts cut (%.0f%%)", self.path, table.rows, len(train), len(val), len(test),
-                 len(classes), source, self.vocab_size, self.pad_token, self.pad_id, self.max_length,
-                 int((lengths >= self.max_length).sum()), 100.0 * float((lengths >= self.max_length).mean()))
+                 "%d texts (%.0f%%) reach max_length=%d", self.path, table.rows, len(train), len(val), len(test),
+                 len(classes), source, self.vocab_size, self.pad_token, self.pad_id, full, 100.0 * full / len(ids),
+                 self.max_length)
 
     def _take(self, tokenizer: Any, pad_token: str, pad_id: int, classes: List[str], max_length: int) -> None:
         if special_token_count(tokenizer) >= max_length:

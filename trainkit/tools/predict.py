@@ -1,9 +1,10 @@
 """``python -m trainkit.predict RUN_DIR|CKPT INPUT... --out predictions.csv``: what a trained model says about new
 inputs.
 
-The data module reads the inputs (``predict_samples(inputs)``: image files, folders or tables, as it knows them)
-and prepares each with its evaluation transforms, never the training augmentations; a data module without
-``predict_samples`` takes rows of ``.npy``/``.npz``/``.csv`` tables already shaped as its network's input
+The data module reads the inputs (``predict_samples(inputs)``: image files, folders or tables, as it knows them;
+sentences for ``data=text``) and prepares each with its evaluation transforms, never the training augmentations; a
+data module without ``predict_samples`` takes rows of ``.npy``/``.npz``/``.csv`` tables already shaped as its
+network's input
 (:mod:`trainkit.data.predict_inputs`). The network is built as ``evaluate`` builds it: the run's config (stored
 configs name only trusted targets, ``--trust MODULE``), the checkpoint's live or EMA weights.
 
