@@ -4,9 +4,8 @@ inputs.
 The data module reads the inputs (``predict_samples(inputs)``: image files, folders or tables, as it knows them;
 sentences for ``data=text``) and prepares each with its evaluation transforms, never the training augmentations; a
 data module without ``predict_samples`` takes rows of ``.npy``/``.npz``/``.csv`` tables already shaped as its
-network's input
-(:mod:`trainkit.data.predict_inputs`). The network is built as ``evaluate`` builds it: the run's config (stored
-configs name only trusted targets, ``--trust MODULE``), the checkpoint's live or EMA weights.
+network's input (:mod:`trainkit.data.predict_inputs`). The network is built as ``evaluate`` builds it: the run's
+config (stored configs name only trusted targets, ``--trust MODULE``), the checkpoint's live or EMA weights.
 
 One CSV row an input: its path (``FILE:ROW`` for a table's row), the predicted class's name (the class index where
 the run stored no names) and its softmax probability, then the next ``--top-k - 1`` classes and theirs; for a
