@@ -376,3 +376,23 @@ def test_the_default_recipes_small_cnn_on_texts_names_the_text_model(tmp_path):
         build_model(cfg, TextData(tmp_path / "t.csv"))
     assert str(raised.value).startswith("model.")
     assert str(raised.value).endswith("(TextData trains with model=text_bag (or recipe=text_classification))")
+
+
+@pytest.mark.parametrize("override, message", [
+    ("data.max_length=0", "data.max_length must be an int >= 1; got 0"),
+    ("data.tokenizer_model=sentencepiece", "data.tokenizer_model must be one of wordpiece, bpe; got 'sentencepiece'"),
+    ("data.tokenizer={tmp}/tokenizer.json", "data.tokenizer={tmp}/tokenizer.json does not exist"),
+    ("data.target=stars", "data.target=stars is not a column of {tmp}/t.csv: its columns are text, label"),
+])
+def test_the_command_stops_in_one_line_naming_the_key(tmp_path, monkeypatch, override, message):
+    """python -m trainkit recipe=text_classification with a bad data key: exit status 2, one line on stderr, no run
+    directory written."""
+    from tests.common.transcripts import run_in_process
+
+    write_texts(tmp_path / "t.csv", count=30)
+    monkeypatch.chdir(tmp_path)
+    printed = run_in_process(["python", "-m", "trainkit", "recipe=text_classification", f"data.path={tmp_path}/t.csv",
+                              override.format(tmp=tmp_path), f"hydra.run.dir={tmp_path / 'run'}"])
+    assert printed.status == 2 and printed.stderr.count("\n") == 1, printed.stderr
+    assert printed.stderr.startswith("trainkit: error: ") and message.format(tmp=tmp_path) in printed.stderr
+    assert not (tmp_path / "run" / "checkpoints").exists()
