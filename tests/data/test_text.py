@@ -375,7 +375,7 @@ def test_the_default_recipes_small_cnn_on_texts_names_the_text_model(tmp_path):
     with pytest.raises(ConfigError) as raised:
         build_model(cfg, TextData(tmp_path / "t.csv"))
     assert str(raised.value).startswith("model.")
-    assert str(raised.value).endswith("(TextData trains with model=text_bag (or recipe=text_classification))")
+    assert str(raised.value).endswith("(TextData trains with model=text_bag, or recipe=text_classification)")
 
 
 @pytest.mark.parametrize("override, message", [

@@ -91,7 +91,7 @@ class TextData:
     """
 
     values_checked = True  # prepare() checks every id and label (trainkit.data.check_values)
-    suggested_model = "model=text_bag (or recipe=text_classification)"  # said when another model cannot build
+    suggested_model = "model=text_bag, or recipe=text_classification"  # said when another model cannot build
 
     def __init__(self, path: Union[str, os.PathLike, None] = None, text: str = "text", target: str = "label",
                  tokenizer: Union[str, os.PathLike, None] = None, tokenizer_model: str = "wordpiece",
