@@ -396,3 +396,26 @@ def test_the_command_stops_in_one_line_naming_the_key(tmp_path, monkeypatch, ove
     assert printed.status == 2 and printed.stderr.count("\n") == 1, printed.stderr
     assert printed.stderr.startswith("trainkit: error: ") and message.format(tmp=tmp_path) in printed.stderr
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_a_parquet_file_reads_as_the_csv_does(tmp_path):
+    """Texts and whole-number labels from Parquet: the same classes and ids as the same rows in a CSV; a null text
+    is one line naming the row. Mutation caught: a Parquet integer label read as a float ('2.0' another class)."""
+    pyarrow = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    texts, labels = write_texts(tmp_path / "t.csv", count=30)
+    numbers = [{"neg": 2, "pos": 10, "meh": 1}[label] for label in labels]
+    pq.write_table(pyarrow.table({"text": texts, "label": numbers}), tmp_path / "t.parquet")
+    with open(tmp_path / "n.csv", "w", newline="") as stream:
+        csv.writer(stream).writerows([["text", "label"], *zip(texts, numbers)])
+    from_parquet, from_csv = TextData(tmp_path / "t.parquet", max_length=8), TextData(tmp_path / "n.csv", max_length=8)
+    from_parquet.prepare()
+    from_csv.prepare()
+    assert from_parquet.class_names == from_csv.class_names == ["1", "2", "10"]
+    for name in ("train", "val", "test"):
+        for a, b in zip(from_parquet.split_arrays(name), from_csv.split_arrays(name)):
+            np.testing.assert_array_equal(a, b)
+    pq.write_table(pyarrow.table({"text": [*texts[:3], None], "label": [1, 2, 1, 2]}), tmp_path / "gap.parquet")
+    with pytest.raises(DataError, match=r"gap.parquet: column 'text' has no text in row 3"):
+        TextData(tmp_path / "gap.parquet").prepare()
