@@ -400,7 +400,7 @@ def test_the_command_stops_in_one_line_naming_the_key(tmp_path, monkeypatch, ove
 
 def test_a_parquet_file_reads_as_the_csv_does(tmp_path):
     """Texts and whole-number labels from Parquet: the same classes and ids as the same rows in a CSV; a null text
-    is one line naming the row. Mutation caught: a Parquet integer label read as a float ('2.0' another class)."""
+    is one line naming the row."""
     pyarrow = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
 
