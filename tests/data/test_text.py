@@ -89,25 +89,45 @@ def padded(tokenizer, texts, first, last, pad_id, max_length):
     return ids, mask
 
 
-@pytest.mark.parametrize("model, library, specials, pad_id", [
-    ("wordpiece", library_wordpiece, ("[CLS]", "[SEP]"), 0),
-    ("bpe", library_bpe, ("<s>", "</s>"), 1),
-])
-def test_a_trained_tokenizer_is_the_librarys_on_the_training_rows_alone(tmp_path, model, library, specials, pad_id):
-    """Mutations caught: the tokenizer trained on every row (the held-out word enters its vocabulary), the split
+def wordpiece_of(vocab):
+    """The library's WordPiece model over `vocab`, in bert-base-uncased's pipeline (no trainer involved)."""
+    tokenizer = tokenizers.Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    return tokenizer
+
+
+@pytest.mark.parametrize("model, specials, pad_id", [("wordpiece", ("[CLS]", "[SEP]"), 0),
+                                                     ("bpe", ("<s>", "</s>"), 1)])
+def test_a_trained_tokenizer_is_the_librarys_on_the_training_rows_alone(tmp_path, model, specials, pad_id):
+    """BPE: the library's BpeTrainer on the training rows, token for token. WordPiece: the library's WordPieceTrainer
+    numbers its pieces in a random order (tokenizer.py), so its vocabulary is compared where it is determined -- as
+    many tokens, the same characters and ## pieces --, every token is a piece of a training word, and the texts are
+    encoded as the library's WordPiece model encodes them with that vocabulary. Ids, masks and labels of every split
+    against NumPy. Mutations caught: the tokenizer trained on every row (the held-out word is learnt), the split
     not per class or not by the seed (other rows), truncation cutting the end token (the last id differs), padding
-    with another id or on the left, the mask from the ids instead of the tokens (equal here: checked against
-    NumPy), the class names unsorted."""
+    with another id or on the left, the class names unsorted."""
     path = tmp_path / "reviews.csv"
     texts, labels = write_texts(path, held_out_word="zyzzyva")
-    data = TextData(path, tokenizer_model=model, vocab_size=300, max_length=9)
+    data = TextData(path, tokenizer_model=model, vocab_size=600, max_length=9)
     data.prepare()
     train, val, test = expected_split(labels)
-    reference = library([texts[row] for row in train], 300)
-    assert not any("zz" in token for token in data.tokenizer.get_vocab())
-    assert any("zz" in token for token in library(texts, 300).get_vocab())  # every row would teach it
-    assert data.tokenizer.get_vocab() == reference.get_vocab() and data.vocab_size == reference.get_vocab_size()
-    first, last = (reference.token_to_id(token) for token in specials)
+    library = {"wordpiece": library_wordpiece, "bpe": library_bpe}[model]
+    trained = library([texts[row] for row in train], 600)
+    vocab = data.tokenizer.get_vocab()
+    assert not any("zz" in token for token in vocab)
+    assert any("zz" in token for token in library(texts, 600).get_vocab())  # every row would teach it
+    if model == "bpe":
+        assert vocab == trained.get_vocab()
+        reference = trained
+    else:
+        assert len(vocab) == trained.get_vocab_size() == data.vocab_size
+        assert {t for t in vocab if len(t.removeprefix("##")) == 1} == {
+            t for t in trained.get_vocab() if len(t.removeprefix("##")) == 1}
+        words = " ".join(texts[row].lower() for row in train)
+        assert all(token.removeprefix("##") in words for token in vocab if not token.startswith("["))
+        reference = wordpiece_of(vocab)
+    first, last = (vocab[token] for token in specials)
     ids, mask = padded(reference, texts, first, last, pad_id, 9)
     assert data.pad_id == pad_id and data.class_names == sorted(CLASSES)
     index = {name: i for i, name in enumerate(sorted(CLASSES))}
@@ -214,12 +234,13 @@ def test_the_state_carries_the_tokenizer_and_predictions_read_raw_text_without_t
     assert got[5][1:] == (None, f"{tmp_path / 'gone.txt'} does not exist")
 
 
-def test_the_same_texts_train_the_same_tokenizer_for_an_exact_resume(tmp_path):
-    """A resumed run prepares the data again: the tokenizer and every array must come out the same."""
+@pytest.mark.parametrize("model, vocab_size", [("wordpiece", 60), ("bpe", 280)])
+def test_the_same_texts_train_the_same_tokenizer_for_an_exact_resume(tmp_path, model, vocab_size):
+    """A resumed run prepares the data again: the tokenizer and every array must come out the same. Mutation
+    caught: WordPiece trained by the library's WordPieceTrainer (its ## pieces numbered in a hash map's order)."""
     path = tmp_path / "reviews.csv"
     write_texts(path, count=90, seed=3)
-    first, second = TextData(path, tokenizer_model="bpe", vocab_size=280), TextData(path, tokenizer_model="bpe",
-                                                                                     vocab_size=280)
+    first, second = (TextData(path, tokenizer_model=model, vocab_size=vocab_size) for _ in range(2))
     first.prepare()
     second.prepare()
     assert first.state_dict() == second.state_dict()

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -111,17 +111,13 @@ def pad_of(tokenizer: Any, pad_token: Optional[str], name: str) -> Tuple[str, in
 
 def train_tokenizer(texts: Sequence[str], model: str, vocab_size: int) -> Tuple[Any, str, int]:
     """A `model` tokenizer (``wordpiece`` or ``bpe``) of at most `vocab_size` tokens trained on `texts`, its pad
-    token and pad id. The same texts give the same tokenizer (the trainers break ties by the tokens)."""
+    token and pad id. The same texts give the same tokenizer, in any process (:func:`_train_wordpiece` says how)."""
     tokenizers = tokenizers_module()
-    from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import decoders, models, pre_tokenizers, processors, trainers
 
     specials = list(SPECIAL_TOKENS[model])
     if model == "wordpiece":  # bert-base-uncased's pipeline
-        tokenizer = tokenizers.Tokenizer(models.WordPiece(unk_token="[UNK]"))
-        tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
-        tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        tokenizer.decoder = decoders.WordPiece()
-        trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False)
+        tokenizer = _train_wordpiece(texts, vocab_size, specials)
         first, last = "[CLS]", "[SEP]"
     else:  # roberta-base's: byte-level, so no text is unknown
         tokenizer = tokenizers.Tokenizer(models.BPE())
@@ -129,12 +125,54 @@ def train_tokenizer(texts: Sequence[str], model: str, vocab_size: int) -> Tuple[
         tokenizer.decoder = decoders.ByteLevel()
         trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False,
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        tokenizer.train_from_iterator(list(texts), trainer=trainer)
         first, last = "<s>", "</s>"
-    tokenizer.train_from_iterator(list(texts), trainer=trainer)
     tokenizer.post_processor = processors.TemplateProcessing(
         single=f"{first} $A {last}", special_tokens=[(t, tokenizer.token_to_id(t)) for t in (first, last)])
     pad_token = specials[0] if model == "wordpiece" else "<pad>"
     return tokenizer, pad_token, int(tokenizer.token_to_id(pad_token))
+
+
+def _train_wordpiece(texts: Sequence[str], vocab_size: int, specials: List[str]) -> Any:
+    """A WordPiece tokenizer as the library's ``WordPieceTrainer`` makes one, made the same by every training.
+
+    ``WordPieceTrainer`` is a BPE trainer over each word's characters, a character after the word's first standing
+    for its continuation piece (``##c``). It numbers those pieces in the order of a hash map, random in each process,
+    and breaks ties between equal pair counts by the numbers: two trainings on the same texts give different
+    vocabularies (the ids of the ``##`` pieces of 42 short texts differed), and a resumed run would get another
+    tokenizer. Its BPE trainer
+    over plain characters is deterministic (its alphabet sorted, no piece numbered on the way). So the words are
+    normalised and split as BERT's are, each later character is replaced by a private-use character of its own (the
+    continuation as a character), the BPE trainer learns the merges, and its vocabulary is read back, the private-use
+    characters as ``##`` pieces, in its order."""
+    tokenizers = tokenizers_module()
+    from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
+
+    normalizer = normalizers.BertNormalizer(lowercase=True)
+    pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    words = [word for text in texts for word, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text))]
+    characters = sorted({character for word in words for character in word})
+    present = set(characters)
+    free = (chr(code) for code in (*range(0xF0000, 0xFFFFE), *range(0x100000, 0x10FFFE)) if chr(code) not in present)
+    continuation = {character: next(free) for character in characters}
+    back = {mark: "##" + character for character, mark in continuation.items()}
+    bpe = tokenizers.Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False,
+                                  initial_alphabet=characters)  # every character as a word's first, as WordPiece's
+    bpe.train_from_iterator([word[0] + "".join(continuation[c] for c in word[1:]) for word in words], trainer=trainer)
+    vocab: Dict[str, int] = {}
+    for token, _ in sorted(bpe.get_vocab().items(), key=lambda item: item[1]):
+        if token not in specials:  # a piece: its first character says whether it starts a word
+            token = back[token[0]] + "".join(back[c][2:] for c in token[1:]) if token[0] in back else \
+                token[0] + "".join(back[c][2:] for c in token[1:])
+        vocab[token] = len(vocab)
+    tokenizer = tokenizers.Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tokenizer.normalizer = normalizer
+    tokenizer.pre_tokenizer = pre_tokenizer
+    tokenizer.decoder = decoders.WordPiece()
+    tokenizer.add_special_tokens(specials)
+    return tokenizer
 
 
 def encode(tokenizer: Any, texts: Sequence[str], max_length: int, pad_token: str,
