@@ -1,4 +1,4 @@
-"""Labelled texts in a CSV or Parquet table as a data module: ``data=text data.path=FILE`` (columns ``text``, ``label``).
+"""Labelled texts in a CSV or Parquet table as a data module: ``data=text data.path=FILE`` (columns text, label).
 
 Columns: ``text`` holds the texts, ``target`` their labels (``data.text``, ``data.target``). Classes are the labels'
 distinct values, sorted (numbers by value when every label is a number), named as the file writes them
@@ -51,8 +51,17 @@ from trainkit.data.predict_inputs import Sample
 from trainkit.data.table import class_name, split_rows
 from trainkit.data.table_file import MISSING, SUFFIXES, read_table
 from trainkit.data.tabular import ordered_row_batches, shuffled_row_batches
-from trainkit.data.tokenizer import (MIN_VOCAB_SIZE, TOKENIZER_MODELS, encode, load_tokenizer, special_token_count,
-                                     tokenizer_from_state, tokenizer_state, tokenizers_module, train_tokenizer)
+from trainkit.data.tokenizer import (
+    MIN_VOCAB_SIZE,
+    TOKENIZER_MODELS,
+    encode,
+    load_tokenizer,
+    special_token_count,
+    tokenizer_from_state,
+    tokenizer_state,
+    tokenizers_module,
+    train_tokenizer,
+)
 from trainkit.data.values import check_values
 from trainkit.errors import ConfigError, DataError
 
