@@ -20,7 +20,7 @@ from trainkit.errors import ConfigError
 GROUPS = ("amp", "parallel", "model", "data", "loss", "metrics", "optimizer", "lr_schedule", "wrapper", "trainer",
           "logger")
 # Values the data fills into model keys left null, for building models without data.
-FROM_DATA = {"num_classes": 10, "in_channels": 3, "in_features": 4, "out_features": 10}
+FROM_DATA = {"num_classes": 10, "in_channels": 3, "in_features": 4, "out_features": 10, "vocab_size": 100, "pad_id": 0}
 
 
 def options(group):
@@ -38,6 +38,8 @@ def test_every_group_option_composes_and_passes_the_checks(group, tmp_path):
 @pytest.mark.parametrize("recipe", recipe_names())
 def test_every_recipe_composes_and_builds_its_parts(recipe, tmp_path):
     cfg = compose_config([f"recipe={recipe}", f"run_dir={tmp_path}"])
+    if "path" in cfg.data and cfg.data.path is None:  # a recipe for the user's file (text_classification)
+        cfg = compose_config([f"recipe={recipe}", f"run_dir={tmp_path}", f"data.path={tmp_path / 'texts.csv'}"])
     if "resnet" in cfg.model._target_:  # the smallest of the family builds in a fraction of the time
         cfg = compose_config([f"recipe={recipe}", f"run_dir={tmp_path}", "model=resnet18"])
     check_config(cfg)

@@ -4,8 +4,8 @@ bitwise the uninterrupted run's, metrics.jsonl equal value by value once wall-cl
 best.ckpt's weights equal. A user callback with state (Tally) rides along in every case, so a part dropped from the
 registry of stateful parts turns a case red (tests/app/test_exact_resume_parts.py names which).
 
-The digits case with EMA, accumulation and dynamic loss scaling together runs by default; the table and the
-image-folder case (augmented) are slow-marked: the same mechanism, other data modules.
+The digits case with EMA, accumulation and dynamic loss scaling together runs by default; the table, the
+image-folder (augmented) and the text case are slow-marked: the same mechanism, other data modules.
 """
 import random
 
@@ -43,10 +43,24 @@ def image_folder(root):
             "data.augment=light", "data.num_parallel_workers=1", "model.width=4", "trainer.epochs=2"]
 
 
+def text(root):
+    """data=text: its tokenizer trained again by the resumed process (another process's hash seeds) must be the
+    same, and the batches' order continue; TextBag's dropout rides along."""
+    generator = random.Random(1)
+    words = ["good", "bad", "film", "plot", "very", "not", "the", "acting", "warm", "cold"]
+    path = root / "t.csv"
+    rows = [" ".join(generator.choice(words) for _ in range(generator.randint(2, 9))) for _ in range(90)]
+    path.write_text("text,label\n" + "".join(f"{row},{'pos' if 'good' in row else 'neg'}\n" for row in rows))
+    return ["recipe=text_classification", f"data.path={path}", "data.max_length=8", "data.batch_size=8",
+            "data.vocab_size=60", "model.embed_dim=8", "model.hidden_sizes=[4]", "model.dropout=0.2",
+            "trainer.epochs=3", "wrapper.ema_decay=0.8"]
+
+
 @pytest.mark.parametrize("case", [
     digits,
     pytest.param(table, marks=pytest.mark.slow),
     pytest.param(image_folder, marks=pytest.mark.slow),
+    pytest.param(text, marks=pytest.mark.slow),
 ], ids=lambda case: case.__name__)
 def test_a_run_stopped_at_a_drawn_step_and_resumed_ends_as_the_uninterrupted_one(tmp_path, case):
     common = [*case(tmp_path), *QUIET]

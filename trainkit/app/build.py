@@ -94,7 +94,10 @@ def build_model(cfg: DictConfig, data: Any) -> nn.Cell:
     if dropped:
         node = OmegaConf.create({k: v for k, v in OmegaConf.to_container(node).items() if k not in dropped})
     with streams_from_zero():
-        network = instantiate_group("model", node, **model_args_from_data(node, data))
+        try:
+            network = instantiate_group("model", node, **model_args_from_data(node, data))
+        except ConfigError as error:
+            raise with_suggested_model(error, data) from error
     try:
         swapped = swap_convolutions(network, conv_impl)
         layers = swap_layers(network, layer_impl)
@@ -106,6 +109,15 @@ def build_model(cfg: DictConfig, data: Any) -> nn.Cell:
         log.info("model.layer_impl=%s: %s run by trainkit's fused kernels", layer_impl,
                  ", ".join(f"{count} nn.{kind}" for kind, count in layers.items() if count))
     return network
+
+
+def with_suggested_model(error: ConfigError, data: Any) -> ConfigError:
+    """`error` with the model the data module names for itself (``suggested_model``: data=text's ``model=text_bag``
+    ...) added, where it has one: the default recipe's small CNN built on texts fails for want of image channels."""
+    suggested = getattr(data, "suggested_model", None)
+    if not isinstance(suggested, str):
+        return error
+    return ConfigError(f"{error} ({type(data).__name__} trains with {suggested})")
 
 
 # Data attributes that fill a model key of another name (the data-module protocol before keys matched).

@@ -151,7 +151,7 @@ class TableData:
                 raise DataError(f"{self.path}: column {column!r} holds text ({table.columns[column][row]!r} in row "
                                 f"{row}) among numbers: fix the value, or list the column in data.categorical")
         task, classes, labels = self._target(table)
-        train, val, test = _split(labels if task == "classification" else None, table.rows, self.test_fraction,
+        train, val, test = split_rows(labels if task == "classification" else None, table.rows, self.test_fraction,
                                   self.val_fraction, self.split_seed)
         self.statistics = {"version": STATE_VERSION, "target": self.target, "task": task, "classes": classes,
                            "features": features,
@@ -190,7 +190,7 @@ class TableData:
                 raise DataError(f"{self.path}: column {self.target!r} holds text ({values[row]!r} in row {row}), so "
                                 "it cannot be a regression target: set data.task=classification or fix the value")
             return task, None, np.asarray(values, np.float64)
-        texts = [_text(v) for v in values]
+        texts = [class_name(v) for v in values]
         classes = sorted(set(texts), key=lambda t: (float(t), t) if numeric else (0.0, t))
         if len(classes) < 2:
             raise DataError(f"{self.path}: column {self.target!r} holds a single class ({classes[0]!r}): a "
@@ -215,7 +215,7 @@ class TableData:
         return {"mean": mean, "std": std if std > 0 else 1.0, "fill": fill}
 
     def _categories(self, table: Table, column: str, rows: np.ndarray) -> Dict[str, Any]:
-        present = [_text(v) for v in (table.columns[column][r] for r in rows) if v is not None]
+        present = [class_name(v) for v in (table.columns[column][r] for r in rows) if v is not None]
         if not present:
             raise DataError(f"{self.path}: column {column!r} has no value in any training row")
         counts = Counter(present)
@@ -336,7 +336,7 @@ def encode(table: Table, statistics: Dict[str, Any], fill: bool) -> Tuple[np.nda
                     problems.append((row, f"column {column!r} has no value in row {row}: fill it in, or set "
                                           f"data.fill ({', '.join(FILLS)})"))
                     continue
-                position = index.get(stats["fill"] if value is None else _text(value))
+                position = index.get(stats["fill"] if value is None else class_name(value))
                 if position is not None:  # a category training never saw: all zeros
                     block[row, position] = 1.0
         blocks.append(block)
@@ -359,17 +359,18 @@ def _float(value: object) -> Optional[float]:
     return number if math.isfinite(number) else None
 
 
-def _text(value: object) -> str:
+def class_name(value: object) -> str:
     """A value as a category or class name: whole numbers without a decimal point (3.0 -> "3")."""
     if isinstance(value, float):
         return str(int(value)) if value.is_integer() else repr(value)
     return str(value)
 
 
-def _split(labels: Optional[np.ndarray], rows: int, test_fraction: float, val_fraction: float,
-           seed: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+def split_rows(labels: Optional[np.ndarray], rows: int, test_fraction: float, val_fraction: float,
+               seed: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Row numbers (train, val, test), each sorted: per class (a classification) or over all rows, a `seed`
-    permutation's first share is test, the next validation, at least one each while one row is left to train."""
+    permutation's first share is test, the next validation, at least one each while one row is left to train.
+    The split of every module of table rows (``data=table``, ``data=text``)."""
     rng = np.random.default_rng(seed)
     groups = [np.arange(rows)] if labels is None else [np.flatnonzero(labels == c) for c in np.unique(labels)]
     parts: Dict[str, List[np.ndarray]] = {"train": [], "val": [], "test": []}

@@ -42,13 +42,19 @@ class Table:
         return len(next(iter(self.columns.values()))) if self.columns else 0
 
 
-def read_table(path: Path) -> Table:
-    """The table in `path` (.csv or .parquet); DataError naming the file when it cannot be read."""
+def read_table(path: Path, raw: bool = False) -> Table:
+    """The table in `path` (.csv or .parquet); DataError naming the file when it cannot be read.
+
+    Args:
+        raw: every value as the file writes it, a string (a CSV cell stripped; a Parquet value as ``str``), None
+            only for an empty CSV cell or a Parquet null: text read as text (``data=text``), not ``"NA"`` taken
+            for a missing value nor ``"007"`` for the number 7. ``numeric`` still says which columns hold numbers.
+    """
     path = Path(path)
     if path.suffix.lower() not in SUFFIXES:
         raise DataError(f"{path}: a table must be a .csv or .parquet file")
     with open_input(path) as stream:
-        table = _read_parquet(path, stream) if path.suffix.lower() == ".parquet" else _read_csv(path, stream)
+        table = _read_parquet(path, stream, raw) if path.suffix.lower() == ".parquet" else _read_csv(path, stream, raw)
     if not table.columns:
         raise DataError(f"{path} has no columns: its first row must name them")
     if not table.rows:
@@ -56,7 +62,7 @@ def read_table(path: Path) -> Table:
     return table
 
 
-def _read_csv(path: Path, stream) -> Table:
+def _read_csv(path: Path, stream, raw: bool = False) -> Table:
     try:
         with io.TextIOWrapper(stream, encoding="utf-8-sig", newline="") as text:
             header, rows = _csv_rows(path, text)
@@ -65,11 +71,11 @@ def _read_csv(path: Path, stream) -> Table:
     columns: Dict[str, List[object]] = {}
     numeric: Dict[str, bool] = {}
     for index, name in enumerate(header):
-        raw = [row[index].strip() for row in rows]
-        values: List[object] = [None if text in MISSING else text for text in raw]
+        cells = [row[index].strip() for row in rows]
+        values: List[object] = [None if text in MISSING else text for text in cells]
         parsed = [_number(v) if v is not None else None for v in values]
         is_numeric = all(p is not None for p, v in zip(parsed, values) if v is not None)
-        columns[name] = parsed if is_numeric else values
+        columns[name] = [text or None for text in cells] if raw else parsed if is_numeric else values
         numeric[name] = is_numeric
     return Table(path, columns, numeric)
 
@@ -134,7 +140,7 @@ def _number(text: object) -> Optional[float]:
     return value if math.isfinite(value) else None
 
 
-def _read_parquet(path: Path, stream) -> Table:
+def _read_parquet(path: Path, stream, raw: bool = False) -> Table:
     try:
         import pyarrow.parquet as pq
         import pyarrow.types as pat
@@ -158,7 +164,9 @@ def _read_parquet(path: Path, stream) -> Table:
         column_type = arrow.schema.field(name).type
         is_numeric = pat.is_integer(column_type) or pat.is_floating(column_type) or pat.is_boolean(column_type)
         values = arrow.column(name).to_pylist()
-        if is_numeric:
+        if raw:
+            values = [None if v is None else str(v) for v in values]
+        elif is_numeric:
             values = [None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v) for v in values]
         else:
             values = [None if v is None else str(v) for v in values]

@@ -9,7 +9,7 @@ model's keys (``in_features``, ``out_features``, ``num_classes``). scikit-learn 
 from __future__ import annotations
 
 import math
-from typing import Iterable, Iterator, Optional
+from typing import Iterable, Iterator, Optional, Tuple
 
 import mindspore.dataset as ds
 import numpy as np
@@ -163,21 +163,22 @@ class SklearnTabularData:
 
 
 def ordered_row_batches(features, target, batch_size: Optional[int], num_shards: int = 1,
-                        shard_id: int = 0) -> ds.Dataset:
-    """A table's evaluation rows as "features"/"target" batches of `batch_size` (None: the whole split in one), in
-    row order, this shard's only, the last partial batch kept."""
+                        shard_id: int = 0, names: Tuple[str, str] = ("features", "target")) -> ds.Dataset:
+    """A table's evaluation rows as "features"/"target" batches (the columns' `names`) of `batch_size` (None: the
+    whole split in one), in row order, this shard's only, the last partial batch kept."""
     num_shards, shard_id = check_shards(num_shards, shard_id)
-    return array_batches({"features": features, "target": target}, batch_size or len(target), shuffle=False,
+    return array_batches(dict(zip(names, (features, target))), batch_size or len(target), shuffle=False,
                          drop_remainder=False, num_shards=num_shards, shard_id=shard_id)
 
 
-def shuffled_row_batches(features, target, batch_size: int, num_shards: int = 1, shard_id: int = 0) -> ds.Dataset:
-    """A table's training rows as "features"/"target" batches of `batch_size`, shuffled, this shard's only, the
-    last partial batch dropped; ConfigError when a shard holds fewer rows than one batch."""
+def shuffled_row_batches(features, target, batch_size: int, num_shards: int = 1, shard_id: int = 0,
+                         names: Tuple[str, str] = ("features", "target")) -> ds.Dataset:
+    """A table's training rows as "features"/"target" batches (the columns' `names`) of `batch_size`, shuffled,
+    this shard's only, the last partial batch dropped; ConfigError when a shard holds fewer rows than one batch."""
     num_shards, shard_id = check_shards(num_shards, shard_id)
     per_shard = math.ceil(len(target) / num_shards)
     if per_shard < batch_size:
         raise ConfigError(f"batch_size={batch_size} is larger than the {per_shard} training rows per shard "
                           f"({len(target)} rows, num_shards={num_shards}): lower data.batch_size")
-    return array_batches({"features": features, "target": target}, batch_size, shuffle=True, drop_remainder=True,
+    return array_batches(dict(zip(names, (features, target))), batch_size, shuffle=True, drop_remainder=True,
                          num_shards=num_shards, shard_id=shard_id)

@@ -8,6 +8,7 @@ saved config, a training checkpoint's own, else the overrides; a stored config n
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import tempfile
 from dataclasses import dataclass
@@ -69,7 +70,8 @@ class Trained:
 
 def split_arguments(items: Sequence[str]) -> Tuple[List[str], List[str]]:
     """(paths, overrides): ``key=value`` items that name no existing file are overrides of the config."""
-    overrides = [item for item in items if _OVERRIDE.match(item) and not Path(item).exists()]
+    # os.path.exists, not Path.exists: a text run's sentence longer than a file name raises there (ENAMETOOLONG)
+    overrides = [item for item in items if _OVERRIDE.match(item) and not os.path.exists(item)]
     return [item for item in items if item not in overrides], overrides
 
 

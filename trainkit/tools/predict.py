@@ -1,11 +1,11 @@
 """``python -m trainkit.predict RUN_DIR|CKPT INPUT... --out predictions.csv``: what a trained model says about new
 inputs.
 
-The data module reads the inputs (``predict_samples(inputs)``: image files, folders or tables, as it knows them)
-and prepares each with its evaluation transforms, never the training augmentations; a data module without
-``predict_samples`` takes rows of ``.npy``/``.npz``/``.csv`` tables already shaped as its network's input
-(:mod:`trainkit.data.predict_inputs`). The network is built as ``evaluate`` builds it: the run's config (stored
-configs name only trusted targets, ``--trust MODULE``), the checkpoint's live or EMA weights.
+The data module reads the inputs (``predict_samples(inputs)``: image files, folders or tables, as it knows them;
+sentences for ``data=text``) and prepares each with its evaluation transforms, never the training augmentations; a
+data module without ``predict_samples`` takes rows of ``.npy``/``.npz``/``.csv`` tables already shaped as its
+network's input (:mod:`trainkit.data.predict_inputs`). The network is built as ``evaluate`` builds it: the run's
+config (stored configs name only trusted targets, ``--trust MODULE``), the checkpoint's live or EMA weights.
 
 One CSV row an input: its path (``FILE:ROW`` for a table's row), the predicted class's name (the class index where
 the run stored no names) and its softmax probability, then the next ``--top-k - 1`` classes and theirs; for a
@@ -20,6 +20,7 @@ import argparse
 import csv
 import inspect
 import logging
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -120,8 +121,8 @@ def expand(inputs: Iterable[str]) -> List[Path]:
     """The files `inputs` name: files as they are, folders as the files under them (sorted)."""
     found: List[Path] = []
     for item in inputs:
-        path = Path(item)
-        found.extend(sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path])
+        path = Path(item)  # os.path.isdir: a sentence (a text run's input) longer than a file name is no folder
+        found.extend(sorted(p for p in path.rglob("*") if p.is_file()) if os.path.isdir(item) else [path])
     return found
 
 
@@ -306,7 +307,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     "row an input, with the predicted class and the top-k probabilities (or a regression's value).")
     parser.add_argument("target", help="a checkpoint file, or a run directory (its best or newest checkpoint)")
     parser.add_argument("inputs", nargs="+", metavar="INPUT",
-                        help="image files, folders or tables (.csv, .npy, .npz); key=value items change the saved "
+                        help="image files, folders or tables (.csv, .npy, .npz); for a data=text run, sentences, "
+                             ".txt files (a text a line) or tables of texts; key=value items change the saved "
                              "config (e.g. data.image_size=64)")
     parser.add_argument("--out", type=Path, required=True, help="the CSV file to write")
     parser.add_argument("--top-k", type=int, default=DEFAULT_TOP_K,
@@ -334,7 +336,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.top_k < 1 or (args.batch_size is not None and args.batch_size < 1):
             raise ConfigError(f"--top-k and --batch-size must be at least 1; got {args.top_k} and {args.batch_size}")
         if not inputs:
-            raise ConfigError("no INPUT: give image files, folders or tables (.csv, .npy, .npz) to predict")
+            raise ConfigError("no INPUT: give image files, folders or tables (.csv, .npy, .npz) to predict (a text "
+                              "run: sentences, .txt files or tables of texts)")
         output = args.out.expanduser()
         check_output(output, args.force)
         trained = load_trained(Path(args.target).expanduser(), overrides, args.weights, args.checkpoint, args.trust,
