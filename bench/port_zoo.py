@@ -379,9 +379,9 @@ def run_transformers(only: Sequence[str], jobs: int = 1, threads: int = 1, timeo
                      keep: Optional[Path] = None) -> List[Result]:
     """The rows of the transformers section's models that `only` selects (all when empty), in its order, each
     ported in a forked worker, `jobs` at a time (small configs: :data:`MEMORY_BASE` each)."""
+    import trainkit.bridge.port  # noqa: F401 - MindSpore imported once, before the workers are forked
     from bench import hf_models
     from bench.fork_jobs import Job, available_memory, run_jobs
-    import trainkit.bridge.port  # noqa: F401 - MindSpore imported once, before the workers are forked
 
     rows: Dict[str, Result] = {}
     order, waiting = [], []
@@ -434,9 +434,10 @@ def torch_table(results: Sequence[Result], settings: str) -> str:
     """The transformers section: its note and its rows."""
     import transformers
 
-    lines = [f"Made by `python -m bench.port_zoo --transformers` ({settings}; transformers {transformers.__version__}); "
-             "each model built from a small config (`bench/hf_models.py`: 1-2 layers, hidden size 16, a vocabulary "
-             "of 100) with random weights (a tensor the model initialises to zeros drawn at random too); text models "
+    version = transformers.__version__
+    lines = [f"Made by `python -m bench.port_zoo --transformers` ({settings}; transformers {version}); each model "
+             "built from a small config (`bench/hf_models.py`: 1-2 layers, hidden size 16, a vocabulary of 100) "
+             "with random weights (a tensor the model initialises to zeros drawn at random too); text models "
              "take a batch of 2x16 token ids (with the attention mask of the pad id where the config names one), "
              "image models 2x3x16x16 (ViT) or 2x3x32x32. Exports: the ported `weights.ckpt` written back by "
              "`python -m trainkit.export CKPT OUT.pt --to torch` and loaded with `load_state_dict(strict=True)` into "

@@ -169,6 +169,6 @@ def test_the_transformers_section_is_written_between_its_own_markers_and_leaves_
                     f"{port_zoo.HF_END}\nc\n")
     row = port_zoo.Result("transformers Bert", "yes", "yes (1.0e-07; 2.0e-07)", 3.14, torch="yes (5 tensors; 0.0e+00)")
     port_zoo.write_table(row.torch_row(), page, port_zoo.HF_BEGIN, port_zoo.HF_END)
+    written = "| transformers Bert | yes | yes (1.0e-07; 2.0e-07) | yes (5 tensors; 0.0e+00) | 3.1 |"
     assert page.read_text() == (f"a\n{port_zoo.BEGIN}\n| vision row |\n{port_zoo.END}\nb\n{port_zoo.HF_BEGIN}\n"
-                                "| transformers Bert | yes | yes (1.0e-07; 2.0e-07) | yes (5 tensors; 0.0e+00) | 3.1 |\n"
-                                f"{port_zoo.HF_END}\nc\n")
+                                f"{written}\n{port_zoo.HF_END}\nc\n")

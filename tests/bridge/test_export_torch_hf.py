@@ -141,7 +141,7 @@ def test_the_ported_package_s_model_config_is_found_in_it_or_in_its_project(tmp_
 
 def test_the_record_is_no_constructor_argument_and_no_unknown_key():
     """model.tied_weights is trainkit's key: the model is built without it, and the key check lets it by.
-    Mutation caught: it left out of NOT_ARGUMENTS (the constructor gets tied_weights; unknown key model.tied_weights)."""
+    Mutation caught: it left out of NOT_ARGUMENTS (the constructor gets tied_weights; an unknown key)."""
     node = {"_target_": "trainkit.models.mlp.MLP", "in_features": 4, "out_features": 3,
             "tied_weights": [["head.weight", "embed.weight"]]}
     from omegaconf import OmegaConf

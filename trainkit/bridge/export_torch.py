@@ -32,8 +32,8 @@ from trainkit.bridge.name_mapping import BATCH_NORM_COUNTER, BATCH_NORM_NAMES, R
 from trainkit.bridge.torch_import import import_torch
 from trainkit.errors import CheckpointError, ConfigError, DataError
 from trainkit.rundir.checkpoint_file import find_checkpoint, stored_config
-from trainkit.rundir.stored_config import read_stored_config
 from trainkit.rundir.output_file import written_whole
+from trainkit.rundir.stored_config import read_stored_config
 from trainkit.rundir.trust import WEIGHTS_ONLY, add_trust_argument
 from trainkit.rundir.weights import PYTORCH_SUFFIXES, WEIGHTS, network_weights, refuse_existing
 
