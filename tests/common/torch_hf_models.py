@@ -67,3 +67,11 @@ def bert_mlm(**changes):
     head's own ``bias`` (two tied Parameters), the pad id 0 (BERT's default)."""
     torch.manual_seed(0)
     return transformers.BertForMaskedLM(transformers.BertConfig(**{**TINY, **changes})).eval()
+
+
+class SmallestFilled(torch.nn.Module):
+    """What transformers' eager attention masks do: fill with ``torch.finfo(x.dtype).min`` of a traced tensor's
+    dtype."""
+
+    def forward(self, x):
+        return torch.where(x > 0.5, torch.zeros((), dtype=x.dtype), torch.finfo(x.dtype).min) + x
