@@ -82,7 +82,13 @@ def deberta_v2():
 def t5():
     return transformers.T5ForSequenceClassification(transformers.T5Config(
         vocab_size=VOCAB, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_decoder_layers=1, num_heads=2,
-        num_labels=3, pad_token_id=0))
+        num_labels=3, pad_token_id=0, decoder_start_token_id=0))
+
+
+def t5_encoder():
+    """T5's encoder alone (its embeddings shared with the unused decoder's: one tie)."""
+    return transformers.T5EncoderModel(transformers.T5Config(
+        vocab_size=VOCAB, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2, pad_token_id=0))
 
 
 def mobilebert():
@@ -132,6 +138,7 @@ MODELS: List[Tuple[str, str, List[int], Optional[int]]] = [
     ("GPT2LMHeadModel", "gpt2_lm", [16], VOCAB),
     ("DebertaV2ForSequenceClassification", "deberta_v2", [16], VOCAB),
     ("T5ForSequenceClassification", "t5", [16], VOCAB),
+    ("T5EncoderModel", "t5_encoder", [16], VOCAB),
     ("MobileBertForSequenceClassification", "mobilebert", [16], VOCAB),
     ("XLMRobertaForSequenceClassification", "xlm_roberta", [16], VOCAB),
     ("MPNetForSequenceClassification", "mpnet", [16], VOCAB),
