@@ -226,7 +226,7 @@ def test_filled_tensors_extrema_and_unary_functions_as_torch():
 
 
 def test_a_reduction_by_torch_min_and_a_computed_fill_without_dtype_are_refused():
-    from trainkit.bridge.port_layers import Unsupported
+    from trainkit.bridge.port.layers import Unsupported
 
     for call in (lambda: FUNCTIONS["torch.min"]("x", "1"), lambda: FUNCTIONS["torch.max"]("x"),
                  lambda: FUNCTIONS["torch.full"]("(2, 3)", "value")):
