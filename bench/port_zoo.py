@@ -6,6 +6,10 @@ docs/coming-from-pytorch.md between its marker comments (``--only NAME`` runs so
 Small inputs keep it short (64x64 where a model takes it); a model above ``--max-parameters`` is not built and
 its row says so, and one the time budget leaves unrun says that too: no model is left out silently.
 
+``--transformers`` makes the table's section of Hugging Face ``transformers`` models instead (between its own
+markers): each built from a small config (:mod:`bench.hf_models`), ported with token ids where it takes them, and
+its ported weights exported back by ``export --to torch`` and loaded strictly into the model's own class.
+
 Each model is ported in a process of its own, forked from this one once torch, torchvision, timm and MindSpore
 are imported (no import per model, and a model's memory is given back when its process ends); ``--jobs N`` runs
 N at a time, the largest first, and holds back a model while the ones running would leave it too little memory
@@ -32,6 +36,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "coming-from-pytorch.md"
 BEGIN, END = "<!-- port-zoo table: begin -->", "<!-- port-zoo table: end -->"
+HF_BEGIN, HF_END = "<!-- port-zoo transformers table: begin -->", "<!-- port-zoo transformers table: end -->"
 TIMM_MODELS = ["resnet10t", "resnet18", "resnet50", "resnext26ts", "efficientnet_b0", "efficientnet_lite0",
                "mobilenetv3_small_050", "mobilenetv3_large_100", "mobilenetv4_conv_small", "convnext_atto",
                "regnetx_002", "regnety_002", "ghostnet_050", "lcnet_050", "mixnet_s", "densenet121", "dla34", "vgg11",
@@ -71,10 +76,16 @@ class Result:
     agrees: str
     seconds: Optional[float]
     onnx: str = ""  # the ported network exported to ONNX (trainkit.tools.deploy.write_checked): kept, or why not
+    torch: str = ""  # its weights exported by export --to torch and loaded strictly into the PyTorch class, or why not
 
     def row(self) -> str:
         seconds = "" if self.seconds is None else f"{self.seconds:.1f}"
         return f"| {self.model} | {self.ported} | {self.agrees} | {self.onnx} | {seconds} |"
+
+    def torch_row(self) -> str:
+        """The row of the transformers section: the export back to PyTorch where the vision table has ONNX."""
+        seconds = "" if self.seconds is None else f"{self.seconds:.1f}"
+        return f"| {self.model} | {self.ported} | {self.agrees} | {self.torch} | {seconds} |"
 
 
 def parameter_count(factory, arguments: Dict[str, Any]) -> int:
@@ -133,8 +144,10 @@ def built_once(target: str, arguments: Dict[str, Any], model):
         setattr(module, name, factory)
 
 
-def port_one(label: str, target: str, arguments: Dict[str, Any], shape, folder: Path, factory) -> Result:
-    """Port one model into `folder` from its own weights (none of them all zero); its row."""
+def port_one(label: str, target: str, arguments: Dict[str, Any], shape, folder: Path, factory,
+             input_ints: Optional[int] = None, to_torch: bool = False) -> Result:
+    """Port one model into `folder` from its own weights (none of them all zero), token ids in [0, `input_ints`)
+    where given; its row, with the ONNX export's cell, or with `to_torch` the export back to PyTorch's."""
     from trainkit.bridge.port import port
     from trainkit.errors import CheckpointError, ConfigError, DataError
 
@@ -143,7 +156,7 @@ def port_one(label: str, target: str, arguments: Dict[str, Any], shape, folder: 
     try:
         model = own_weights(factory, arguments)
         with contextlib.redirect_stdout(printed), built_once(target, arguments, model):
-            status = port(target, arguments, folder, list(shape))
+            status = port(target, arguments, folder, list(shape), input_ints=input_ints)
     except (ConfigError, DataError, CheckpointError) as error:
         problems = [line for line in printed.getvalue().splitlines() if line.startswith("unsupported:")]
         reason = problems[0] if problems else str(error).splitlines()[0]
@@ -158,7 +171,35 @@ def port_one(label: str, target: str, arguments: Dict[str, Any], shape, folder: 
         lines = printed.getvalue().strip().splitlines()
         return Result(label, "yes", f"no: {_cell(lines[-1] if lines else 'no comparison', 110)}", seconds)
     agrees = ("yes" if status == 0 else "no") + (f" ({difference[0]:.1e}; {difference[1]:.1e})" if difference else "")
+    if to_torch:
+        return Result(label, "yes", agrees, seconds, torch=torch_cell(folder, factory, arguments, model))
     return Result(label, "yes", agrees, seconds, onnx_cell(folder, shape))
+
+
+def torch_cell(folder: Path, factory, arguments: Dict[str, Any], model) -> str:
+    """Whether the ported weights (``weights.ckpt``), written back by ``python -m trainkit.export CKPT OUT.pt --to
+    torch``, load with ``load_state_dict(strict=True)`` into the model's class built again, and how far they are
+    from `model`'s own (the ported ones: none, where the round trip is exact); the row's cell."""
+    import torch
+
+    from trainkit.bridge.export_torch import export_torch, tied_weights
+    from trainkit.errors import CheckpointError, ConfigError, DataError
+
+    output = folder.with_suffix(".pt")  # beside the port's folder, not in it
+    try:
+        export_torch(folder / "weights.ckpt", output, force=True)
+        state = torch.load(output, weights_only=True)
+        factory(**arguments).load_state_dict(state, strict=True)
+    except (ConfigError, DataError, CheckpointError) as error:
+        return f"no: {_cell(str(error), 110)}"
+    except RuntimeError as error:  # load_state_dict's: the missing and unexpected names, one kind a line
+        lines = [line.strip() for line in str(error).splitlines()[1:] if line.strip()]
+        return f"no: {_cell(lines[0] if lines else str(error), 110)}"
+    own = model.state_dict()
+    difference = max((float((state[name].double() - value.double()).abs().max()) for name, value in own.items()
+                      if value.numel()), default=0.0)
+    tied = len(tied_weights(folder / "weights.ckpt")[0])
+    return f"yes ({len(state)} tensors{f', {tied} tied' if tied else ''}; {difference:.1e})"
 
 
 def onnx_cell(folder: Path, shape) -> str:
@@ -169,13 +210,15 @@ def onnx_cell(folder: Path, shape) -> str:
     import mindspore as ms
     from omegaconf import OmegaConf
 
+    from trainkit.app.finetune import model_arguments
     from trainkit.bridge.compare import fixed_batch
     from trainkit.errors import ConfigError, DataError
     from trainkit.tools.deploy import ExportMismatch, write_checked
     from trainkit.tools.inference import InferenceCell, outputs
 
     try:
-        network = hydra.utils.instantiate(OmegaConf.load(folder / "conf" / "model" / f"{folder.name}.yaml"))
+        node = OmegaConf.load(folder / "conf" / "model" / f"{folder.name}.yaml")
+        network = hydra.utils.instantiate(model_arguments(node))  # without model.tied_weights, port's record
         ms.load_param_into_net(network, ms.load_checkpoint(str(folder / "weights.ckpt")), strict_load=True)
         network = InferenceCell(network)
         batch = fixed_batch([2, *shape], 0)
@@ -322,14 +365,48 @@ def run(only: Sequence[str], max_parameters: float, budget: float, reuse: Dict[s
 
 
 def _work(label: str, target: str, arguments: Dict[str, Any], shape, folder: Path, factory, threads: int,
-          remove: bool) -> Dict[str, Any]:
+          remove: bool, input_ints: Optional[int] = None, to_torch: bool = False) -> Dict[str, Any]:
     """A worker's job: its row, as a dict."""
     worker_setup(threads)
     try:
-        return asdict(port_one(label, target, arguments, shape, folder, factory))
+        return asdict(port_one(label, target, arguments, shape, folder, factory, input_ints, to_torch))
     finally:
         if remove:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_transformers(only: Sequence[str], jobs: int = 1, threads: int = 1, timeout: Optional[float] = None,
+                     keep: Optional[Path] = None) -> List[Result]:
+    """The rows of the transformers section's models that `only` selects (all when empty), in its order, each
+    ported in a forked worker, `jobs` at a time (small configs: :data:`MEMORY_BASE` each)."""
+    import trainkit.bridge.port  # noqa: F401 - MindSpore imported once, before the workers are forked
+    from bench import hf_models
+    from bench.fork_jobs import Job, available_memory, run_jobs
+
+    rows: Dict[str, Result] = {}
+    order, waiting = [], []
+    work = keep.resolve() if keep is not None else Path(tempfile.mkdtemp(prefix="port_zoo_hf_"))
+    work.mkdir(parents=True, exist_ok=True)
+    sys.path.insert(0, str(work))
+    try:
+        for index, (label, target, arguments, shape, factory, ints) in enumerate(hf_models.cases()):
+            if only and not any(part in label for part in only):
+                continue
+            order.append(label)
+            waiting.append(Job(label, MEMORY_BASE, functools.partial(
+                _work, label, target, arguments, shape, work / f"hf{index}", factory, threads, keep is None, ints,
+                True)))
+
+        def finished(outcome) -> None:
+            rows[outcome.name] = _row(outcome, float("inf"))
+            print(rows[outcome.name].torch_row(), flush=True)
+
+        run_jobs(waiting, jobs, available_memory(), timeout, None, finished)
+    finally:
+        sys.path.remove(str(work))
+        if keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+    return [rows[label] for label in order]
 
 
 def _row(outcome, budget: float) -> Result:
@@ -353,13 +430,31 @@ def table(results: Sequence[Result], settings: str) -> str:
     return "\n".join(lines + [result.row() for result in results])
 
 
-def write_table(text: str, path: Path = DOC) -> None:
+def torch_table(results: Sequence[Result], settings: str) -> str:
+    """The transformers section: its note and its rows."""
+    import transformers
+
+    version = transformers.__version__
+    lines = [f"Made by `python -m bench.port_zoo --transformers` ({settings}; transformers {version}); each model "
+             "built from a small config (`bench/hf_models.py`: 1-2 layers, hidden size 16, a vocabulary of 100) "
+             "with random weights (a tensor the model initialises to zeros drawn at random too); text models "
+             "take a batch of 2x16 token ids (with the attention mask of the pad id where the config names one), "
+             "image models 2x3x16x16 (ViT) or 2x3x32x32. Exports: the ported `weights.ckpt` written back by "
+             "`python -m trainkit.export CKPT OUT.pt --to torch` and loaded with `load_state_dict(strict=True)` into "
+             "the model's own class built again: the tensors it holds (tied: names of a Parameter two modules "
+             "share, written under each), and the largest difference from the model's own weights.", "",
+             "| model | ported | agrees (max abs diff; relative) | exports --to torch, strict (max diff) | seconds |",
+             "|---|---|---|---|---|"]
+    return "\n".join(lines + [result.torch_row() for result in results])
+
+
+def write_table(text: str, path: Path = DOC, begin: str = BEGIN, end: str = END) -> None:
     page = path.read_text(encoding="utf-8")
-    if BEGIN not in page or END not in page:
-        raise SystemExit(f"{path} has no {BEGIN} ... {END} markers to write the table between")
-    head, rest = page.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    path.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}", encoding="utf-8")
+    if begin not in page or end not in page:
+        raise SystemExit(f"{path} has no {begin} ... {end} markers to write the table between")
+    head, rest = page.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    path.write_text(f"{head}{begin}\n{text}\n{end}{tail}", encoding="utf-8")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -381,12 +476,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         "it was stopped (0: no limit)")
     parser.add_argument("--rows-from", type=Path, action="append", default=[], metavar="LOG",
                         help="take the rows of the models an earlier run printed into LOG instead of porting them")
+    parser.add_argument("--transformers", action="store_true", help="the section of Hugging Face transformers models "
+                        "(bench/hf_models.py), each exported back to PyTorch and loaded strictly, instead")
     args = parser.parse_args(argv)
     for option, value, least in (("--jobs", args.jobs, 1), ("--threads", args.threads, 0)):
         if value < least:
             parser.error(f"{option} {value}: give {least} or more")
     if args.memory is not None and args.memory <= 0:
         parser.error(f"--memory {args.memory:g}: give the GiB the workers may take together, above 0")
+    if args.transformers:
+        results = run_transformers(args.only, args.jobs, args.threads, args.timeout or None, args.keep)
+        if not args.only:
+            write_table(torch_table(results, f"{args.jobs} at a time"), DOC, HF_BEGIN, HF_END)
+            print(f"wrote {len(results)} rows into {DOC}")
+        return 0
     results = run(args.only, args.max_parameters, args.budget, earlier_rows(args.rows_from), args.jobs,
                   args.threads, None if args.memory is None else args.memory * 2 ** 30, args.timeout or None, args.keep)
     if not args.only:

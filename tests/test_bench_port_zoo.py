@@ -159,3 +159,16 @@ def test_a_worker_s_port_writes_the_bytes_the_earlier_flow_wrote(tmp_path, monke
     made = _files(worker)
     assert "weights.ckpt" in made and "compare.csv" in made and "model.py" in made
     assert made == _files(earlier)
+
+
+def test_the_transformers_section_is_written_between_its_own_markers_and_leaves_the_vision_table(tmp_path):
+    """--transformers rewrites its section only; its rows carry the export back to PyTorch where the vision rows
+    carry ONNX. Mutation caught: the section written between the vision table's markers."""
+    page = tmp_path / "page.md"
+    page.write_text(f"a\n{port_zoo.BEGIN}\n| vision row |\n{port_zoo.END}\nb\n{port_zoo.HF_BEGIN}\nold\n"
+                    f"{port_zoo.HF_END}\nc\n")
+    row = port_zoo.Result("transformers Bert", "yes", "yes (1.0e-07; 2.0e-07)", 3.14, torch="yes (5 tensors; 0.0e+00)")
+    port_zoo.write_table(row.torch_row(), page, port_zoo.HF_BEGIN, port_zoo.HF_END)
+    written = "| transformers Bert | yes | yes (1.0e-07; 2.0e-07) | yes (5 tensors; 0.0e+00) | 3.1 |"
+    assert page.read_text() == (f"a\n{port_zoo.BEGIN}\n| vision row |\n{port_zoo.END}\nb\n{port_zoo.HF_BEGIN}\n"
+                                f"{written}\n{port_zoo.HF_END}\nc\n")

@@ -89,3 +89,16 @@ def test_tied_weights_stay_one_parameter_held_once(on_path, capsys):
     actual = network(ms.Tensor(batch)).asnumpy()
     assert actual.shape == expected.shape == (3, 16, 100)
     assert np.max(np.abs(actual - expected)) <= DEFAULT_TOLERANCE * np.max(np.abs(expected))
+
+
+def test_finfo_of_a_traced_dtype_is_its_number(on_path, capsys):
+    """transformers' eager masks (MPNet, Bloom) fill with torch.finfo(embeds.dtype).min, a dtype fx traces: the
+    trace answers it from the value computed and says so. Mutation caught: finfo left to fx (`torch.finfo()
+    requires a floating point input type`, nothing written)."""
+    assert port(f"{MODELS}:SmallestFilled", {}, on_path / "filled", [4]) == 0, capsys.readouterr().out
+    assert "holds for inputs of shape 4 only" in capsys.readouterr().out
+    network = importlib.import_module("filled.model").SmallestFilled()
+    batch = np.random.default_rng(3).random((3, 4)).astype(np.float32)
+    expected = np.where(batch > 0.5, 0.0, np.finfo(np.float32).min) + batch  # NumPy's float32 minimum
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    assert np.array_equal(network(ms.Tensor(batch)).asnumpy(), expected.astype(np.float32))

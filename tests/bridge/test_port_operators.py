@@ -191,3 +191,44 @@ def test_embedding_with_padding_idx_gives_the_pad_row_no_gradient_as_torch():
         close(layer(ms.Tensor(ids.numpy())).asnumpy(), vectors.detach())
         close(gradient.asnumpy(), module.weight.grad)
         assert not module.weight.grad[module.padding_idx].any()
+
+
+def test_filled_tensors_extrema_and_unary_functions_as_torch():
+    """MobileBERT's torch.zeros(input_shape, dtype=long), MPNet's relative position buckets (abs, log, full_like,
+    torch.min), Bloom's alibi.baddbmm: seeded shapes, dtypes and values, against PyTorch's own calls."""
+    rng = random.Random(3)
+    dtypes = [("None", None), ("ms.int64", torch.int64), ("ms.float32", torch.float32), ("ms.bool_", torch.bool)]
+    for _ in range(CASES):
+        size = shape(rng, rng.randint(1, 3))
+        code, dtype = rng.choice(dtypes)
+        keywords = {} if dtype is None else {"dtype": dtype}
+        close(run(FUNCTIONS["torch.zeros"](repr(tuple(size)), dtype=code)), torch.zeros(size, **keywords))
+        close(run(FUNCTIONS["torch.ones"](*map(str, size), dtype=code)), torch.ones(*size, **keywords))
+        value = rng.choice(["3", "-1.5", "True"])
+        filled = {"3": 3, "-1.5": -1.5, "True": True}[value]
+        close(run(FUNCTIONS["torch.full"](repr(tuple(size)), value)), torch.full(size, filled))
+        x, y = torch.randn(size), torch.randn(size)
+        close(run(FUNCTIONS["torch.zeros_like"]("x", dtype=code), x=x), torch.zeros_like(x, **keywords))
+        close(run(FUNCTIONS["torch.ones_like"]("x"), x=x), torch.ones_like(x))
+        close(run(FUNCTIONS["torch.full_like"]("x", value, dtype=code), x=x), torch.full_like(x, filled, **keywords))
+        close(run(FUNCTIONS["torch.min"]("x", "y"), x=x, y=y), torch.min(x, y))
+        close(run(FUNCTIONS["torch.max"]("x", "y"), x=x, y=y), torch.max(x, y))
+        for name in ("abs", "exp"):
+            close(run(FUNCTIONS[f"torch.{name}"]("x"), x=x), getattr(torch, name)(x))
+            close(run(METHODS[name]("x"), x=x), getattr(x, name)())
+        positive = x.abs() + 0.1
+        for name in ("log", "sqrt", "rsqrt"):
+            close(run(FUNCTIONS[f"torch.{name}"]("x"), x=positive), getattr(torch, name)(positive))
+        b, n, k, m = (rng.randint(1, 4) for _ in range(4))
+        bias, batch1, batch2 = torch.randn(b, n, m), torch.randn(b, n, k), torch.randn(b, k, m)
+        close(run(METHODS["baddbmm"]("bias", "batch1", "batch2", beta="1.0", alpha="0.5"), bias=bias, batch1=batch1,
+                  batch2=batch2), bias.baddbmm(batch1, batch2, beta=1.0, alpha=0.5))
+
+
+def test_a_reduction_by_torch_min_and_a_computed_fill_without_dtype_are_refused():
+    from trainkit.bridge.port.layers import Unsupported
+
+    for call in (lambda: FUNCTIONS["torch.min"]("x", "1"), lambda: FUNCTIONS["torch.max"]("x"),
+                 lambda: FUNCTIONS["torch.full"]("(2, 3)", "value")):
+        with pytest.raises(Unsupported):
+            call()

@@ -107,3 +107,30 @@ def test_the_documented_timm_port_runs_as_written(tmp_path):
     done = subprocess.run(command, capture_output=True, text=True, env=environment, cwd=tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "agree:" in done.stdout and (tmp_path / "mnv3" / "weights.ckpt").is_file()
+
+
+@pytest.mark.slow  # about 40 s (three processes importing torch, transformers and MindSpore); the page's transcript
+# runs the same commands in one process in the default suite (tests/test_docs_transcripts.py)
+def test_the_documented_transformers_port_runs_as_written_in_fresh_processes(tmp_path):
+    """docs/coming-from-pytorch.md's text_models.py, ported, exported back and checked by check_bert.py, each a
+    process of its own as a user runs them: `import transformers` then a model class stops on torchvision::nms
+    beside the package index's torchvision unless import_torch ran first (port does; check_bert.py does).
+
+    Mutation caught: check_bert.py without its import_torch() (exit 1, ModuleNotFoundError for the class)."""
+    pytest.importorskip("torch")
+    if torch_import.importlib.util.find_spec("transformers") is None:
+        pytest.skip("transformers is not installed")
+    from tests.common.transcripts import page_files
+
+    files = page_files(ROOT / "docs" / "coming-from-pytorch.md")
+    for name in ("text_models.py", "check_bert.py"):
+        (tmp_path / name).write_text(files[name], encoding="utf-8")
+    environment = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}", "GLOG_v": "3"}
+    for command in (["trainkit.port", "text_models:bert", "--out", "ported_bert", "--input-shape", "16",
+                     "--input-ints", "1000"],
+                    ["trainkit.export", "ported_bert/weights.ckpt", "bert_back.pt", "--to", "torch"],
+                    ["check_bert"]):
+        done = subprocess.run([sys.executable, "-m", *command], capture_output=True, text=True, env=environment,
+                              cwd=tmp_path, timeout=600)
+        assert done.returncode == 0, (command, done.stderr[-2000:])
+    assert "the same class on both sides: True" in done.stdout

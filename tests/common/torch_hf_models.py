@@ -60,3 +60,18 @@ def gpt2_lm(**changes):
     config = transformers.GPT2Config(vocab_size=100, n_embd=16, n_layer=1, n_head=2, n_positions=64, bos_token_id=1,
                                      eos_token_id=1, **changes)
     return transformers.GPT2LMHeadModel(config).eval()
+
+
+def bert_mlm(**changes):
+    """BERT with its masked-language-model head: the decoder's weight is the word embeddings' table and its bias the
+    head's own ``bias`` (two tied Parameters), the pad id 0 (BERT's default)."""
+    torch.manual_seed(0)
+    return transformers.BertForMaskedLM(transformers.BertConfig(**{**TINY, **changes})).eval()
+
+
+class SmallestFilled(torch.nn.Module):
+    """What transformers' eager attention masks do: fill with ``torch.finfo(x.dtype).min`` of a traced tensor's
+    dtype."""
+
+    def forward(self, x):
+        return torch.where(x > 0.5, torch.zeros((), dtype=x.dtype), torch.finfo(x.dtype).min) + x

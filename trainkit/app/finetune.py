@@ -26,14 +26,21 @@ log = logging.getLogger("trainkit")
 
 #: Keys of the model node that configure fine-tuning rather than the model's constructor.
 FINETUNE_KEYS = ("pretrained", "pretrained_weights", "pretrained_reinit", "freeze", "freeze_batch_norm")
+#: A key of the model node that records a fact about the model for the tools: the PyTorch names of each Parameter
+#: two modules share (``[[lm_head.weight, transformer.wte.weight]]``: PyTorch's second name, then the one the
+#: checkpoint keeps it under), written by ``port``, read by ``export --to torch`` from the run's stored config.
+TIED_WEIGHTS = "tied_weights"
+#: Keys of the model node that are not the model constructor's arguments.
+NOT_ARGUMENTS = FINETUNE_KEYS + (TIED_WEIGHTS,)
 
 
 def model_arguments(node: DictConfig) -> DictConfig:
-    """The model node without the fine-tuning keys: what ``hydra.utils.instantiate`` passes to the constructor."""
-    if not any(key in node for key in FINETUNE_KEYS):
+    """The model node without the fine-tuning keys and the tied weights' record: what ``hydra.utils.instantiate``
+    passes to the constructor."""
+    if not any(key in node for key in NOT_ARGUMENTS):
         return node
     container = OmegaConf.to_container(node, resolve=True)
-    for key in FINETUNE_KEYS:
+    for key in NOT_ARGUMENTS:
         container.pop(key, None)
     return OmegaConf.create(container)
 

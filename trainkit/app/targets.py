@@ -20,7 +20,7 @@ from typing import Any, Dict, Iterator, List, Tuple
 from hydra.utils import get_object
 from omegaconf import DictConfig, ListConfig
 
-from trainkit.app.finetune import FINETUNE_KEYS
+from trainkit.app.finetune import NOT_ARGUMENTS
 from trainkit.checks import did_you_mean
 from trainkit.errors import ConfigError
 
@@ -33,9 +33,10 @@ SUPPLIED = {
 }
 # trainkit's keys in those groups that are not the target's arguments.
 CONSUMED = {
-    # model.pretrained, model.freeze, ...: trainkit.app.finetune applies them after building; model.conv_impl:
-    # trainkit.app.build swaps every nn.Conv2d of any network (and passes it to a model that takes it)
-    "model": FINETUNE_KEYS + ("conv_impl",),
+    # model.pretrained, model.freeze, ...: trainkit.app.finetune applies them after building; model.tied_weights:
+    # export --to torch reads it; model.conv_impl: trainkit.app.build swaps every nn.Conv2d of any network (and
+    # passes it to a model that takes it)
+    "model": NOT_ARGUMENTS + ("conv_impl",),
     "optimizer": ("lr",),
     "wrapper": ("loss_scale", "loss_scale_value", "scale_factor", "scale_window"),
 }

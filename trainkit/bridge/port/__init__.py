@@ -41,6 +41,7 @@ import mindspore as ms
 import numpy as np
 
 from trainkit import configs
+from trainkit.app.finetune import TIED_WEIGHTS
 from trainkit.bridge.compare import (
     DEFAULT_TOLERANCE,
     compare_layers,
@@ -232,7 +233,8 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
                                         "weights with") + f"\n{port_code.comment(f'  {command}')}\n"
                       f"_target_: {module_name}.model.{ported.top}\n"
                       + "".join(f"{name}: {port_code.literal(list(value) if isinstance(value, tuple) else value)}\n"
-                                for name, value in ported.arguments.items()), encoding="utf-8")  # YAML: no tuple
+                                for name, value in ported.arguments.items())  # YAML: no tuple
+                      + tied_weights_lines(aliases), encoding="utf-8")
     try:
         with masked(model, ported.mask):  # PyTorch's called with the mask the ported model computes
             rows = compare_layers(network, model, batch)
@@ -258,7 +260,8 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
         print(f"train it in the project: cd {into} && {command}")
     if aliases:
         print(f"tied weights, one Parameter each as in PyTorch: "
-              f"{', '.join(f'{alias} is {name}' for alias, name in aliases.items())}")
+              f"{', '.join(f'{alias} is {name}' for alias, name in aliases.items())} (model.{TIED_WEIGHTS} in the "
+              "model config: export --to torch writes each under both names)")
     if ported.mask is not None:
         print(f"{ported.top} computes its {ported.mask.argument} from the ids: {ported.mask.describe()}, the "
               f"model's config.pad_token_id (compared with PyTorch's called with that mask)")
@@ -275,6 +278,17 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
     print(f"agree: {paired} layers paired with PyTorch on a batch of shape {'x'.join(map(str, shape))}, every one "
           f"within {tolerance:g} relative")
     return 0
+
+
+def tied_weights_lines(aliases: Dict[str, str]) -> str:
+    """The model config's record of the tied weights (``model.tied_weights``: PyTorch's second name of each shared
+    Parameter, then the name the checkpoint keeps it under), which a run stores and ``export --to torch`` reads to
+    write the Parameter under both names, as PyTorch's ``state_dict`` has it; nothing without ties."""
+    if not aliases:
+        return ""
+    pairs = [[alias, name] for alias, name in aliases.items()]
+    return (port_code.comment("one Parameter under two PyTorch names: export --to torch writes it under both") + "\n"
+            + f"{TIED_WEIGHTS}: {port_code.literal(pairs)}\n")
 
 
 def factory_of(target: str) -> Any:

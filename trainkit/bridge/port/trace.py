@@ -179,7 +179,8 @@ def tracer_for(module: Any, recording: Optional[Recording], top: bool = False, m
                          and signature.parameters[name].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD}
                 self.arguments += [f"{name}={value!r}" for name, value in nones.items()]
                 concrete_args = {**nones, **(concrete_args or {})} or None
-            graph = super().trace(root, concrete_args)
+            with self._finfo_of_values():
+                graph = super().trace(root, concrete_args)
             for node in graph.nodes:  # fx names a fixed argument's placeholder `name_1`; callers pass `name=`
                 if node.op == "placeholder" and str(node.target)[:-2] in (concrete_args or {}) \
                         and str(node.target).endswith("_1"):
@@ -188,6 +189,28 @@ def tracer_for(module: Any, recording: Optional[Recording], top: bool = False, m
             if mask is not None:
                 self._mask_from_ids(graph)
             return graph
+
+        @contextlib.contextmanager
+        def _finfo_of_values(self):
+            """``torch.finfo(x.dtype)`` of a traced tensor's dtype (transformers' eager attention masks: its
+            ``.min``) answered from the value computed, as ``len()`` is, and remembered like a branch: the code
+            holds the number for that dtype."""
+            real = torch.finfo
+
+            def finfo(type=None):  # noqa: A002 - torch.finfo's own argument name
+                if isinstance(type, torch.fx.Proxy):
+                    value = self.values.get(type.node, _UNKNOWN)
+                    if not isinstance(value, torch.dtype):
+                        raise TypeError(f"torch.finfo of {type.node.name}, whose dtype is not known when tracing")
+                    self.decisions.append(f"torch.finfo({type.node.name}) is {value}'s")
+                    return real(value)
+                return real() if type is None else real(type)
+
+            torch.finfo = finfo
+            try:
+                yield
+            finally:
+                torch.finfo = real
 
         def _mask_from_ids(self, graph):
             placeholders = {str(node.target): node for node in graph.nodes if node.op == "placeholder"}
