@@ -3,7 +3,7 @@
 The blocks of one page are one session, run top to bottom in one directory, as a reader following the page
 would (a later block may use a run directory an earlier one made). A shown line matches a printed line when
 it is equal, `...` standing for any text within the line; a line that is only `...` stands for lines left
-out. `$ echo $?` shows the previous command's exit status.
+out. `$ echo $?` shows the previous command's exit status; `$ cd DIR` moves the session into DIR.
 """
 from __future__ import annotations
 

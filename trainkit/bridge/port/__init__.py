@@ -57,7 +57,7 @@ from trainkit.bridge.port import code as port_code
 from trainkit.bridge.port.arguments import constructor_values
 from trainkit.bridge.port.source import PortFailure, generate, problem_lines
 from trainkit.bridge.port.ties import tied_parameters
-from trainkit.bridge.port.trace import masked
+from trainkit.bridge.port.trace import masked, pad_mask_of, with_padding
 from trainkit.bridge.state_dict import StateDict
 from trainkit.bridge.torch_import import import_torch
 from trainkit.checks import package_name_problem
@@ -178,6 +178,9 @@ def port(target: str, arguments: Dict[str, Any], out: Path, input_shape: List[in
     try:
         batch = (np.random.default_rng(seed).integers(0, input_ints, shape) if input_ints
                  else fixed_batch(shape, seed))
+        mask = pad_mask_of(model) if input_ints else None
+        if mask is not None and 0 <= mask.pad_id < input_ints:  # traced and compared padded, as a tokenizer pads
+            batch = with_padding(batch, mask)
     except (MemoryError, ValueError, OverflowError) as error:  # NumPy's: too large to allocate, or no size at all
         raise ConfigError(f"--input-shape {','.join(map(str, input_shape))} with --batch-size {batch_size} is no batch "
                           f"this machine can build ({_first_line(error)}): give one sample's shape and a --batch-size "

@@ -61,6 +61,19 @@ def pad_mask_of(model: Any) -> Optional[PadMask]:
     return PadMask("attention_mask", names[0], pad)
 
 
+def with_padding(batch: Any, mask: Optional[PadMask]) -> Any:
+    """`batch` (token ids, an integer array ``[batch, length]``) with its last sample's second half the pad id.
+
+    transformers skips an attention mask of ones (its SDPA path passes none to the layers), so a model traced on
+    ids without padding is traced without its mask: the ported model would attend to the padding a tokenizer
+    adds. Padded here, the trace takes the masked path, and the comparison checks it."""
+    if mask is None or batch.ndim < 2 or batch.shape[-1] < 2:
+        return batch
+    batch = batch.copy()
+    batch[-1, batch.shape[-1] // 2:] = mask.pad_id
+    return batch
+
+
 @contextlib.contextmanager
 def masked(model: Any, mask: Optional[PadMask]) -> Iterator[None]:
     """`model` called with ids alone gets `mask`'s argument from them, while in the block (a forward pre-hook)."""
