@@ -15,7 +15,7 @@ input shape is the data's: that of the first batch of its evaluation set. ``mind
 Only then is the file renamed into place. Otherwise nothing is left behind, and one line says by how much.
 
 Where MindSpore's ONNX exporter has no operator for a layer (HSwish, HSigmoid, the exact GELU's Erf, padded or
-ceil_mode max and average pooling, adaptive pooling, GroupNorm), the ONNX file holds an equivalent composition of
+ceil_mode max and average pooling, adaptive pooling, GroupNorm, a clamp), the ONNX file holds an equivalent composition of
 operators it has (:mod:`trainkit.tools.export_twins`), swapped in while the file is written and checked like
 any other; the network, its checkpoint and the MindIR form are unchanged.
 
@@ -210,7 +210,7 @@ def _run_onnx(path: Path, batch: np.ndarray, batch_size: int) -> np.ndarray:
 
 
 COMPOSED_FUNCTIONS = ("hardswish", "hardsigmoid", "gelu", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d",
-                      "adaptive_max_pool2d", "pad", "unbind")  # trainkit.tools.export_ops' own
+                      "adaptive_max_pool2d", "pad", "unbind", "clamp", "clip")  # trainkit.tools.export_ops' own
 
 
 def _composed_functions(module) -> List[str]:

@@ -33,6 +33,14 @@ def gelu(x, approximate="none"):
     return _twins.gelu_erf(x)
 
 
+def clamp(input, min=None, max=None):  # noqa: A002 - mindspore.ops.clamp's own names
+    """``mindspore.ops.clamp`` as Maximum and Minimum: the exporter takes its bounds only as constant numbers."""
+    return _twins.clamp(input, min, max)
+
+
+clip = clamp  # mindspore.ops.clip: the same function
+
+
 def pad(input, pad, mode="constant", value=None):  # noqa: A002 - mindspore.ops.pad's own names
     """``mindspore.ops.pad`` (PadV3): the constant mode as concatenations; other modes MindSpore's own."""
     if mode != "constant":

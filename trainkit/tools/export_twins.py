@@ -23,6 +23,9 @@ layer or function                          MindSpore's operator            expor
 ``nn.GroupNorm``                           GroupNorm                       mean and variance over each group
 ``ops.pad``, constant mode                 PadV3                           concatenations with constant blocks
 ``ops.unbind``                             Unstack                         one slice per index
+``ops.clamp``, ``ops.clip``                ClampScalar, ClampTensor (a     ``minimum(maximum(x, min), max)``
+                                           bound that is not a constant
+                                           number)
 ``nn.Conv2d`` padded differently on the    (Conv: ``pads`` written in      zero padding concatenated, then an
 two axes                                   MindSpore's order, not ONNX's)  unpadded Conv
 =========================================  ==============================  ==========================================
@@ -71,6 +74,24 @@ def erf(x):
 def gelu_erf(x):
     """PyTorch's exact GELU, ``x / 2 * (1 + erf(x / sqrt 2))``, with :func:`erf`."""
     return 0.5 * x * (1.0 + erf(x * SQRT_HALF))
+
+
+def clamp(x, low=None, high=None):
+    """PyTorch's clamp, ``min(max(x, low), high)`` (``high`` wins where ``low > high``), with Maximum and Minimum:
+    MindSpore's exporter takes a clamp's bounds only as constant numbers ("Max value only accepts type of int or
+    float"), and a bound computed in the graph (Swin V2's ``clamp(logit_scale, max=log 100)``) is neither. A
+    number bound becomes a tensor of `x`'s type, a tensor bound is cast to it."""
+    if low is not None:
+        x = ops.maximum(x, _bound(low, x.dtype))
+    if high is not None:
+        x = ops.minimum(x, _bound(high, x.dtype))
+    return x
+
+
+def _bound(value, dtype):
+    if isinstance(value, (int, float)):
+        return ops.scalar_to_tensor(value, dtype)
+    return ops.cast(value, dtype)
 
 
 def _pad_axis(x, axis, before, after, value):
