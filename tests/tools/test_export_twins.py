@@ -154,6 +154,50 @@ def test_group_norm_is_the_groups_mean_and_variance(pynative):
     np.testing.assert_allclose(got, expected, atol=1e-5)
 
 
+def numpy_clamp(x, low, high):
+    """PyTorch's clamp as its documentation defines it: below `low` becomes `low`, then above `high` becomes `high`
+    (so `high` wins where low > high); a bound may be a number or an array broadcast against `x`."""
+    out = x.astype(np.float64)
+    if low is not None:
+        out = np.where(out < low, low, out)
+    if high is not None:
+        out = np.where(out > high, high, out)
+    return out
+
+
+def test_clamp_is_pytorchs_on_random_bounds(pynative):
+    """Number and tensor bounds (scalar tensors and tensors broadcast along the last axis), either one missing,
+    and low > high, on random shapes: PyTorch's definition.
+
+    Mutations caught: minimum and maximum swapped (low > high gives low); a missing bound taken as 0; a tensor bound
+    broadcast along the wrong axis."""
+    draw = random.Random(0)
+    for case in range(150):
+        shape = tuple(draw.randint(1, 5) for _ in range(draw.randint(1, 3)))
+        x = np.random.default_rng(case).normal(size=shape).astype(np.float32) * 2
+
+        def bound():
+            kind = draw.choice(["none", "number", "scalar tensor", "row tensor"])
+            if kind == "number":
+                return draw.uniform(-2, 2), None
+            if kind == "scalar tensor":
+                value = np.float32(draw.uniform(-2, 2))
+                return ms.Tensor(value), value
+            if kind == "row tensor":
+                value = np.random.default_rng(draw.randint(0, 10 ** 6)).uniform(-2, 2, shape[-1:]).astype(np.float32)
+                return ms.Tensor(value), value
+            return None, None
+
+        (low, low_np), (high, high_np) = bound(), bound()
+        if low is None and high is None:
+            high, high_np = 0.25, None
+        low_np = low if low_np is None else low_np
+        high_np = high if high_np is None else high_np
+        got = twins.clamp(ms.Tensor(x), low, high).asnumpy()
+        np.testing.assert_allclose(got, numpy_clamp(x, low_np, high_np), atol=1e-6, rtol=0,
+                                   err_msg=f"shape {shape}, low {low_np}, high {high_np}")
+
+
 # ------------------------------------------------------------------- a network exported to ONNX
 class Functional(nn.Cell):
     """Functions of ``ops`` as a ported model.py calls them (this module's ``ops`` global is swapped at export)."""
@@ -165,7 +209,8 @@ class Functional(nn.Cell):
             ops.max_pool2d(x, 3, 2, 1, 1, ceil_mode=True).reshape(2, -1),
             ops.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False).reshape(2, -1),
             ops.adaptive_avg_pool2d(x, (3, 2)).reshape(2, -1), ops.adaptive_max_pool2d(x, (3, 2)).reshape(2, -1),
-            ops.pad(x, (1, 2, 0, 1), value=0.5).reshape(2, -1), ops.unbind(x, 1)[2].reshape(2, -1)), 1)
+            ops.pad(x, (1, 2, 0, 1), value=0.5).reshape(2, -1), ops.unbind(x, 1)[2].reshape(2, -1),
+            ops.clamp(x, min=x.mean(), max=1.5).reshape(2, -1), ops.clip(x, -0.5, 0.75).reshape(2, -1)), 1)
 
 
 BRANCHES = {
@@ -227,7 +272,7 @@ def test_a_network_of_every_layer_exports_to_onnx_and_agrees(every_layer, tmp_pa
     assert checked.composed == (  # not ReLU6, SiLU, LayerNorm, the tanh GELU, unpadded pooling, a 3x3 convolution
         "2 AdaptiveAvgPool2d", "AdaptiveMaxPool2d", "3 AvgPool2d", "2 Conv2d", "GELU", "GroupNorm", "HSigmoid",
         "HSwish", "MaxPool2d", *(f"ops.{name}" for name in (
-            "adaptive_avg_pool2d", "adaptive_max_pool2d", "avg_pool2d", "gelu", "hardsigmoid", "hardswish",
+            "adaptive_avg_pool2d", "adaptive_max_pool2d", "avg_pool2d", "clamp", "clip", "gelu", "hardsigmoid", "hardswish",
             "max_pool2d", "pad", "unbind")))
     session = onnxruntime.InferenceSession(str(tmp_path / "every.onnx"), providers=["CPUExecutionProvider"])
     got = session.run(None, {session.get_inputs()[0].name: x})[0]
@@ -246,3 +291,39 @@ def test_without_the_twins_the_same_network_does_not_export(every_layer, tmp_pat
     with pytest.raises(ConfigError, match="MindSpore cannot export this network as ONNX"):
         deploy.write_checked(every_layer, x, every_layer(ms.Tensor(x)).asnumpy(), tmp_path / "every.onnx", "ONNX", 2)
     assert list(tmp_path.iterdir()) == []
+
+
+class LogitScale(nn.Cell):
+    """Swin V2's attention scale as a ported model.py writes it: ``exp(clamp(logit_scale, max=log 100))``, a clamp
+    of a Parameter (its bound reaches the exporter as a tensor, not a number)."""
+
+    def __init__(self, scale):
+        super().__init__()
+        self.logit_scale = ms.Parameter(ms.Tensor(np.asarray(scale, np.float32)), name="logit_scale")
+
+    def construct(self, x):
+        return x * ops.exp(ops.clamp(self.logit_scale, max=math.log(100.0)))
+
+
+def test_swin_v2s_clamped_logit_scale_exports_and_is_numpys(tmp_path, monkeypatch):
+    """A logit scale above log 100 on one head and below it on the other: onnxruntime's outputs are NumPy's
+    ``x * exp(min(scale, log 100))``; without the twins the same cell does not export (MindSpore's exporter refuses
+    the clamp), and nothing is written.
+
+    Mutation caught: clamp missing from export_ops (the export stops on the clamp)."""
+    onnxruntime = pytest.importorskip("onnxruntime")
+    scale = np.array([[[0.5]], [[6.0]]], np.float32)  # 6 > log 100 = 4.6
+    cell = LogitScale(scale)
+    cell.set_train(False)
+    x = np.random.default_rng(0).normal(size=(2, 2, 3, 4)).astype(np.float32)
+    expected = x * np.exp(np.minimum(scale.astype(np.float64), math.log(100.0)))
+    deploy.write_checked(cell, x, expected, tmp_path / "scale.onnx", "ONNX", batch_size=2)
+    session = onnxruntime.InferenceSession(str(tmp_path / "scale.onnx"), providers=["CPUExecutionProvider"])
+    got = session.run(None, {session.get_inputs()[0].name: x})[0]
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+    import contextlib
+
+    monkeypatch.setattr(deploy, "onnx_twins", lambda network: contextlib.nullcontext([]))
+    with pytest.raises(ConfigError, match="MindSpore cannot export this network as ONNX"):
+        deploy.write_checked(cell, x, expected, tmp_path / "bare.onnx", "ONNX", batch_size=2)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["scale.onnx"]
