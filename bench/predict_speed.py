@@ -1,7 +1,7 @@
-"""predict's speed on the digits: one input a network call (``--batch-size 1``, what predict did before it
-batched) against its default batches, side by side in one run.
+"""predict's speed on the digits: one input a network call (``--batch-size 1``), predict as another checkout has
+it (``--before TREE``: a worktree of an earlier commit) and predict as this tree has it, side by side in one run.
 
-    python -m bench.predict_speed [--inputs 5000] [--repeats 3] [--run RUN_DIR] [--out results/predict_speed.md]
+    python -m bench.predict_speed [--inputs 5000] [--repeats 3] [--run RUN_DIR] [--before TREE] [--out FILE]
 
 A digits run is trained first (the quick-start recipe, one epoch) unless ``--run`` names one. The inputs are a
 ``.npy`` of ``--inputs`` digits (scikit-learn's 1,797, repeated). Each side runs in a fresh process, as the command
@@ -31,23 +31,26 @@ from typing import Dict, List, Optional
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-SIDES = {"one input a call (--batch-size 1)": ["--batch-size", "1"], "batched (default)": []}
 
 
-def child(run: str, inputs: str, out: str, extra: List[str]) -> None:
-    """One side, in this process: load as the command loads, then time predict writing its CSV; prints JSON."""
-    from trainkit.tools import predict as tool
-    from trainkit.tools.inference import load_trained
-
-    batch_size = int(extra[1]) if extra else None
-    start = time.perf_counter()
-    trained = load_trained(Path(run), work_dir=Path(out).parent)
-    names = tool.class_names(trained)
-    loaded = time.perf_counter()
-    counts = tool.write_csv(Path(out), lambda write_row: tool.predict(trained, [inputs], write_row,
-                                                                        batch_size=batch_size, names=names or []))
-    done = time.perf_counter()
-    print(json.dumps({"load": loaded - start, "predict": done - loaded, "inputs": counts.predicted}))
+# One side, in a fresh process with the side's tree on PYTHONPATH: load as the command loads, then time predict
+# writing its CSV; prints JSON. (Code run by ``python -c``: the tree's trainkit, not this file's.)
+CHILD = """
+import json, sys, time
+from pathlib import Path
+from trainkit.tools import predict as tool
+from trainkit.tools.inference import load_trained
+run, inputs, out = sys.argv[1:4]
+batch_size = int(sys.argv[5]) if len(sys.argv) > 5 else None
+start = time.perf_counter()
+trained = load_trained(Path(run), work_dir=Path(out).parent)
+names = tool.class_names(trained)
+loaded = time.perf_counter()
+counts = tool.write_csv(Path(out), lambda write_row: tool.predict(trained, [inputs], write_row,
+                                                                    batch_size=batch_size, names=names or []))
+done = time.perf_counter()
+print(json.dumps({"load": loaded - start, "predict": done - loaded, "inputs": counts.predicted}))
+"""
 
 
 def train_run(folder: Path) -> Path:
@@ -59,8 +62,15 @@ def train_run(folder: Path) -> Path:
     return run
 
 
-def _env() -> Dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT), "GLOG_v": "3"}
+def _env(tree: Path = ROOT) -> Dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(tree), "GLOG_v": "3"}
+
+
+def _commit(tree: Path) -> str:
+    done = subprocess.run(["git", "-C", str(tree), "log", "-1", "--format=%h"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()
+    return (done.stdout.strip() or "?") + (" + changes" if dirty else "")
 
 
 def digits(count: int, path: Path) -> Path:
@@ -88,46 +98,48 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--inputs", type=int, default=5000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--run", type=Path, default=None, help="a digits run directory (default: train one)")
-    parser.add_argument("--out", type=Path, default=None, help="append the markdown row to this file")
-    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    parser.add_argument("--before", type=Path, default=None, metavar="TREE", help="a checkout whose trainkit "
+                        "predicts as the 'before' side (e.g. git worktree add /tmp/before main)")
+    parser.add_argument("--out", type=Path, default=None, help="append the markdown table to this file")
     args = parser.parse_args(argv)
-    if args.child:
-        child(args.child[0], args.child[1], args.child[2], args.child[3:])
-        return 0
+    sides = {"one input a call (--batch-size 1)": (ROOT, ["--batch-size", "1"])}
+    if args.before is not None:
+        sides[f"before ({_commit(args.before)}, default batches)"] = (args.before.resolve(), [])
+    sides[f"this tree ({_commit(ROOT)}, default batches)"] = (ROOT, [])
+    found: Dict[str, Dict[str, List[float]]] = {side: {"predict": [], "process": []} for side in sides}
     with tempfile.TemporaryDirectory(prefix="predict_speed_") as folder:
         folder = Path(folder)
         run = args.run or train_run(folder)
         inputs = digits(args.inputs, folder / "digits.npy")
-        found: Dict[str, Dict[str, List[float]]] = {side: {"predict": [], "command": []} for side in SIDES}
         tables = {}
         for repeat in range(args.repeats):
-            for side, extra in SIDES.items():
-                out = folder / f"{len(tables)}.csv"
+            for number, (side, (tree, extra)) in enumerate(sides.items()):
+                out = folder / f"{number}-{repeat}.csv"
                 start = time.perf_counter()
-                done = subprocess.run([sys.executable, "-m", "bench.predict_speed", "--child", str(run), str(inputs),
-                                       str(out), *extra], check=True, cwd=ROOT, env=_env(), capture_output=True,
-                                      text=True)
+                done = subprocess.run([sys.executable, "-c", CHILD, str(run), str(inputs), str(out),
+                                       *extra], check=True, cwd=ROOT, env=_env(tree),
+                                      capture_output=True, text=True)
                 wall = time.perf_counter() - start
                 result = json.loads(done.stdout.strip().splitlines()[-1])
                 assert result["inputs"] == args.inputs, result
                 found[side]["predict"].append(args.inputs / result["predict"])
-                found[side]["command"].append(args.inputs / wall)
+                found[side]["process"].append(args.inputs / wall)
                 tables[side] = _rows(out)
                 print(f"repeat {repeat} {side}: predict {result['predict']:.2f} s, load {result['load']:.2f} s, "
-                      f"command {wall:.2f} s", flush=True)
-        first, second = list(tables.values())
-        assert (first.argmax(1) == second.argmax(1)).all() and np.abs(first - second).max() <= 1e-6
-    before, after = (found[side] for side in SIDES)
+                      f"process {wall:.2f} s", flush=True)
+        reference = next(iter(tables.values()))
+        for table in tables.values():  # the same predictions on every side
+            assert (table.argmax(1) == reference.argmax(1)).all() and np.abs(table - reference).max() <= 1e-6
     medians = {side: {key: statistics.median(values) for key, values in rates.items()}
                for side, rates in found.items()}
-    lines = [f"predict on {args.inputs} digits (.npy), median of {args.repeats}, sides alternating, "
-             f"load average {os.getloadavg()[0]:.1f}:", "",
-             "| side | predict: inputs/s | whole command: inputs/s |", "|---|---|---|"]
+    base = next(iter(medians.values()))
+    lines = [f"predict on {args.inputs} digits (.npy), median of {args.repeats}, sides alternating, each in a fresh "
+             f"process; load average {os.getloadavg()[0]:.1f} at the end:", "",
+             "| side | predict: inputs/s | x one a call | whole process: inputs/s | x one a call |",
+             "|---|---|---|---|---|"]
     for side, rate in medians.items():
-        lines.append(f"| {side} | {rate['predict']:.0f} | {rate['command']:.0f} |")
-    ratio = statistics.median(after["predict"]) / statistics.median(before["predict"])
-    ratio_command = statistics.median(after["command"]) / statistics.median(before["command"])
-    lines.append(f"| ratio | {ratio:.1f}x | {ratio_command:.1f}x |")
+        lines.append(f"| {side} | {rate['predict']:.0f} | {rate['predict'] / base['predict']:.1f} | "
+                     f"{rate['process']:.0f} | {rate['process'] / base['process']:.1f} |")
     text = "\n".join(lines)
     print(text)
     if args.out:
