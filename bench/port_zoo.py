@@ -166,6 +166,7 @@ def port_one(label: str, target: str, arguments: Dict[str, Any], shape, folder: 
         first = str(error).splitlines()[0] if str(error) else ""
         return Result(label, f"no: {type(error).__name__}: {_cell(first, 90)}", "", time.perf_counter() - start)
     seconds = time.perf_counter() - start
+    del model  # the torch model freed before the ONNX export: the largest rows' peak memory is the port's, not both
     difference = _network_difference(folder / "compare.csv")
     if difference is None and status != 0:  # the ported network did not run on the batch: what it said
         lines = printed.getvalue().strip().splitlines()
@@ -222,8 +223,9 @@ def onnx_cell(folder: Path, shape) -> str:
         ms.load_param_into_net(network, ms.load_checkpoint(str(folder / "weights.ckpt")), strict_load=True)
         network = InferenceCell(network)
         batch = fixed_batch([2, *shape], 0)
-        # beside the port's folder, not in it (its files are the port's own): zoo<N>.onnx
-        checked = write_checked(network, batch, outputs(network, batch), folder.with_suffix(".onnx"), "ONNX", 2)
+        # beside the port's folder, not in it (its files are the port's own): zoo<N>_onnx/model.onnx, with the
+        # external data files MindSpore writes beside it for a network above 2 GB (protobuf's limit)
+        checked = write_checked(network, batch, outputs(network, batch), onnx_path(folder), "ONNX", 2)
     except (ConfigError, DataError, ExportMismatch) as error:
         reason = str(error).split(": ", 1)[-1]
         return f"no: {_cell(reason.replace('MindSpore cannot export this network as ONNX ', ''), 110)}"
@@ -232,6 +234,11 @@ def onnx_cell(folder: Path, shape) -> str:
         return f"no: {type(error).__name__}: {_cell(first, 90)}"
     composed = f"; composed: {', '.join(checked.composed)}" if checked.composed else ""
     return f"yes ({checked.max_difference:.1e}{composed})"
+
+
+def onnx_path(folder: Path) -> Path:
+    """Where a row's ONNX file is written: a folder of its own beside the port's (removed with it)."""
+    return folder.with_name(f"{folder.name}_onnx") / "model.onnx"
 
 
 def _network_difference(table: Path) -> Optional[Tuple[float, float]]:
@@ -373,6 +380,7 @@ def _work(label: str, target: str, arguments: Dict[str, Any], shape, folder: Pat
     finally:
         if remove:
             shutil.rmtree(folder, ignore_errors=True)
+            shutil.rmtree(onnx_path(folder).parent, ignore_errors=True)
 
 
 def run_transformers(only: Sequence[str], jobs: int = 1, threads: int = 1, timeout: Optional[float] = None,

@@ -210,7 +210,7 @@ class Functional(nn.Cell):
             ops.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False).reshape(2, -1),
             ops.adaptive_avg_pool2d(x, (3, 2)).reshape(2, -1), ops.adaptive_max_pool2d(x, (3, 2)).reshape(2, -1),
             ops.pad(x, (1, 2, 0, 1), value=0.5).reshape(2, -1), ops.unbind(x, 1)[2].reshape(2, -1),
-            ops.clamp(x, min=x.mean(), max=1.5).reshape(2, -1), ops.clip(x, -0.5, 0.75).reshape(2, -1)), 1)
+            ops.clamp(x, min=-1.0).reshape(2, -1), ops.clip(x, -0.5, 0.75).reshape(2, -1)), 1)
 
 
 BRANCHES = {
@@ -293,37 +293,44 @@ def test_without_the_twins_the_same_network_does_not_export(every_layer, tmp_pat
     assert list(tmp_path.iterdir()) == []
 
 
-class LogitScale(nn.Cell):
-    """Swin V2's attention scale as a ported model.py writes it: ``exp(clamp(logit_scale, max=log 100))``, a clamp
-    of a Parameter (its bound reaches the exporter as a tensor, not a number)."""
+class CosineAttentionScale(nn.Cell):
+    """Swin V2's cosine attention as a ported model.py writes it: ``x / clamp(|x|, min=1e-12)`` (a one-sided clamp:
+    MindSpore's exporter stops on it, "Max value only accepts type of int or float") times
+    ``exp(clamp(logit_scale, max=log 100))``."""
 
     def __init__(self, scale):
         super().__init__()
         self.logit_scale = ms.Parameter(ms.Tensor(np.asarray(scale, np.float32)), name="logit_scale")
 
     def construct(self, x):
-        return x * ops.exp(ops.clamp(self.logit_scale, max=math.log(100.0)))
+        norm = ops.clamp(ops.sqrt((x * x).sum(-1, keepdims=True)), min=1e-12)
+        return x / norm * ops.exp(ops.clamp(self.logit_scale, max=math.log(100.0)))
 
 
-def test_swin_v2s_clamped_logit_scale_exports_and_is_numpys(tmp_path, monkeypatch):
-    """A logit scale above log 100 on one head and below it on the other: onnxruntime's outputs are NumPy's
-    ``x * exp(min(scale, log 100))``; without the twins the same cell does not export (MindSpore's exporter refuses
-    the clamp), and nothing is written.
+def test_swin_v2s_cosine_attention_exports_and_is_numpys(tmp_path, monkeypatch):
+    """A logit scale above log 100 on one head and below it on the other, a row of zeros (the 1e-12 bound keeps it
+    0): onnxruntime's outputs are NumPy's ``x / max(|x|, 1e-12) * exp(min(scale, log 100))``; without the twins the
+    same cell does not export, and nothing is written.
 
-    Mutation caught: clamp missing from export_ops (the export stops on the clamp)."""
+    Mutation caught: clamp missing from export_ops (the export stops on the one-sided clamp)."""
     onnxruntime = pytest.importorskip("onnxruntime")
     scale = np.array([[[0.5]], [[6.0]]], np.float32)  # 6 > log 100 = 4.6
-    cell = LogitScale(scale)
+    cell = CosineAttentionScale(scale)
     cell.set_train(False)
     x = np.random.default_rng(0).normal(size=(2, 2, 3, 4)).astype(np.float32)
-    expected = x * np.exp(np.minimum(scale.astype(np.float64), math.log(100.0)))
+    x[1, 0, 2] = 0.0
+    wide = x.astype(np.float64)
+    norm = np.sqrt((wide * wide).sum(-1, keepdims=True))
+    expected = wide / np.where(norm < 1e-12, 1e-12, norm) * np.exp(np.minimum(scale, math.log(100.0)))
     deploy.write_checked(cell, x, expected, tmp_path / "scale.onnx", "ONNX", batch_size=2)
     session = onnxruntime.InferenceSession(str(tmp_path / "scale.onnx"), providers=["CPUExecutionProvider"])
     got = session.run(None, {session.get_inputs()[0].name: x})[0]
-    np.testing.assert_allclose(got, expected, rtol=1e-6)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
     import contextlib
 
     monkeypatch.setattr(deploy, "onnx_twins", lambda network: contextlib.nullcontext([]))
-    with pytest.raises(ConfigError, match="MindSpore cannot export this network as ONNX"):
-        deploy.write_checked(cell, x, expected, tmp_path / "bare.onnx", "ONNX", batch_size=2)
+    bare = CosineAttentionScale(scale)  # a cell of its own: an exported cell's compiled graph is reused
+    bare.set_train(False)
+    with pytest.raises(ConfigError, match="MindSpore cannot export this network as ONNX .*Max value only accepts"):
+        deploy.write_checked(bare, x, expected, tmp_path / "bare.onnx", "ONNX", batch_size=2)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["scale.onnx"]

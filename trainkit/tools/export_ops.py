@@ -34,7 +34,7 @@ def gelu(x, approximate="none"):
 
 
 def clamp(input, min=None, max=None):  # noqa: A002 - mindspore.ops.clamp's own names
-    """``mindspore.ops.clamp`` as Maximum and Minimum: the exporter takes its bounds only as constant numbers."""
+    """``mindspore.ops.clamp`` as Maximum and Minimum: the exporter stops on a clamp with one bound."""
     return _twins.clamp(input, min, max)
 
 

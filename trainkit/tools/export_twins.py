@@ -23,9 +23,9 @@ layer or function                          MindSpore's operator            expor
 ``nn.GroupNorm``                           GroupNorm                       mean and variance over each group
 ``ops.pad``, constant mode                 PadV3                           concatenations with constant blocks
 ``ops.unbind``                             Unstack                         one slice per index
-``ops.clamp``, ``ops.clip``                ClampScalar, ClampTensor (a     ``minimum(maximum(x, min), max)``
-                                           bound that is not a constant
-                                           number)
+``ops.clamp``, ``ops.clip``                ClampScalar with one bound      ``minimum(maximum(x, min), max)``
+                                           (the exporter needs both, as
+                                           numbers)
 ``nn.Conv2d`` padded differently on the    (Conv: ``pads`` written in      zero padding concatenated, then an
 two axes                                   MindSpore's order, not ONNX's)  unpadded Conv
 =========================================  ==============================  ==========================================
@@ -78,9 +78,9 @@ def gelu_erf(x):
 
 def clamp(x, low=None, high=None):
     """PyTorch's clamp, ``min(max(x, low), high)`` (``high`` wins where ``low > high``), with Maximum and Minimum:
-    MindSpore's exporter takes a clamp's bounds only as constant numbers ("Max value only accepts type of int or
-    float"), and a bound computed in the graph (Swin V2's ``clamp(logit_scale, max=log 100)``) is neither. A
-    number bound becomes a tensor of `x`'s type, a tensor bound is cast to it."""
+    MindSpore's exporter writes a clamp only with both bounds numbers, and stops on a one-sided one ("Max value only
+    accepts type of int or float": Swin V2's ``clamp(norm, min=1e-12)``). A number bound becomes a tensor of `x`'s
+    type, a tensor bound is cast to it."""
     if low is not None:
         x = ops.maximum(x, _bound(low, x.dtype))
     if high is not None:
