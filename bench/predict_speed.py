@@ -9,8 +9,10 @@ does (its graph compiles there, once), the sides alternating over ``--repeats``;
 
 * ``predict``: inputs / seconds from the network loaded to the CSV renamed into place (reading, preparing,
   network calls with their compile, softmax, rows, CSV): the rate predict's progress line shows;
-* ``command``: inputs / wall seconds of the whole ``python -m trainkit.predict`` process (imports and loading
-  included, a fixed cost of a few seconds whatever the input count).
+* ``CPU``: inputs / CPU seconds of the same (every thread of the process): less moved by other work on a shared
+  machine than wall time;
+* ``whole process``: inputs / wall seconds of the whole process (imports and loading included, a fixed cost of a
+  few seconds whatever the input count).
 
 Both sides write the same CSV (checked here: the predicted classes equal, probabilities within 1e-6).
 """
@@ -38,18 +40,21 @@ ROOT = Path(__file__).resolve().parent.parent
 CHILD = """
 import json, sys, time
 from pathlib import Path
-from trainkit.tools import predict as tool
-from trainkit.tools.inference import load_trained
+from trainkit.tool_command import importing
+with importing("__main__"):  # as python -m trainkit.predict imports (protobuf's C backend, the start-up frozen)
+    from trainkit.tools import predict as tool
+    from trainkit.tools.inference import load_trained
 run, inputs, out = sys.argv[1:4]
 batch_size = int(sys.argv[5]) if len(sys.argv) > 5 else None
 start = time.perf_counter()
 trained = load_trained(Path(run), work_dir=Path(out).parent)
 names = tool.class_names(trained)
-loaded = time.perf_counter()
+loaded, cpu = time.perf_counter(), time.process_time()
 counts = tool.write_csv(Path(out), lambda write_row: tool.predict(trained, [inputs], write_row,
                                                                     batch_size=batch_size, names=names or []))
 done = time.perf_counter()
-print(json.dumps({"load": loaded - start, "predict": done - loaded, "inputs": counts.predicted}))
+print(json.dumps({"load": loaded - start, "predict": done - loaded, "inputs": counts.predicted,
+                  "cpu": time.process_time() - cpu}))
 """
 
 
@@ -106,7 +111,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.before is not None:
         sides[f"before ({_commit(args.before)}, default batches)"] = (args.before.resolve(), [])
     sides[f"this tree ({_commit(ROOT)}, default batches)"] = (ROOT, [])
-    found: Dict[str, Dict[str, List[float]]] = {side: {"predict": [], "process": []} for side in sides}
+    found: Dict[str, Dict[str, List[float]]] = {side: {"predict": [], "cpu": [], "process": []} for side in sides}
     with tempfile.TemporaryDirectory(prefix="predict_speed_") as folder:
         folder = Path(folder)
         run = args.run or train_run(folder)
@@ -123,9 +128,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                 result = json.loads(done.stdout.strip().splitlines()[-1])
                 assert result["inputs"] == args.inputs, result
                 found[side]["predict"].append(args.inputs / result["predict"])
+                found[side]["cpu"].append(args.inputs / result["cpu"])
                 found[side]["process"].append(args.inputs / wall)
                 tables[side] = _rows(out)
-                print(f"repeat {repeat} {side}: predict {result['predict']:.2f} s, load {result['load']:.2f} s, "
+                print(f"repeat {repeat} {side}: predict {result['predict']:.2f} s ({result['cpu']:.2f} s of CPU), "
+                      f"load {result['load']:.2f} s, "
                       f"process {wall:.2f} s", flush=True)
         reference = next(iter(tables.values()))
         for table in tables.values():  # the same predictions on every side
@@ -135,11 +142,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     base = next(iter(medians.values()))
     lines = [f"predict on {args.inputs} digits (.npy), median of {args.repeats}, sides alternating, each in a fresh "
              f"process; load average {os.getloadavg()[0]:.1f} at the end:", "",
-             "| side | predict: inputs/s | x one a call | whole process: inputs/s | x one a call |",
-             "|---|---|---|---|---|"]
+             "| side | predict: inputs/s | x one a call | inputs / CPU s | x one a call | whole process: inputs/s "
+             "| x one a call |", "|---|---|---|---|---|---|---|"]
     for side, rate in medians.items():
-        lines.append(f"| {side} | {rate['predict']:.0f} | {rate['predict'] / base['predict']:.1f} | "
-                     f"{rate['process']:.0f} | {rate['process'] / base['process']:.1f} |")
+        lines.append(" | ".join([f"| {side}"] + [f"{rate[key]:.0f} | {rate[key] / base[key]:.1f}"
+                                                 for key in ("predict", "cpu", "process")]) + " |")
     text = "\n".join(lines)
     print(text)
     if args.out:
