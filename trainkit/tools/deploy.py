@@ -15,9 +15,9 @@ input shape is the data's: that of the first batch of its evaluation set. ``mind
 Only then is the file renamed into place. Otherwise nothing is left behind, and one line says by how much.
 
 Where MindSpore's ONNX exporter has no operator for a layer (HSwish, HSigmoid, the exact GELU's Erf, padded or
-ceil_mode max and average pooling, adaptive pooling, GroupNorm, a clamp), the ONNX file holds an equivalent composition of
-operators it has (:mod:`trainkit.tools.export_twins`), swapped in while the file is written and checked like
-any other; the network, its checkpoint and the MindIR form are unchanged.
+ceil_mode max and average pooling, adaptive pooling, GroupNorm, a one-sided clamp), the ONNX file holds an
+equivalent composition of operators it has (:mod:`trainkit.tools.export_twins`), swapped in while the file is
+written and checked like any other; the network, its checkpoint and the MindIR form are unchanged.
 
 A MindIR takes any batch size (its first dimension is dynamic); MindSpore exports ONNX with static shapes only,
 so an ONNX file takes batches of ``--batch-size`` (default 1).
