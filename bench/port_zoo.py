@@ -282,13 +282,19 @@ NO_ONNX_YET = "not run (a row from before this column)"
 def earlier_rows(paths: Sequence[Path]) -> Dict[str, Result]:
     """label -> row of the models an earlier run (its printed rows, in `paths`) ported: not run again. A row of
     the table before its ONNX column (four cells) is taken with an ONNX cell saying no export was tried; a later
-    path's row of a model replaces an earlier path's."""
-    found = {}
+    path's row of a model replaces an earlier path's. A later row saying the model was not run (too large for that
+    run's memory) keeps the earlier port's row, and its reason becomes that row's ONNX cell where no export was
+    tried before."""
+    found: Dict[str, Result] = {}
     for path in paths:
         for line in path.read_text(encoding="utf-8").splitlines():
             cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-            if (not line.startswith("| ") or len(cells) not in (4, 5) or cells[1].startswith("not run")
-                    or cells[0] == "model"):  # a table's header
+            if not line.startswith("| ") or len(cells) not in (4, 5) or cells[0] == "model":  # a table's header
+                continue
+            if cells[1].startswith("not run"):
+                earlier = found.get(cells[0])
+                if earlier is not None and earlier.ported == "yes" and earlier.onnx == NO_ONNX_YET:
+                    earlier.onnx = cells[1]
                 continue
             if len(cells) == 4:  # a row of a table from before the ONNX column: its port, no export tried
                 cells.insert(3, NO_ONNX_YET if cells[1] == "yes" else "")

@@ -106,14 +106,22 @@ def test_bad_options_are_one_line_naming_them(capsys):
 
 
 def test_rows_of_earlier_runs_are_taken_with_or_without_the_onnx_column(tmp_path):
-    """A table from before the ONNX column still feeds --rows-from; a later log's row of a model replaces it."""
+    """A table from before the ONNX column still feeds --rows-from; a later log's row of a model replaces it; a later
+    run too small for a model keeps its earlier port and says why its ONNX cell is empty.
+
+    Mutation caught: the later 'not run' row dropped without a word (the ONNX cell stays 'a row from before')."""
     old, new = tmp_path / "old.md", tmp_path / "new.log"
     old.write_text("| model | ported | agrees | seconds |\n|---|---|---|---|\n"
                    "| tv a | yes | yes (1.0e-07; 2.0e-07) | 3.1 |\n| tv b | yes | yes (1) | 2.0 |\n"
-                   "| tv c | not run: 9 M parameters | | |\n| tv d | no: x | | 1.5 |\n")
-    new.write_text("| tv b | yes | yes (2) | yes (1.0e-07; composed: HSwish) | 4.0 |\n  (tv b: peak resident memory)\n")
+                   "| tv c | not run: 9 M parameters | | |\n| tv d | no: x | | 1.5 |\n"
+                   "| tv e | yes | yes (3) | 81.0 |\n")
+    new.write_text("| tv b | yes | yes (2) | yes (1.0e-07; composed: HSwish) | 4.0 |\n  (tv b: peak resident memory)\n"
+                   "| tv e | not run: 645 M parameters need about 14 GiB, this run has 12 GiB |  |  |  |\n"
+                   "| tv f | not run: 9 M parameters need about 2 GiB, this run has 1 GiB |  |  |  |\n")
     rows = port_zoo.earlier_rows([old, new])
-    assert sorted(rows) == ["tv a", "tv b", "tv d"]
+    assert sorted(rows) == ["tv a", "tv b", "tv d", "tv e"]
+    assert rows["tv e"].row() == ("| tv e | yes | yes (3) | not run: 645 M parameters need about 14 GiB, this run has "
+                                  "12 GiB | 81.0 |")
     assert rows["tv a"].row() == f"| tv a | yes | yes (1.0e-07; 2.0e-07) | {port_zoo.NO_ONNX_YET} | 3.1 |"
     assert rows["tv b"].row() == "| tv b | yes | yes (2) | yes (1.0e-07; composed: HSwish) | 4.0 |"
     assert rows["tv d"].row() == "| tv d | no: x |  |  | 1.5 |"
