@@ -11,8 +11,8 @@ does (its graph compiles there, once), the sides alternating over ``--repeats``;
   network calls with their compile, softmax, rows, CSV): the rate predict's progress line shows;
 * ``CPU``: inputs / CPU seconds of the same (every thread of the process): less moved by other work on a shared
   machine than wall time;
-* ``whole process``: inputs / wall seconds of the whole process (imports and loading included, a fixed cost of a
-  few seconds whatever the input count).
+* ``whole process``: inputs / wall seconds, and / CPU seconds, of the whole process (imports and loading
+  included: a fixed cost whatever the input count).
 
 Both sides write the same CSV (checked here: the predicted classes equal, probabilities within 1e-6).
 """
@@ -22,6 +22,7 @@ import argparse
 import csv
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -111,7 +112,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.before is not None:
         sides[f"before ({_commit(args.before)}, default batches)"] = (args.before.resolve(), [])
     sides[f"this tree ({_commit(ROOT)}, default batches)"] = (ROOT, [])
-    found: Dict[str, Dict[str, List[float]]] = {side: {"predict": [], "cpu": [], "process": []} for side in sides}
+    found: Dict[str, Dict[str, List[float]]] = {side: {"predict": [], "cpu": [], "process": [], "process CPU": []}
+                                                  for side in sides}
     with tempfile.TemporaryDirectory(prefix="predict_speed_") as folder:
         folder = Path(folder)
         run = args.run or train_run(folder)
@@ -120,20 +122,22 @@ def main(argv: Optional[List[str]] = None) -> int:
         for repeat in range(args.repeats):
             for number, (side, (tree, extra)) in enumerate(sides.items()):
                 out = folder / f"{number}-{repeat}.csv"
-                start = time.perf_counter()
+                start, children = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
                 done = subprocess.run([sys.executable, "-c", CHILD, str(run), str(inputs), str(out),
                                        *extra], check=True, cwd=ROOT, env=_env(tree),
                                       capture_output=True, text=True)
                 wall = time.perf_counter() - start
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                process_cpu = (after.ru_utime + after.ru_stime) - (children.ru_utime + children.ru_stime)
                 result = json.loads(done.stdout.strip().splitlines()[-1])
                 assert result["inputs"] == args.inputs, result
                 found[side]["predict"].append(args.inputs / result["predict"])
                 found[side]["cpu"].append(args.inputs / result["cpu"])
                 found[side]["process"].append(args.inputs / wall)
+                found[side]["process CPU"].append(args.inputs / process_cpu)
                 tables[side] = _rows(out)
                 print(f"repeat {repeat} {side}: predict {result['predict']:.2f} s ({result['cpu']:.2f} s of CPU), "
-                      f"load {result['load']:.2f} s, "
-                      f"process {wall:.2f} s", flush=True)
+                      f"load {result['load']:.2f} s, process {wall:.2f} s ({process_cpu:.2f} s of CPU)", flush=True)
         reference = next(iter(tables.values()))
         for table in tables.values():  # the same predictions on every side
             assert (table.argmax(1) == reference.argmax(1)).all() and np.abs(table - reference).max() <= 1e-6
@@ -143,10 +147,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     lines = [f"predict on {args.inputs} digits (.npy), median of {args.repeats}, sides alternating, each in a fresh "
              f"process; load average {os.getloadavg()[0]:.1f} at the end:", "",
              "| side | predict: inputs/s | x one a call | inputs / CPU s | x one a call | whole process: inputs/s "
-             "| x one a call |", "|---|---|---|---|---|---|---|"]
+             "| x one a call | inputs / CPU s | x one a call |", "|---|---|---|---|---|---|---|---|---|"]
     for side, rate in medians.items():
         lines.append(" | ".join([f"| {side}"] + [f"{rate[key]:.0f} | {rate[key] / base[key]:.1f}"
-                                                 for key in ("predict", "cpu", "process")]) + " |")
+                                                 for key in ("predict", "cpu", "process", "process CPU")]) + " |")
     text = "\n".join(lines)
     print(text)
     if args.out:
