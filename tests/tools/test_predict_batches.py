@@ -15,7 +15,7 @@ import pytest
 from trainkit.data.predict_inputs import table_samples
 from trainkit.errors import DataError
 from trainkit.rundir.output_file import spreadsheet_row, spreadsheet_text
-from trainkit.tools.predict import AUTO_BATCH_MAX, EAGER_BATCHES, auto_batch_size, predict, write_csv
+from trainkit.tools.predict import AUTO_BATCH_MAX, auto_batch_size, predict, write_csv
 
 FEATURES, CLASSES = 5, 4
 
@@ -68,21 +68,19 @@ def probabilities_of(rows):
 
 
 def test_batches_answer_as_one_input_at_a_time_and_compile_one_shape():
-    """53 inputs in batches of 8: the first EAGER_BATCHES (4) eagerly, every later call the graph's with 8 inputs
-    (the last 5 padded), rows within 1e-6 of each input alone.
+    """37 inputs in batches of 8: the first eagerly, every later call 8 inputs (the last 5 padded), rows within
+    1e-6 of each input alone.
 
-    Mutations caught: the padding's outputs written (56 rows); the last batch not padded (a call of 5: a second
-    graph compile); the first batches not eager, or every batch eager (a long prediction never compiles); rows
-    paired with the wrong inputs (padding taken from the front)."""
-    assert EAGER_BATCHES == 4
+    Mutations caught: the padding's outputs written (41 rows); the last batch not padded (a call of 5: a second
+    graph compile); the first batch not eager; rows paired with the wrong inputs (padding taken from the front)."""
     ms.set_context(mode=ms.GRAPH_MODE)
-    features = np.random.default_rng(1).normal(size=(53, FEATURES)).astype(np.float32)
+    features = np.random.default_rng(1).normal(size=(37, FEATURES)).astype(np.float32)
     trained = trained_on([(f"t.csv:{i}", row, None) for i, row in enumerate(features)])
     counts, header, rows = run(trained, batch_size=8)
-    assert counts.predicted == 53 and header[0] == "input"
-    assert [row[0] for row in rows] == [f"t.csv:{i}" for i in range(53)]
+    assert counts.predicted == 37 and header[0] == "input"
+    assert [row[0] for row in rows] == [f"t.csv:{i}" for i in range(37)]
     np.testing.assert_allclose(probabilities_of(rows), one_at_a_time(trained.network, features), atol=1e-6)
-    assert trained.network.calls == [(8, ms.PYNATIVE_MODE)] * 4 + [(8, ms.GRAPH_MODE)] * 3
+    assert trained.network.calls == [(8, ms.PYNATIVE_MODE)] + [(8, ms.GRAPH_MODE)] * 4
     assert ms.get_context("mode") == ms.GRAPH_MODE  # the eager batch gives the mode back
 
 

@@ -41,10 +41,6 @@ from trainkit.tools.inference import Trained, data_batch, eager, load_trained, o
 DEFAULT_TOP_K = 3
 AUTO_BATCH_VALUES = 2 ** 20  # input values a network call when --batch-size is not given (4 MiB of float32)
 AUTO_BATCH_MAX = 4096
-#: Batches run eagerly before the graph compiles: on the digits an eager call of 4096 costs about 0.1 s of CPU
-#: more than the compiled graph's, and the compile about 0.45 s, so a prediction of up to 4 batches (16,384
-#: digits) is cheaper compiling nothing, and a longer one compiles once (docs/predict-deploy.md, "Speed").
-EAGER_BATCHES = 4
 NON_FINITE_RULE = "inputs must be finite numbers, as training's are; fix it, or pass --skip-bad to skip such inputs"
 
 
@@ -146,11 +142,11 @@ def predict(trained: Trained, inputs: Sequence[str], write_row: Callable[[List[A
     """Predict every input, `batch_size` a network call, calling `write_row` with each row and `skipped` with each
     unreadable input's error line.
 
-    The first :data:`EAGER_BATCHES` batches run eagerly (:func:`~trainkit.tools.inference.eager`: a graph-mode
-    network compiles only when a fifth batch comes; the compile costs more than predicting 5,000 digits), and every
-    later call takes a whole batch: a shorter one (the last, or one that skip_bad left short) is padded with copies
-    of its last input (their outputs dropped), so the graph compiles once, not once per batch size. In evaluation
-    mode an input's output does not depend on its batch-mates, so the rows equal those of one input at a time.
+    The first batch runs eagerly (:func:`~trainkit.tools.inference.eager`: a graph-mode network compiles only when
+    a second batch comes), and every later call takes a whole batch: a shorter one (the last, or one that skip_bad
+    left short) is padded with copies of its last input (their outputs dropped), so the graph compiles once, not
+    once per batch size (a compile costs about as much as predicting every digit). In evaluation mode an input's
+    output does not depend on its batch-mates, so the rows equal those of one input at a time.
 
     Args:
         batch_size: inputs a network call (None: :func:`auto_batch_size` of the first input).
@@ -165,7 +161,7 @@ def predict(trained: Trained, inputs: Sequence[str], write_row: Callable[[List[A
     counts = PredictCounts()
     ids: List[str] = []
     samples: List[np.ndarray] = []
-    called: List[bool] = []  # one entry a batch: after EAGER_BATCHES, batches are padded to the graph's one shape
+    called: List[bool] = []  # the network ran: later batches are padded to `limit`, the graph's one shape
     limit = batch_size or 0
 
     def flush() -> None:
@@ -182,8 +178,8 @@ def predict(trained: Trained, inputs: Sequence[str], write_row: Callable[[List[A
         samples.clear()
         if not len(batch):
             return
-        called.append(True)
-        if len(called) <= EAGER_BATCHES:  # eagerly: a short prediction compiles nothing
+        if not called:  # the first batch eagerly: a single batch compiles nothing
+            called.append(True)
             with eager():
                 values = outputs(trained.network, batch)
         else:
