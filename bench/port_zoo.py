@@ -166,7 +166,6 @@ def port_one(label: str, target: str, arguments: Dict[str, Any], shape, folder: 
         first = str(error).splitlines()[0] if str(error) else ""
         return Result(label, f"no: {type(error).__name__}: {_cell(first, 90)}", "", time.perf_counter() - start)
     seconds = time.perf_counter() - start
-    del model  # the torch model freed before the ONNX export: the largest rows' peak memory is the port's, not both
     difference = _network_difference(folder / "compare.csv")
     if difference is None and status != 0:  # the ported network did not run on the batch: what it said
         lines = printed.getvalue().strip().splitlines()
@@ -174,6 +173,7 @@ def port_one(label: str, target: str, arguments: Dict[str, Any], shape, folder: 
     agrees = ("yes" if status == 0 else "no") + (f" ({difference[0]:.1e}; {difference[1]:.1e})" if difference else "")
     if to_torch:
         return Result(label, "yes", agrees, seconds, torch=torch_cell(folder, factory, arguments, model))
+    del model  # the torch model freed before the ONNX export: the largest rows' peak memory is the port's, not both
     return Result(label, "yes", agrees, seconds, onnx_cell(folder, shape))
 
 
