@@ -1,30 +1,58 @@
-"""Exactness over a matrix of features: each case trains uninterrupted, then again stopped by SIGTERM at a step
-drawn (seeded) from the middle of the run and continued with trainer.resume=auto. The final checkpoint must be
-bitwise the uninterrupted run's, metrics.jsonl equal value by value once wall-clock values are removed, and
-best.ckpt's weights equal. A user callback with state (Tally) rides along in every case, so a part dropped from the
-registry of stateful parts turns a case red (tests/app/test_exact_resume_parts.py names which).
+"""Exactness over a matrix of features, as a property: each case trains uninterrupted, then again stopped at a
+micro-batch drawn (seeded by the case's name) from the middle of the run -- by SIGTERM (a polite stop, a checkpoint
+there) and by SIGKILL (nothing more written: the run continues from the newest periodic checkpoint it left) -- and is
+continued with trainer.resume=auto. The final checkpoint must be bitwise the uninterrupted run's, metrics.jsonl equal
+value by value once wall-clock values are removed, the early-stopping marker (the stop epoch) and best.ckpt equal.
 
-The digits case with EMA, accumulation and dynamic loss scaling together runs by default; the table, the
-image-folder (augmented) and the text case are slow-marked: the same mechanism, other data modules.
+A user callback with state (Tally) rides along in every case. The cases: digits with early stopping, EMA,
+accumulation and dynamic loss scaling together; a table (an MLP with dropout: a random stream); an image folder
+augmented with `light` and with `randaugment` (trainkit's seeded ops); 2 data-parallel workers under msrun.
+
+The mutation test drops one stateful part at a time -- each name trainkit's registry reports, and each group of
+state the checkpoint holds outside it (the wrapper's weights, optimizer, EMA, loss scale and accumulation window,
+the data position) -- and the digits case must then turn red.
+
+The digits case and two mutations run by default (~40 s); the rest are slow-marked (DEVELOPERS.md, "Test tiers").
 """
+import json
 import random
+import signal
+from dataclasses import dataclass
+from typing import Callable, List
 
 import mindspore as ms
 import numpy as np
 import pytest
 
-from tests.app.test_exact_resume_parts import TALLY, final_arrays, records, same_records, stopped_and_resumed
+from tests.app.test_exact_resume_parts import (
+    TALLY,
+    callbacks,
+    differences,
+    final_position,
+    kill_at,
+    killed_and_resumed,
+    stop_at,
+    stopped_and_resumed,
+    trainkit_process,
+)
+from tests.app.stateful_callbacks import Tally
 from tests.common.image_folders import write_folder
-from trainkit.app import train
+from trainkit.app import build, train
 from trainkit.app.config import compose_config
+from trainkit.rundir.stateful_parts import StatefulParts
 
-QUIET = ["trainer.test=false", "logger.progress=off", "logger.log_every_n_steps=3"]
+LOG_EVERY = 3
+QUIET = ["trainer.test=false", "logger.progress=off", f"logger.log_every_n_steps={LOG_EVERY}",
+         "trainer.checkpoint_every_n_steps=4", "trainer.keep_checkpoints=3"]
 
 
 def digits(_):
-    return ["data.batch_size=64", "data.val_fraction=0.2", "model.width=4", "trainer.epochs=3",
+    """min_delta beyond any change of the loss: only epoch 1 improves, so patience 2 stops the run after epoch 3
+    of 4 (the stop epoch is compared)."""
+    return ["data.batch_size=64", "data.val_fraction=0.2", "model.width=4", "trainer.epochs=4",
             "wrapper.ema_decay=0.9", "wrapper.accumulation_steps=2", "wrapper.loss_scale=dynamic",
-            "wrapper.scale_window=5", "trainer.early_stopping.metric=loss", "trainer.early_stopping.patience=5"]
+            "wrapper.scale_window=5", "trainer.early_stopping.metric=loss", "trainer.early_stopping.patience=2",
+            "trainer.early_stopping.min_delta=100"]
 
 
 def table(root):
@@ -34,52 +62,183 @@ def table(root):
                                     for x, y in rng.normal(size=(120, 2))]
     path.write_text("\n".join(lines) + "\n")
     return ["data=table", f"data.path={path}", "data.target=label", "data.batch_size=8", "model=mlp",
-            "model.hidden_sizes=[4]", "trainer.epochs=3", "wrapper.ema_decay=0.8"]
+            "model.hidden_sizes=[4]", "model.dropout=0.2", "trainer.epochs=3", "wrapper.ema_decay=0.8"]
 
 
-def image_folder(root):
-    folder = write_folder(root / "images", {"a": 14, "b": 14, "c": 14})
-    return ["data=image_folder", f"data.root={folder}", "data.image_size=8", "data.batch_size=4",
-            "data.augment=light", "data.num_parallel_workers=1", "model.width=4", "trainer.epochs=2"]
+def image_folder(augment):
+    def case(root):
+        folder = root / "images"
+        if not folder.exists():
+            write_folder(folder, {"a": 14, "b": 14, "c": 14})
+        return ["data=image_folder", f"data.root={folder}", "data.image_size=8", "data.batch_size=4",
+                f"data.augment={augment}", "data.num_parallel_workers=1", "model.width=4", "trainer.epochs=2"]
+
+    case.__name__ = f"image_folder_{augment}"
+    return case
 
 
-def text(root):
-    """data=text: its tokenizer trained again by the resumed process (another process's hash seeds) must be the
-    same, and the batches' order continue; TextBag's dropout rides along."""
-    generator = random.Random(1)
-    words = ["good", "bad", "film", "plot", "very", "not", "the", "acting", "warm", "cold"]
-    path = root / "t.csv"
-    rows = [" ".join(generator.choice(words) for _ in range(generator.randint(2, 9))) for _ in range(90)]
-    path.write_text("text,label\n" + "".join(f"{row},{'pos' if 'good' in row else 'neg'}\n" for row in rows))
-    return ["recipe=text_classification", f"data.path={path}", "data.max_length=8", "data.batch_size=8",
-            "data.vocab_size=60", "model.embed_dim=8", "model.hidden_sizes=[4]", "model.dropout=0.2",
-            "trainer.epochs=3", "wrapper.ema_decay=0.8"]
+def two_workers(_):
+    return ["data.batch_size=32", "data.val_fraction=0.2", "model.width=4", "trainer.epochs=2",
+            "wrapper.accumulation_steps=2", "wrapper.ema_decay=0.9", "parallel=data_parallel", "parallel.workers=2"]
 
 
-@pytest.mark.parametrize("case", [
-    digits,
-    pytest.param(table, marks=pytest.mark.slow),
-    pytest.param(image_folder, marks=pytest.mark.slow),
-    pytest.param(text, marks=pytest.mark.slow),
-], ids=lambda case: case.__name__)
-def test_a_run_stopped_at_a_drawn_step_and_resumed_ends_as_the_uninterrupted_one(tmp_path, case):
-    common = [*case(tmp_path), *QUIET]
-    whole = train(compose_config([*common, f"run_dir={tmp_path / 'whole'}", f"callbacks=[{TALLY}]"]))
-    total = int(whole.metrics["optimizer_steps"]) * int(whole.wrapper.accumulation_steps)
-    steps = whole.data.train_dataset().get_dataset_size()
-    # a step inside an epoch, never an epoch's last (the stop there is at the epoch's end: another path, also fine)
-    candidates = [s for s in range(2, total - 1) if s % steps]
-    step = random.Random(case.__name__).choice(candidates)
-    stopped_and_resumed(common, tmp_path / "resumed", step, user=[TALLY])
-    name, expected = final_arrays(tmp_path / "whole")
-    name_resumed, got = final_arrays(tmp_path / "resumed")
-    assert name_resumed == name
-    differing = [k for k in expected if not np.array_equal(expected[k], got[k])]
-    assert not differing, f"stopped at step {step}: {differing[:5]}"
-    same_records(records(tmp_path / "resumed"), records(tmp_path / "whole"))
-    def best_of(run):
-        saved = ms.load_checkpoint(str(tmp_path / run / "checkpoints" / "best.ckpt"))
-        return {k: v.asnumpy() for k, v in saved.items() if hasattr(v, "asnumpy")}
+@dataclass(frozen=True)
+class Case:
+    overrides: Callable
+    parallel: bool = False  # every run through `python -m trainkit` (msrun starts the workers)
 
-    best, best_resumed = best_of("whole"), best_of("resumed")
-    assert all(np.array_equal(best[k], best_resumed[k]) for k in best)
+    @property
+    def name(self) -> str:
+        return self.overrides.__name__
+
+
+CASES = {case.name: case for case in [Case(digits), Case(table), Case(image_folder("light")),
+                                       Case(image_folder("randaugment")), Case(two_workers, parallel=True)]}
+SLOW = {"table", "image_folder_light", "image_folder_randaugment", "two_workers"}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """name -> (the case's overrides, its uninterrupted run's directory), each trained once for the module."""
+    runs = {}
+    root = tmp_path_factory.mktemp("matrix")
+
+    def get(case: Case):
+        if case.name not in runs:
+            folder = root / case.name
+            folder.mkdir()
+            common = [*case.overrides(folder), *QUIET]
+            whole = folder / "whole"
+            if case.parallel:
+                done = trainkit_process([*common, f"hydra.run.dir={whole}", callbacks(TALLY)], folder, module=True)
+                assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+            else:
+                train(compose_config([*common, f"run_dir={whole}", callbacks(TALLY)]))
+            runs[case.name] = common, whole
+        return runs[case.name]
+
+    return get
+
+
+def drawn_step(case_name: str, whole, later_than: int = 0) -> int:
+    """A micro-batch drawn from the run (seeded by the case): inside an epoch and inside a record interval, the
+    demanding stop (an epoch's last step ends at the epoch's end, another path also tested in test_resume.py)."""
+    total, steps = final_position(whole)
+    candidates = [s for s in range(max(2, later_than + 1), total - 1) if s % steps and s % LOG_EVERY]
+    return random.Random(case_name).choice(candidates)
+
+
+def interrupted(case: Case, common, run_dir, how: signal.Signals, step: int):
+    """The case stopped by `how` at `step`, then continued with trainer.resume=auto to its end."""
+    if not case.parallel:
+        if how == signal.SIGTERM:
+            return stopped_and_resumed(common, run_dir, step, user=[TALLY])
+        return killed_and_resumed(common, run_dir, step, user=[TALLY])
+    stopper = stop_at(step) if how == signal.SIGTERM else kill_at(step)
+    args = [*common, f"hydra.run.dir={run_dir}"]
+    stopped = trainkit_process([*args, callbacks(TALLY, stopper)], run_dir.parent, module=True)
+    assert stopped.returncode != 0, stopped.stdout[-3000:]
+    worker = (run_dir / "msrun_logs" / "worker_0.log").read_text()
+    assert "finished:" not in worker
+    if how == signal.SIGTERM:
+        assert f"stopped by SIGTERM after step {step} " in worker, worker[-3000:]
+    resumed = trainkit_process([*args, "trainer.resume=auto", callbacks(TALLY)], run_dir.parent, module=True)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.slow) if name in SLOW else name
+                                  for name in CASES])
+def test_a_run_stopped_at_a_drawn_step_and_resumed_ends_as_the_uninterrupted_one(uninterrupted, name, how):
+    case = CASES[name]
+    common, whole = uninterrupted(case)
+    step = drawn_step(f"{name}-{how.name}", whole)
+    run_dir = whole.parent / f"resumed-{how.name}"
+    interrupted(case, common, run_dir, how, step)
+    assert not differences(whole, run_dir), (f"stopped by {how.name} at step {step}", differences(whole, run_dir))
+    if how == signal.SIGKILL:  # the killed attempt's records after its last checkpoint were set aside, not kept
+        assert list(run_dir.glob("metrics.superseded-*.jsonl")) or step < 4
+
+
+# ----------------------------------------------------------------------------------------------- mutations
+#: The names trainkit's registry of stateful parts reports for the digits case: its own parts (each has a check of a
+#: stored state) and the user callbacks it registers (Tally). A new part is parametrized here without an edit.
+REGISTERED = [*build.OWN_PART_CHECKS, *build.user_parts([Tally()]).names()]
+
+
+def _is_optimizer(name: str) -> bool:
+    return name.startswith(("moment", "global_step", "beta", "learning_rate")) or ".moment" in name
+
+
+#: State the checkpoint holds outside the registry, as Parameters of the TrainingWrapper: a group of them dropped
+#: at the resume (left as a fresh run has them). The data position is the checkpoint's appended micro_steps, which
+#: positions the data (dropped: the data pipeline restarts its epoch).
+PARAMETER_GROUPS = {
+    "wrapper/weights": lambda name: not (_is_optimizer(name) or name.startswith(("ema", "loss_scale", "_", "micro"))
+                                         or "scale" in name),
+    "optimizer": _is_optimizer,
+    "ema": lambda name: name.startswith("ema"),
+    "loss_scale": lambda name: "scale" in name,
+    "accumulation": lambda name: name.startswith(("_grad_sum", "micro_step")),
+}
+SAVED_ELSEWHERE = [*PARAMETER_GROUPS, "data_position"]
+DEFAULT_MUTATIONS = {"train_metrics", "callbacks/Tally"}
+
+
+def drop(monkeypatch, part: str) -> None:
+    """The resume leaves `part` as a new run has it: the mutation a complete registry must catch."""
+    if part in REGISTERED:
+        load = StatefulParts.load
+
+        def without(self, stored, source, skip=()):
+            return load(self, {k: v for k, v in (stored or {}).items() if k != part}, source, skip)
+
+        monkeypatch.setattr(StatefulParts, "load", without)
+    elif part == "data_position":
+        monkeypatch.setattr(ms.dataset.Dataset, "set_init_step", lambda self, step: None)
+    else:
+        from trainkit.app import run
+
+        def restore(checkpoint, network):
+            kept = {k: v for k, v in checkpoint.parameters.items() if not PARAMETER_GROUPS[part](k)}
+            assert len(kept) < len(checkpoint.parameters), f"no Parameter of the group {part}"
+            ms.load_param_into_net(network, kept)
+
+        monkeypatch.setattr(run, "restore", restore)
+
+
+@pytest.mark.parametrize("part", [name if name in DEFAULT_MUTATIONS else pytest.param(name, marks=pytest.mark.slow)
+                                  for name in [*REGISTERED, *SAVED_ELSEWHERE]])
+def test_a_part_left_out_of_the_resume_turns_the_digits_case_red(uninterrupted, monkeypatch, part):
+    """Stopped by SIGTERM in epoch 2 or 3 (after an evaluation that set early stopping's best) inside a record
+    interval and an accumulation window: every part has state there that the uninterrupted run goes on with."""
+    common, whole = uninterrupted(CASES["digits"])
+    if part in REGISTERED:
+        assert part in stored_parts(whole), "the registry reports a part no checkpoint of the run holds"
+    _, steps = final_position(whole)
+    step = drawn_step(f"mutation-{part}", whole, later_than=steps)
+    drop(monkeypatch, part)
+    run_dir = whole.parent / f"mutated-{part.replace('/', '-')}"
+    stopped_and_resumed(common, run_dir, step, user=[TALLY])
+    assert differences(whole, run_dir), f"{part} dropped at the resume after step {step}: still equal"
+
+
+def stored_parts(run_dir):
+    """The parts' names the run's newest checkpoint holds state for."""
+    return set(json.loads(str(newest_checkpoint(run_dir)["trainkit_parts"])))
+
+
+def newest_checkpoint(run_dir):
+    return ms.load_checkpoint(str(max((run_dir / "checkpoints").glob("trainkit-*.ckpt"), key=lambda p: p.stat().st_mtime)))
+
+
+def test_every_part_a_checkpoint_holds_is_mutated(uninterrupted):
+    """The registry's names in a checkpoint of the digits case are the ones the mutation test drops, and every
+    Parameter the checkpoint holds is in one of the groups it drops."""
+    _, whole = uninterrupted(CASES["digits"])
+    assert stored_parts(whole) == set(REGISTERED)
+    saved = newest_checkpoint(whole)
+    names: List[str] = [k for k, v in saved.items() if hasattr(v, "asnumpy") and k not in (
+        "micro_steps", "steps_per_epoch", "skipped_steps", "group_size")]
+    ungrouped = [k for k in names if not any(group(k) for group in PARAMETER_GROUPS.values())]
+    assert not ungrouped
