@@ -3,7 +3,6 @@
 Pure logic (no process, no MindSpore): the unit tier.
 """
 import re
-
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
