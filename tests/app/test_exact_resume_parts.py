@@ -5,6 +5,7 @@ run's config; a table run predicts without its training file.
 Each uninterrupted run is compared with the same command stopped mid-epoch by SIGTERM (sent by a callback at a
 chosen step, so the stop is at a known step however loaded the machine) and continued with trainer.resume=auto:
 the final checkpoint bitwise, metrics.jsonl value by value once wall-clock values are removed, the stop epoch.
+The helpers (a stop by SIGTERM or by SIGKILL at a step, the comparison) serve test_exact_resume_matrix.py too.
 """
 import json
 import math
@@ -89,8 +90,9 @@ def differences(whole, resumed):
     for marker in ("early_stopped.json", "best.json"):
         paths = [run / "checkpoints" / marker for run in (whole, resumed)]
         texts = [json.loads(p.read_text()) if p.exists() else None for p in paths]
-        if texts[1] is not None and marker == "best.json":
-            texts = [{k: text[k] for k in ("metric", "mode", "value", "epoch", "step")} for text in texts]
+        if marker == "best.json":  # its crc32 is of a file that holds the run's own config (its run_dir)
+            texts = [text and {k: text.get(k) for k in ("metric", "mode", "value", "epoch", "step")}
+                     for text in texts]
         if texts[0] != texts[1]:
             found.append(f"{marker}: {texts[1]}, expected {texts[0]}")
     bests = [run / "checkpoints" / "best.ckpt" for run in (whole, resumed)]
