@@ -14,7 +14,7 @@ GENERATED_TESTS = {"test_train.py"}
 
 def named_test_paths(text):
     """``tests/...`` paths a page names: files, folders, ``file.py::test_name`` and ``module.Name``."""
-    found = re.findall(r"(?<![\w./-])tests/[\w/.:-]*", text)
+    found = re.findall(r"(?<![\w./-])tests/[\w/.:*-]*", text)
     return [match if match.endswith("...") or not match.endswith(tuple(".,:;")) else match[:-1] for match in found]
 
 
@@ -29,7 +29,7 @@ def test_every_test_path_the_developer_pages_name_exists():
             module, dot, attribute = path.rpartition(".")
             if dot and not attribute.startswith("py") and "/" not in attribute:  # tests/common/start_up.Name
                 path, test = f"{module}.py", attribute
-            if not (REPO / path).exists():
+            if not (any(REPO.glob(path)) if "*" in path else (REPO / path).exists()):
                 missing.append(f"{page.name}: {named}")
             elif test.strip(".") and not re.search(  # `test_name_...`: a test whose name begins so
                     rf"^\s*(def|class) {re.escape(test[:-3])}" if test.endswith("...") else
@@ -44,7 +44,7 @@ def test_every_test_path_the_developer_pages_name_exists():
 
 def test_named_test_paths_reads_each_form():
     text = ("see tests/app/test_resume.py, tests/step/ and tests/test_signals.py::test_a_stop. Also "
-            "`tests/common/start_up.CompilesUntilSignalledInExport`; tests/a.py::test_b_... not mytests/x.py")
+            "`tests/common/start_up.CompilesUntilSignalledInExport`; tests/a.py::test_b_... tests/app/test_resume*.py, not mytests/x.py")
     assert named_test_paths(text) == ["tests/app/test_resume.py", "tests/step/", "tests/test_signals.py::test_a_stop",
                                       "tests/common/start_up.CompilesUntilSignalledInExport",
-                                      "tests/a.py::test_b_..."]
+                                      "tests/a.py::test_b_...", "tests/app/test_resume*.py"]
