@@ -44,7 +44,8 @@ def test_every_test_path_the_developer_pages_name_exists():
 
 def test_named_test_paths_reads_each_form():
     text = ("see tests/app/test_resume.py, tests/step/ and tests/test_signals.py::test_a_stop. Also "
-            "`tests/common/start_up.CompilesUntilSignalledInExport`; tests/a.py::test_b_... tests/app/test_resume*.py, not mytests/x.py")
+            "`tests/common/start_up.CompilesUntilSignalledInExport`; tests/a.py::test_b_... "
+            "tests/app/test_resume*.py, not mytests/x.py")
     assert named_test_paths(text) == ["tests/app/test_resume.py", "tests/step/", "tests/test_signals.py::test_a_stop",
                                       "tests/common/start_up.CompilesUntilSignalledInExport",
                                       "tests/a.py::test_b_...", "tests/app/test_resume*.py"]

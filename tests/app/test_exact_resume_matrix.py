@@ -24,6 +24,7 @@ import mindspore as ms
 import numpy as np
 import pytest
 
+from tests.app.stateful_callbacks import Tally
 from tests.app.test_exact_resume_parts import (
     TALLY,
     callbacks,
@@ -35,7 +36,6 @@ from tests.app.test_exact_resume_parts import (
     stopped_and_resumed,
     trainkit_process,
 )
-from tests.app.stateful_callbacks import Tally
 from tests.common.image_folders import write_folder
 from trainkit.app import build, run, train
 from trainkit.app.config import compose_config
@@ -125,7 +125,8 @@ def drawn_step(case_name: str, whole, later_than: int = 0, window: int = 1) -> i
     """A micro-batch drawn from the run (seeded by the case): inside an epoch and inside a record interval (and an
     accumulation `window`), the demanding stop; a stop at an epoch's last step is another path, test_resume.py's."""
     total, steps = final_position(whole)
-    candidates = [s for s in range(max(2, later_than + 1), total - 1) if s % steps and s % LOG_EVERY and s % window]
+    candidates = [s for s in range(max(2, later_than + 1), total - 1)
+                  if s % steps and s % LOG_EVERY and (window == 1 or s % window)]
     return random.Random(case_name).choice(candidates)
 
 
