@@ -15,7 +15,9 @@ the data position) -- and the digits case must then turn red.
 The digits case and two mutations run by default (~40 s); the rest are slow-marked (DEVELOPERS.md, "Test tiers").
 """
 import json
+import logging
 import random
+import re
 import signal
 from dataclasses import dataclass
 from typing import Callable
@@ -32,6 +34,7 @@ from tests.app.test_exact_resume_parts import (
     final_position,
     kill_at,
     killed_and_resumed,
+    records,
     stop_at,
     stopped_and_resumed,
     trainkit_process,
@@ -151,15 +154,21 @@ def interrupted(case: Case, common, run_dir, how: signal.Signals, step: int):
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
 @pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.slow) if name in SLOW else name
                                   for name in CASES])
-def test_a_run_stopped_at_a_drawn_step_and_resumed_ends_as_the_uninterrupted_one(uninterrupted, name, how):
+def test_a_run_stopped_at_a_drawn_step_and_resumed_ends_as_the_uninterrupted_one(uninterrupted, caplog, name, how):
     case = CASES[name]
     common, whole = uninterrupted(case)
     step = drawn_step(f"{name}-{how.name}", whole)
     run_dir = whole.parent / f"resumed-{how.name}"
+    caplog.set_level(logging.INFO, logger="trainkit")
     interrupted(case, common, run_dir, how, step)
     assert not differences(whole, run_dir), (f"stopped by {how.name} at step {step}", differences(whole, run_dir))
-    if how == signal.SIGKILL:  # the killed attempt's records after its last checkpoint were set aside, not kept
-        assert list(run_dir.glob("metrics.superseded-*.jsonl")) or step < 4
+    if how == signal.SIGKILL:  # the killed attempt's records after the checkpoint it resumed from were set aside
+        log = (run_dir / "train.log").read_text() if case.parallel else caplog.text
+        resumed_at = int(re.findall(r"resuming from \S+: .*?\((\d+) micro-batches done", log)[-1])
+        assert resumed_at < step
+        aside = [json.loads(line)["step"] for path in sorted(run_dir.glob("metrics.superseded-*.jsonl"))
+                 for line in path.read_text().splitlines()]
+        assert aside == [r["step"] for r in records(whole) if resumed_at < r["step"] <= step]
 
 
 # ----------------------------------------------------------------------------------------------- mutations
