@@ -124,12 +124,20 @@ def uninterrupted(tmp_path_factory):
     return get
 
 
-def drawn_step(case_name: str, whole, later_than: int = 0, window: int = 1) -> int:
+def drawn_step(case_name: str, whole, later_than: int = 0, window: int = 1, killed: bool = False) -> int:
     """A micro-batch drawn from the run (seeded by the case): inside an epoch and inside a record interval (and an
-    accumulation `window`), the demanding stop; a stop at an epoch's last step is another path, test_resume.py's."""
+    accumulation `window`), the demanding stop; a stop at an epoch's last step is another path, test_resume.py's.
+    `killed`: a step with a record between it and the periodic checkpoint before it, which the continuation
+    must set aside and write again."""
     total, steps = final_position(whole)
+
+    def records_after_checkpoint(s):
+        checkpoint = max(s // EVERY * EVERY, s // steps * steps)
+        return any(r % LOG_EVERY == 0 for r in range(checkpoint + 1, s + 1))
+
     candidates = [s for s in range(max(2, later_than + 1), total - 1)
-                  if s % steps and s % LOG_EVERY and (window == 1 or s % window)]
+                  if s % steps and s % LOG_EVERY and (window == 1 or s % window)
+                  and (not killed or records_after_checkpoint(s))]
     return random.Random(case_name).choice(candidates)
 
 
@@ -159,7 +167,8 @@ def test_a_run_stopped_at_a_drawn_step_and_resumed_ends_as_the_uninterrupted_one
     common, whole = uninterrupted(case)
     # a kill after the first periodic checkpoint's step: usually continued from one (if the kill comes before the
     # background write is done, from an earlier one or from the start, as after any crash)
-    step = drawn_step(f"{name}-{how.name}", whole, later_than=EVERY + 1 if how == signal.SIGKILL else 0)
+    killed = how == signal.SIGKILL
+    step = drawn_step(f"{name}-{how.name}", whole, later_than=EVERY + 1 if killed else 0, killed=killed)
     run_dir = whole.parent / f"resumed-{how.name}"
     caplog.set_level(logging.INFO, logger="trainkit")
     interrupted(case, common, run_dir, how, step)
