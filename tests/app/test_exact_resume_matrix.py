@@ -6,7 +6,8 @@ value by value once wall-clock values are removed, the early-stopping marker (th
 
 A user callback with state (Tally) rides along in every case. The cases: digits with early stopping, EMA,
 accumulation and dynamic loss scaling together; a table (an MLP with dropout: a random stream); an image folder
-augmented with `light` and with `randaugment` (trainkit's seeded ops); 2 data-parallel workers under msrun.
+augmented with `light` and with `randaugment` (trainkit's seeded ops); a text classifier (its tokenizer
+trained again by the resumed process); 2 data-parallel workers under msrun.
 
 The mutation test leaves one part out of the resume at a time -- each name the registry of stateful parts reports
 (a new one is parametrized without an edit), each group of Parameters the checkpoint holds outside it (weights,
@@ -85,6 +86,19 @@ def image_folder(augment):
     return case
 
 
+def text(root):
+    """data=text: its tokenizer trained again by the resumed process (another process's hash seeds) must be the
+    same, and the batches' order continue; TextBag's dropout rides along."""
+    generator = random.Random(1)
+    words = ["good", "bad", "film", "plot", "very", "not", "the", "acting", "warm", "cold"]
+    path = root / "t.csv"
+    rows = [" ".join(generator.choice(words) for _ in range(generator.randint(2, 9))) for _ in range(90)]
+    path.write_text("text,label\n" + "".join(f"{row},{'pos' if 'good' in row else 'neg'}\n" for row in rows))
+    return ["recipe=text_classification", f"data.path={path}", "data.max_length=8", "data.batch_size=8",
+            "data.vocab_size=60", "model.embed_dim=8", "model.hidden_sizes=[4]", "model.dropout=0.2",
+            "trainer.epochs=3", "wrapper.ema_decay=0.8"]
+
+
 def two_workers(_):
     return ["data.batch_size=32", "data.val_fraction=0.2", "model.width=4", "trainer.epochs=2",
             "wrapper.accumulation_steps=2", "wrapper.ema_decay=0.9", "parallel=data_parallel", "parallel.workers=2"]
@@ -101,8 +115,9 @@ class Case:
 
 
 CASES = {case.name: case for case in [Case(digits), Case(table), Case(image_folder("light")),
-                                       Case(image_folder("randaugment")), Case(two_workers, parallel=True)]}
-SLOW = {"table", "image_folder_light", "image_folder_randaugment", "two_workers"}
+                                       Case(image_folder("randaugment")), Case(text),
+                                       Case(two_workers, parallel=True)]}
+SLOW = {"table", "image_folder_light", "image_folder_randaugment", "text", "two_workers"}
 
 
 @pytest.fixture(scope="module")
