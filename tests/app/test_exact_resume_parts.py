@@ -5,9 +5,15 @@ run's config; a table run predicts without its training file.
 Each uninterrupted run is compared with the same command stopped mid-epoch by SIGTERM (sent by a callback at a
 chosen step, so the stop is at a known step however loaded the machine) and continued with trainer.resume=auto:
 the final checkpoint bitwise, metrics.jsonl value by value once wall-clock values are removed, the stop epoch.
+The helpers (a stop by SIGTERM or by SIGKILL at a step, the comparison) serve test_exact_resume_matrix.py too.
 """
 import json
 import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import mindspore as ms
 import numpy as np
@@ -22,10 +28,83 @@ from trainkit.rundir.stateful_parts import parts_of
 
 TALLY = "{_target_:tests.app.stateful_callbacks.Tally}"
 WALL_CLOCK = ("time", "train/samples_per_second")
+REPO = Path(__file__).resolve().parents[2]
+#: ``train(compose_config(argv))`` in a process of its own: the in-process path, for a run the test kills.
+TRAIN = "import sys; from trainkit.app import train; from trainkit.app.config import compose_config; " \
+        "train(compose_config(sys.argv[1:]))"
 
 
 def stop_at(step):
     return f"{{_target_:tests.app.stateful_callbacks.StopAt,step:{step}}}"
+
+
+def kill_at(step):
+    return f"{{_target_:tests.app.stateful_callbacks.KillAt,step:{step}}}"
+
+
+def callbacks(*entries):
+    return f"callbacks=[{', '.join(entries)}]"
+
+
+def trainkit_process(args, cwd, module=False, timeout=900):
+    """`args` trained in a new process (``python -m trainkit`` with `module`, else :data:`TRAIN`)."""
+    env = {**os.environ, "GLOG_v": "3", "PYTHONPATH": str(REPO)}
+    command = [sys.executable, *(["-m", "trainkit"] if module else ["-c", TRAIN]), *args]
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def killed_and_resumed(common, run_dir, step, user=()):
+    """`common` killed by SIGKILL at the end of micro-batch `step` (in a process of its own), then continued
+    in-process with trainer.resume=auto: from the newest checkpoint the killed run left complete."""
+    done = trainkit_process([*common, f"run_dir={run_dir}", callbacks(*user, kill_at(step))], run_dir.parent)
+    assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
+    return train(compose_config([*common, f"run_dir={run_dir}", "trainer.resume=auto", callbacks(*user)]))
+
+
+def scalar_entry(saved, key):
+    return int(saved[key].asnumpy().item())
+
+
+def final_position(run_dir):
+    """(micro-batches done, per epoch) of the run's newest checkpoint: where the run ended."""
+    newest = sorted((run_dir / "checkpoints").glob("trainkit-*.ckpt"), key=lambda p: p.stat().st_mtime)[-1]
+    saved = ms.load_checkpoint(str(newest))
+    return scalar_entry(saved, "micro_steps"), scalar_entry(saved, "steps_per_epoch")
+
+
+def differences(whole, resumed):
+    """What differs between an uninterrupted run directory and a stopped-and-resumed one, as lines (none: equal):
+    the final checkpoint bitwise, metrics.jsonl value by value without wall-clock values, the early-stopping
+    marker (the stop epoch), best.ckpt's arrays and best.json's metric, value, epoch and step."""
+    found = []
+    name, expected = final_arrays(whole)
+    name_resumed, got = final_arrays(resumed)
+    if name != name_resumed:
+        found.append(f"final checkpoint {name_resumed}, expected {name}")
+    found += [f"{name}: {k} differs" for k in sorted(set(expected) | set(got))
+              if k not in expected or k not in got or not np.array_equal(expected[k], got[k])][:5]
+    try:
+        same_records(records(resumed), records(whole))
+    except AssertionError as error:
+        found.append(f"metrics.jsonl: {str(error)[:300]}")
+    for marker in ("early_stopped.json", "best.json"):
+        paths = [run / "checkpoints" / marker for run in (whole, resumed)]
+        texts = [json.loads(p.read_text()) if p.exists() else None for p in paths]
+        if marker == "best.json":  # its crc32 is of a file that holds the run's own config (its run_dir)
+            texts = [text and {k: text.get(k) for k in ("metric", "mode", "value", "epoch", "step")}
+                     for text in texts]
+        if texts[0] != texts[1]:
+            found.append(f"{marker}: {texts[1]}, expected {texts[0]}")
+    bests = [run / "checkpoints" / "best.ckpt" for run in (whole, resumed)]
+    if bests[0].exists():
+        best, best_resumed = (arrays_of(path) if path.exists() else {} for path in bests)
+        found += [f"best.ckpt: {k} differs" for k in best
+                  if k not in best_resumed or not np.array_equal(best[k], best_resumed[k])][:5]
+    return found
+
+
+def arrays_of(path):
+    return {k: v.asnumpy() for k, v in ms.load_checkpoint(str(path)).items() if hasattr(v, "asnumpy")}
 
 
 def records(run_dir):
@@ -44,8 +123,7 @@ def same_records(a, b):
 
 def final_arrays(run_dir):
     newest = sorted((run_dir / "checkpoints").glob("trainkit-*.ckpt"), key=lambda p: p.stat().st_mtime)[-1]
-    return newest.name, {k: v.asnumpy() for k, v in ms.load_checkpoint(str(newest)).items()
-                         if hasattr(v, "asnumpy")}
+    return newest.name, arrays_of(newest)
 
 
 def stopped_and_resumed(common, run_dir, step, user=()):

@@ -16,7 +16,7 @@ def _update_shadow(weight, shadow, value):
     """``shadow -= (shadow - value) * (1 - decay)``: one subtract, one multiply, one in-place subtract.
 
     Equal to ``decay * shadow + (1 - decay) * value`` within float32 rounding, with one kernel and one
-    temporary fewer per tensor (DEVELOPERS.md, "Performance notes", has the variants measured).
+    temporary fewer per tensor (results/developers-history.md, "Performance notes", has the variants measured).
     """
     return ops.assign_sub(shadow, (shadow - value) * weight.astype(shadow.dtype))
 
