@@ -6,6 +6,11 @@ same name and arguments written into the generated module. ``torch.roll`` has no
 is unregistered), so it is written as two slices and a concatenation per axis; its shifts are numbers, as a
 window shift is. The attention mask of a shifted window is built from the padded input's shape as PyTorch builds
 it, with tensor slice assignment (which MindSpore compiles in graph mode).
+
+``F.pad``'s constant mode (Swin pads to whole windows and even sizes) is written as concatenations with filled
+blocks, not ``ops.pad``: MindSpore 2.10 differentiates PadV3 into a PadV3 with negative paddings, whose CPU kernel
+reads and writes out of bounds (wrong gradients from the second step on, then a corrupted heap: ``free(): invalid
+pointer`` while a ported Swin trained, in graph mode).
 """
 from __future__ import annotations
 
@@ -14,6 +19,26 @@ from typing import Callable, Dict
 from trainkit.bridge.port.layers import Unsupported
 
 HELPERS: Dict[str, str] = {
+    "pad": '''
+def pad(x, padding, mode="constant", value=None):
+    """PyTorch's F.pad. The constant mode as concatenations with filled blocks (a negative amount crops): the
+    gradient of MindSpore's PadV3 is a PadV3 with negative paddings, whose CPU kernel writes out of bounds."""
+    if mode != "constant":
+        return ops.pad(x, padding, mode=mode, value=value)
+    value = 0.0 if value is None else value
+    for index in range(len(padding) // 2):  # (before, after) of the last axis first, as PyTorch orders them
+        axis = len(x.shape) - 1 - index
+        before, after = padding[2 * index], padding[2 * index + 1]
+        if before < 0:
+            x = ops.narrow(x, axis, -before, x.shape[axis] + before)
+        if after < 0:
+            x = ops.narrow(x, axis, 0, x.shape[axis] + after)
+        if before > 0:
+            x = ops.cat((ops.full(x.shape[:axis] + (before,) + x.shape[axis + 1:], value, dtype=x.dtype), x), axis)
+        if after > 0:
+            x = ops.cat((x, ops.full(x.shape[:axis] + (after,) + x.shape[axis + 1:], value, dtype=x.dtype)), axis)
+    return x
+''',
     "roll": '''
 def roll(x, shifts, dims):
     """PyTorch's torch.roll over the given axes (MindSpore's Roll has no CPU kernel): slices and a concatenation."""
@@ -30,7 +55,7 @@ def roll(x, shifts, dims):
 def _patch_merging_pad(x):
     """torchvision's Swin patch merging: pad H and W to even sizes, then the four interleaved halves side by side."""
     h, w = x.shape[-3], x.shape[-2]
-    x = ops.pad(x, (0, 0, 0, w % 2, 0, h % 2))
+    x = pad(x, (0, 0, 0, w % 2, 0, h % 2))
     # x[..., 0::2, 0::2, :], x[..., 1::2, 0::2, :], x[..., 0::2, 1::2, :], x[..., 1::2, 1::2, :] side by side, as a
     # reshape and a permutation: a strided slice's gradient fails on CPU in graph mode (StridedSliceGrad)
     lead, (h, w, c) = x.shape[:-3], x.shape[-3:]
@@ -55,7 +80,7 @@ def shifted_window_attention(x, qkv_weight, proj_weight, relative_position_bias,
     b, h, w, c = x.shape
     pad_r = (window_size[1] - w % window_size[1]) % window_size[1]
     pad_b = (window_size[0] - h % window_size[0]) % window_size[0]
-    x = ops.pad(x, (0, 0, 0, pad_r, 0, pad_b))
+    x = pad(x, (0, 0, 0, pad_r, 0, pad_b))
     pad_h, pad_w = x.shape[1], x.shape[2]
     shift = [0 if window_size[0] >= pad_h else shift_size[0], 0 if window_size[1] >= pad_w else shift_size[1]]
     if shift[0] + shift[1] > 0:
@@ -113,11 +138,13 @@ def shifted_window_attention(x, qkv_weight, proj_weight, relative_position_bias,
 #: The imports each helper needs beyond ``from mindspore import nn, ops``.
 HELPER_IMPORTS = {"shifted_window_attention": ("math",)}
 #: Helpers another helper needs written before it.
-HELPER_NEEDS = {"shifted_window_attention": ("roll",)}
+HELPER_NEEDS = {"shifted_window_attention": ("pad", "roll"), "_patch_merging_pad": ("pad",)}
 
 
 def _pad(input, pad, mode="'constant'", value="None"):  # noqa: A002 - PyTorch's argument names
-    return f"ops.pad({input}, {pad}, mode={mode}, value={value})"
+    options = "".join(f", {name}={code}" for name, code, default in [("mode", mode, "'constant'"),
+                                                                      ("value", value, "None")] if code != default)
+    return f"pad({input}, {pad}{options})"
 
 
 def _roll(input, shifts, dims="None"):  # noqa: A002
@@ -145,7 +172,8 @@ FUNCTIONS: Dict[str, Callable[..., str]] = {
     _SWIN + "_patch_merging_pad": lambda x: f"_patch_merging_pad({x})",
 }
 #: The helper each function's code calls.
-FUNCTION_HELPERS = {"torch.roll": "roll", _SWIN + "shifted_window_attention": "shifted_window_attention",
+FUNCTION_HELPERS = {"torch.nn.functional.pad": "pad", "torch.roll": "roll",
+                    _SWIN + "shifted_window_attention": "shifted_window_attention",
                     _SWIN + "_get_relative_position_bias": "_get_relative_position_bias",
                     _SWIN + "_patch_merging_pad": "_patch_merging_pad"}
 METHODS: Dict[str, Callable[..., str]] = {"roll": _roll}
