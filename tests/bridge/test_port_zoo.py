@@ -188,8 +188,11 @@ def test_an_argument_called_without_is_fixed_to_none_and_the_file_says_so(on_pat
 
 def test_a_ported_swin_trains_its_gradients_are_pytorch_s(on_path, capsys, graph_mode):
     """torchvision's Swin (shifted windows, their mask, roll, patch merging) ported: in graph mode, the gradient of
-    a loss with respect to the input is PyTorch's, and a training step runs. Mutation caught: patch merging as
-    strided slices (their gradient fails on CPU in graph mode: StridedSliceGrad out of bounds)."""
+    a loss with respect to the input is PyTorch's, call after call, and training steps run. Its 6x6 and 3x3 tokens
+    are padded to whole 4x4 windows, as swin_t's are at 32x32. Mutations caught: patch merging as strided slices
+    (their gradient fails on CPU in graph mode: StridedSliceGrad out of bounds); the padding as ops.pad (its
+    gradient, a PadV3 with negative paddings, reads and writes out of bounds: the second call's gradient is wrong,
+    and the heap of swin_t's training was corrupted)."""
     import_zoo()
     from torchvision.models.swin_transformer import SwinTransformer
 
@@ -199,25 +202,28 @@ def test_a_ported_swin_trains_its_gradients_are_pytorch_s(on_path, capsys, graph
     model = SwinTransformer(**arguments).eval()
     weights = on_path / "swin.pth"
     torch.save(model.state_dict(), weights)
-    assert port("torchvision.models.swin_transformer:SwinTransformer", arguments, on_path / "swin_grad", [3, 32, 32],
+    assert port("torchvision.models.swin_transformer:SwinTransformer", arguments, on_path / "swin_grad", [3, 24, 24],
                 weights=weights) == 0, capsys.readouterr().out
     network = importlib.import_module("swin_grad.model").SwinTransformer()
     ms.load_param_into_net(network, ms.load_checkpoint(str(on_path / "swin_grad" / "weights.ckpt")), strict_load=True)
     network.set_train(False)
-    batch = np.random.default_rng(7).normal(0, 1, (2, 3, 32, 32)).astype(np.float32)
+    batch = np.random.default_rng(7).normal(0, 1, (2, 3, 24, 24)).astype(np.float32)
     weights_of_classes = np.random.default_rng(8).normal(0, 1, (2, 10)).astype(np.float32)
 
     inputs = torch.from_numpy(batch).requires_grad_()
     (model(inputs) * torch.from_numpy(weights_of_classes)).sum().backward()
     expected = inputs.grad.numpy()
-    actual = ms.grad(WeightedSum(network, weights_of_classes))(ms.Tensor(batch)).asnumpy()
-    np.testing.assert_allclose(actual, expected, rtol=1e-3, atol=1e-4 * np.abs(expected).max())
+    gradient = ms.jit(ms.grad(WeightedSum(network, weights_of_classes)))
+    for _ in range(3):  # ops.pad's wrong gradients began at the second call
+        actual = gradient(ms.Tensor(batch)).asnumpy()
+        np.testing.assert_allclose(actual, expected, rtol=1e-3, atol=1e-4 * np.abs(expected).max())
 
     step = ms.nn.TrainOneStepCell(ms.nn.WithLossCell(network, ms.nn.CrossEntropyLoss()),
                                   ms.nn.SGD(network.trainable_params(), 0.01))
     network.set_train(True)
-    loss = step(ms.Tensor(batch), ms.Tensor(np.array([1, 2], np.int32)))
-    assert np.isfinite(loss.asnumpy())
+    for _ in range(3):
+        loss = step(ms.Tensor(batch), ms.Tensor(np.array([1, 2], np.int32)))
+        assert np.isfinite(loss.asnumpy())
 
 
 class WeightedSum(ms.nn.Cell):
