@@ -92,7 +92,11 @@ def shifted_window_attention(x, qkv_weight, proj_weight, relative_position_bias,
     if logit_scale is not None and qkv_bias is not None:
         third = qkv_bias.shape[0] // 3
         qkv_bias = ops.cat((qkv_bias[:third], ops.zeros_like(qkv_bias[third:2 * third]), qkv_bias[2 * third:]))
-    qkv = ops.matmul(x, qkv_weight.swapaxes(0, 1))
+    # x @ weight.T on the tokens as one 2-D MatMul, and the attention's products as BatchMatMul with a transpose
+    # flag: ops.matmul broadcasts a 2-D weight to every window first (BroadcastTo was 57 % of swin_t's training
+    # step) and differentiates with Transpose kernels
+    linear, batched, batched_t = ops.MatMul(transpose_b=True), ops.BatchMatMul(), ops.BatchMatMul(transpose_b=True)
+    qkv = linear(x.reshape(-1, c), qkv_weight).reshape(b * windows, size, -1)
     if qkv_bias is not None:
         qkv = qkv + qkv_bias
     qkv = ops.permute(qkv.reshape(b * windows, size, 3, num_heads, c // num_heads), (2, 0, 3, 1, 4))
@@ -100,9 +104,9 @@ def shifted_window_attention(x, qkv_weight, proj_weight, relative_position_bias,
     if logit_scale is not None:
         q = q / ops.clamp(ops.sqrt((q * q).sum(-1, keepdims=True)), min=1e-12)
         k = k / ops.clamp(ops.sqrt((k * k).sum(-1, keepdims=True)), min=1e-12)
-        attn = ops.matmul(q, k.swapaxes(-2, -1)) * ops.exp(ops.clamp(logit_scale, max=math.log(100.0)))
+        attn = batched_t(q, k) * ops.exp(ops.clamp(logit_scale, max=math.log(100.0)))
     else:
-        attn = ops.matmul(q * (c // num_heads) ** -0.5, k.swapaxes(-2, -1))
+        attn = batched_t(q * (c // num_heads) ** -0.5, k)
     attn = attn + relative_position_bias
     if shift[0] + shift[1] > 0:
         mask = ops.zeros((pad_h, pad_w), x.dtype)
@@ -122,8 +126,8 @@ def shifted_window_attention(x, qkv_weight, proj_weight, relative_position_bias,
     attn = ops.softmax(attn, -1)
     if attention_dropout > 0:
         attn = ops.dropout(attn, p=attention_dropout, training=training)
-    x = ops.matmul(attn, v).swapaxes(1, 2).reshape(b * windows, size, c)
-    x = ops.matmul(x, proj_weight.swapaxes(0, 1))
+    x = batched(attn, v).swapaxes(1, 2).reshape(b * windows * size, c)
+    x = linear(x, proj_weight)
     if proj_bias is not None:
         x = x + proj_bias
     if dropout > 0:
