@@ -36,12 +36,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
-import mindspore.dataset as ds
 import numpy as np
 
 from trainkit.checks import check_bool, check_int
 from trainkit.data.table_file import SUFFIXES, Table, read_table
-from trainkit.data.tabular import ordered_row_batches, shuffled_row_batches
+from trainkit.data.tabular import RowSplitDatasets
 from trainkit.data.values import check_values
 from trainkit.errors import ConfigError, DataError
 
@@ -52,7 +51,7 @@ FILLS = ("mean", "median", "most_frequent", "zero")
 STATE_VERSION = 1
 
 
-class TableData:
+class TableData(RowSplitDatasets):
     """Rows of a table, encoded and split.
 
     Args:
@@ -241,41 +240,6 @@ class TableData:
         self.class_names = list(stats["classes"]) if stats["classes"] else None
         self.num_classes = len(self.class_names) if self.class_names else None
         self.out_features = self.num_classes or 1
-
-    # --------------------------------------------------------------------------------------------- datasets
-    def train_dataset(self, num_shards: int = 1, shard_id: int = 0) -> ds.Dataset:
-        """Shuffled batches of `batch_size` (the last partial one dropped): "features" float32 (B, in_features),
-        "target" int32 (B,) class indices or float32 (B, 1)."""
-        features, target = self._split("train")
-        return shuffled_row_batches(features, target, self.batch_size, num_shards, shard_id)
-
-    def eval_dataset(self, num_shards: int = 1, shard_id: int = 0) -> ds.Dataset:
-        """The validation rows in table order, in batches of `eval_batch_size` (the last one may be smaller)."""
-        return self._ordered("val", num_shards, shard_id)
-
-    @property
-    def has_test_set(self) -> bool:
-        """Whether rows are held out for the test set (``test_fraction`` above 0)."""
-        return self.test_fraction > 0
-
-    def test_dataset(self, num_shards: int = 1, shard_id: int = 0) -> ds.Dataset:
-        """The test rows, as ``eval_dataset`` gives the validation ones.
-
-        Raises:
-            ConfigError: no rows are held out (``test_fraction=0``).
-        """
-        if not self.has_test_set:
-            raise ConfigError(f"{self.path} has no test split (data.test_fraction=0): evaluate the validation set "
-                              "(--split val), or set data.test_fraction above 0")
-        return self._ordered("test", num_shards, shard_id)
-
-    def split_arrays(self, which: str) -> Tuple[np.ndarray, np.ndarray]:
-        """Split `which` ("train", "val", "test") as ``(features, target)`` arrays, in table order."""
-        return self._split(which)
-
-    def _ordered(self, which: str, num_shards: int, shard_id: int) -> ds.Dataset:
-        features, target = self._split(which)
-        return ordered_row_batches(features, target, self.eval_batch_size, num_shards, shard_id)
 
     def _split(self, which: str) -> Tuple[np.ndarray, np.ndarray]:
         if self._arrays is None:

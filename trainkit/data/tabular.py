@@ -182,3 +182,45 @@ def shuffled_row_batches(features, target, batch_size: int, num_shards: int = 1,
                           f"({len(target)} rows, num_shards={num_shards}): lower data.batch_size")
     return array_batches(dict(zip(names, (features, target))), batch_size, shuffle=True, drop_remainder=True,
                          num_shards=num_shards, shard_id=shard_id)
+
+
+class RowSplitDatasets:
+    """The datasets of a data module whose splits are arrays of rows, ``_split(which) -> (inputs, targets)``
+    (``data=table``, ``data=text``): shuffled training batches, ordered evaluation ones, the test split if held out.
+    A subclass sets ``columns`` (the two column names) and has ``path``, ``batch_size``, ``eval_batch_size`` and
+    ``test_fraction``."""
+
+    columns: Tuple[str, str] = ("features", "target")
+
+    def train_dataset(self, num_shards: int = 1, shard_id: int = 0) -> ds.Dataset:
+        """Shuffled batches of `batch_size` (the last partial one dropped)."""
+        inputs, targets = self._split("train")
+        return shuffled_row_batches(inputs, targets, self.batch_size, num_shards, shard_id, self.columns)
+
+    def eval_dataset(self, num_shards: int = 1, shard_id: int = 0) -> ds.Dataset:
+        """The validation rows in table order, in batches of `eval_batch_size` (the last one may be smaller)."""
+        return self._ordered("val", num_shards, shard_id)
+
+    @property
+    def has_test_set(self) -> bool:
+        """Whether rows are held out for the test set (``test_fraction`` above 0)."""
+        return self.test_fraction > 0
+
+    def test_dataset(self, num_shards: int = 1, shard_id: int = 0) -> ds.Dataset:
+        """The test rows, as ``eval_dataset`` gives the validation ones.
+
+        Raises:
+            ConfigError: no rows are held out (``test_fraction=0``).
+        """
+        if not self.has_test_set:
+            raise ConfigError(f"{self.path} has no test split (data.test_fraction=0): evaluate the validation set "
+                              "(--split val), or set data.test_fraction above 0")
+        return self._ordered("test", num_shards, shard_id)
+
+    def split_arrays(self, which: str) -> Tuple[np.ndarray, np.ndarray]:
+        """Split `which` ("train", "val", "test") as ``(inputs, targets)`` arrays, in table order."""
+        return self._split(which)
+
+    def _ordered(self, which: str, num_shards: int, shard_id: int) -> ds.Dataset:
+        inputs, targets = self._split(which)
+        return ordered_row_batches(inputs, targets, self.eval_batch_size, num_shards, shard_id, self.columns)

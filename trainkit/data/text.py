@@ -42,7 +42,6 @@ import os
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
-import mindspore.dataset as ds
 import numpy as np
 
 from trainkit.checks import check_int
@@ -50,7 +49,7 @@ from trainkit.data.input_file import read_input
 from trainkit.data.predict_inputs import Sample
 from trainkit.data.table import class_name, split_rows
 from trainkit.data.table_file import MISSING, SUFFIXES, read_table
-from trainkit.data.tabular import ordered_row_batches, shuffled_row_batches
+from trainkit.data.tabular import RowSplitDatasets
 from trainkit.data.tokenizer import (
     MIN_VOCAB_SIZE,
     TOKENIZER_MODELS,
@@ -75,7 +74,7 @@ MAX_TEXT_FILE_BYTES = 256 << 20  # a .txt file of sentences to predict
 COLUMNS = ("input_ids", "label")
 
 
-class TextData:
+class TextData(RowSplitDatasets):
     """Texts and their classes from a table, tokenised and split.
 
     Args:
@@ -101,6 +100,7 @@ class TextData:
 
     values_checked = True  # prepare() checks every id and label (trainkit.data.check_values)
     suggested_model = "model=text_bag, or recipe=text_classification"  # said when another model cannot build
+    columns = COLUMNS  # what the network is fed: "input_ids" int32 (B, max_length), "label" int32 (B,)
 
     def __init__(self, path: Union[str, os.PathLike, None] = None, text: str = "text", target: str = "label",
                  tokenizer: Union[str, os.PathLike, None] = None, tokenizer_model: str = "wordpiece",
@@ -267,41 +267,6 @@ class TextData:
         tokenizer = tokenizer_from_state(state.get("tokenizer"), where)
         self._take(tokenizer, state["pad_token"], state["pad_id"], [str(c) for c in state["classes"]],
                    state["max_length"])
-
-    # --------------------------------------------------------------------------------------------- datasets
-    def train_dataset(self, num_shards: int = 1, shard_id: int = 0) -> ds.Dataset:
-        """Shuffled batches of `batch_size` (the last partial one dropped): "input_ids" int32 (B, max_length),
-        "label" int32 (B,)."""
-        ids, labels = self._split("train")
-        return shuffled_row_batches(ids, labels, self.batch_size, num_shards, shard_id, COLUMNS)
-
-    def eval_dataset(self, num_shards: int = 1, shard_id: int = 0) -> ds.Dataset:
-        """The validation rows in table order, in batches of `eval_batch_size` (the last one may be smaller)."""
-        return self._ordered("val", num_shards, shard_id)
-
-    @property
-    def has_test_set(self) -> bool:
-        """Whether rows are held out for the test set (``test_fraction`` above 0)."""
-        return self.test_fraction > 0
-
-    def test_dataset(self, num_shards: int = 1, shard_id: int = 0) -> ds.Dataset:
-        """The test rows, as ``eval_dataset`` gives the validation ones.
-
-        Raises:
-            ConfigError: no rows are held out (``test_fraction=0``).
-        """
-        if not self.has_test_set:
-            raise ConfigError(f"{self.path} has no test split (data.test_fraction=0): evaluate the validation set "
-                              "(--split val), or set data.test_fraction above 0")
-        return self._ordered("test", num_shards, shard_id)
-
-    def split_arrays(self, which: str) -> Tuple[np.ndarray, np.ndarray]:
-        """Split `which` ("train", "val", "test") as ``(input_ids, labels)`` arrays, in table order."""
-        return self._split(which)
-
-    def _ordered(self, which: str, num_shards: int, shard_id: int) -> ds.Dataset:
-        ids, labels = self._split(which)
-        return ordered_row_batches(ids, labels, self.eval_batch_size, num_shards, shard_id, COLUMNS)
 
     def _split(self, which: str) -> Tuple[np.ndarray, np.ndarray]:
         if self._arrays is None:
