@@ -33,9 +33,10 @@ def test_help_lists_groups_and_recipes(tmp_path):
     result = trainkit("--help", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert ("recipe: diabetes_regression, digits_lstm, digits_optuna, digits_quickstart, resnet50_cifar10, "
-            "wine_mlp") in result.stdout
+            "text_classification, wine_mlp") in result.stdout
     assert "amp: O0, O1, O2, O3" in result.stdout
-    assert "model: mlp, resnet101, resnet152, resnet18, resnet34, resnet50, row_lstm, small_cnn" in result.stdout
+    assert "model: mlp, resnet101, resnet152, resnet18, resnet34, resnet50, row_lstm, small_cnn, text_bag" in \
+        result.stdout
     assert "loss: bce_with_logits, cross_entropy, l1, mse, smooth_l1" in result.stdout
 
 
