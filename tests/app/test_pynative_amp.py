@@ -44,8 +44,8 @@ def test_the_im2col_kernel_under_float16_is_right_in_a_graph_and_wrong_op_by_op(
         ms.set_context(mode=ms.GRAPH_MODE)
     if mode == "graph":
         assert error < 1e-2  # float16 rounding
-    else:
-        assert error > 1.0
+    else:  # garbage: far off, or not a number at all (half-precision memory read as float32)
+        assert not error <= 1.0
 
 
 @needs_kernels
