@@ -118,7 +118,8 @@ def keywords(kwargs: Dict[str, str]) -> List[str]:
 
 
 def code(value: Any, names: Dict[Any, str]) -> str:
-    """A traced argument as code: a node's variable, a literal, a slice, or a container of them."""
+    """A traced argument as code: a node's variable, a literal, a slice, or a container of them (tuple, list, or a
+    dict with constant keys)."""
     if value in names if hashable(value) else False:
         return names[value]
     if isinstance(value, tuple):
@@ -126,6 +127,8 @@ def code(value: Any, names: Dict[Any, str]) -> str:
         return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
     if isinstance(value, list):
         return f"[{', '.join(code(item, names) for item in value)}]"
+    if isinstance(value, dict):  # fx's immutable_dict too: keys are constants, values may be traced
+        return "{" + ", ".join(f"{literal(key)}: {code(item, names)}" for key, item in dict.items(value)) + "}"
     if isinstance(value, slice):
         parts = ["" if part is None else code(part, names) for part in (value.start, value.stop, value.step)]
         return ":".join(parts[:2]) + (f":{parts[2]}" if parts[2] else "")
