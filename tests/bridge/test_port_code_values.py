@@ -20,7 +20,8 @@ class Node:
 def test_a_dict_of_traced_values_is_a_dict_literal_that_evaluates_to_the_traced_dict(seed):
     rng = random.Random(seed)
     node = Node()
-    keys = [rng.choice(["groups", "dim", "x", "'); import os #", "a\nb", "ü"]) + str(i) for i in range(rng.randint(0, 4))]
+    names = ["groups", "dim", "x", "'); import os #", "a\nb", "ü"]
+    keys = [rng.choice(names) + str(i) for i in range(rng.randint(0, 4))]
     values = {key: rng.choice([node, 3, -1.5, None, "text", (1, 2), [node, 4]]) for key in keys}
     written = code(immutable_dict(values), {node: "hidden"})
     tree = ast.parse(written, mode="eval")
