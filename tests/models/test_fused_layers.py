@@ -293,3 +293,18 @@ def test_a_model_without_the_argument_builds_with_it_set():
                                       "num_classes": None, "in_channels": None}})
     network = build_model(cfg, type("Data", (), {"num_classes": 3, "in_channels": 1})())
     assert network(ops.ones((2, 1, 8, 8), ms.float32)).shape == (2, 3)
+
+
+@pytest.mark.parametrize("target", ["trainkit.models.SmallCNN", "trainkit.models.mlp.MLP",
+                                    "tests.common.models.GeluDigits"])
+def test_every_implementation_key_passes_the_key_check_of_any_model(target):
+    """`model.conv_impl` and `model.layer_impl` are documented for any model: the app's unknown-key check lets
+    each through, whether or not the model's constructor takes it (a user's `+model.layer_impl=native`)."""
+    from omegaconf import OmegaConf
+
+    from trainkit.app.targets import IMPLEMENTATION_KEYS, check_node
+
+    for key in IMPLEMENTATION_KEYS:
+        check_node("model", OmegaConf.create({"_target_": target, key: "native"}))
+    with pytest.raises(ConfigError, match=r"unknown key model\.layer_imp:"):
+        check_node("model", OmegaConf.create({"_target_": target, "layer_imp": "native"}))

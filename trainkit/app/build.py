@@ -22,7 +22,7 @@ from trainkit import kernels
 from trainkit.app.finetune import model_arguments
 from trainkit.app.plan import RunPlan
 from trainkit.app.stopping import stop_callbacks
-from trainkit.app.targets import accepted_arguments, floats_where_expected, required_arguments
+from trainkit.app.targets import IMPLEMENTATION_KEYS, accepted_arguments, floats_where_expected, required_arguments
 from trainkit.callbacks import BestCheckpoint, Evaluation, NonFiniteStop, Progress, RunLog, TrainMetrics
 from trainkit.callbacks.early_stopping import EarlyStopping
 from trainkit.callbacks.order import sort_callbacks
@@ -44,8 +44,6 @@ from trainkit.step.mixed_precision import Float32EvalCell, build_loss_network, c
 from trainkit.step.wrapper import TrainingWrapper
 
 DEFAULT_LAYER_IMPL = "auto"  # where the model config has no layer_impl: GELU and max pooling fused on CPU
-#: Model keys that choose how layers run, not what they compute: taken out before a model that has no such argument.
-IMPLEMENTATION_KEYS = ("conv_impl", "layer_impl")
 DEFAULT_CONV_IMPL = "auto"  # where the model config has no conv_impl: a ported or user network's nn.Conv2d swapped
 
 log = logging.getLogger("trainkit")

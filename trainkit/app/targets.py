@@ -31,12 +31,15 @@ SUPPLIED = {
     "wrapper": ("network", "optimizer", "loss_scale"),  # loss_scale is built from wrapper.loss_scale* keys
     "lr_schedule": ("lr", "epochs", "updates_per_epoch"),
 }
+#: Model keys that choose how layers run, not what they compute: trainkit.app.build swaps every nn.Conv2d
+#: (conv_impl) and every GELU, max pool and norm (layer_impl) of any network, passes each to a model that takes it,
+#: and takes it out before one that does not.
+IMPLEMENTATION_KEYS = ("conv_impl", "layer_impl")
 # trainkit's keys in those groups that are not the target's arguments.
 CONSUMED = {
     # model.pretrained, model.freeze, ...: trainkit.app.finetune applies them after building; model.tied_weights:
-    # export --to torch reads it; model.conv_impl: trainkit.app.build swaps every nn.Conv2d of any network (and
-    # passes it to a model that takes it)
-    "model": NOT_ARGUMENTS + ("conv_impl",),
+    # export --to torch reads it; the implementation keys: trainkit.app.build
+    "model": NOT_ARGUMENTS + IMPLEMENTATION_KEYS,
     "optimizer": ("lr",),
     "wrapper": ("loss_scale", "loss_scale_value", "scale_factor", "scale_window"),
 }
